@@ -1,0 +1,139 @@
+"""Typed builders and accessors of ditron_device (the Device level). Declared in device.irdl.mlir."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlir import ir
+
+from .opbase import I64ArrayAttr, IntAttr, Operand, OpWrapper, Result, StrAttr, SymbolAttr
+
+ENGINES = ("copy_engine", "sm", "tma", "rdma")
+SIGNAL_OPS = ("set", "add")
+SCOPES = ("gpu", "sys")
+WAIT_PLACES = ("stream", "kernel")
+# How a launch visits its tiles. "row_major" and "grouped" (L2-friendly swizzle) ignore data arrival;
+# "rank_rotated" starts with the tiles of the rank's own shard, then peers in arrival order (ring distance).
+TILE_ORDERS = ("row_major", "grouped", "rank_rotated")
+
+
+class DeviceOp(OpWrapper):
+    DIALECT = "ditron_device"
+
+
+class Rank(DeviceOp):
+    NAME = "rank"
+    rank = Result(0)
+
+    @classmethod
+    def build(cls, *, loc=None, ip=None) -> "Rank":
+        return cls.create(results=[ir.IndexType.get()], loc=loc, ip=ip)
+
+
+class NumRanks(DeviceOp):
+    NAME = "num_ranks"
+    num_ranks = Result(0)
+
+    @classmethod
+    def build(cls, *, loc=None, ip=None) -> "NumRanks":
+        return cls.create(results=[ir.IndexType.get()], loc=loc, ip=ip)
+
+
+class AllocSymmetric(DeviceOp):
+    NAME = "alloc_symmetric"
+    buffer = Result(0)
+    name = StrAttr("name")
+
+    @classmethod
+    def build(cls, shape: Sequence[int], element_type: ir.Type, name: str, *, loc=None,
+              ip=None) -> "AllocSymmetric":
+        return cls.create(results=[ir.MemRefType.get(list(shape), element_type)], name=name, loc=loc, ip=ip)
+
+
+class Copy(DeviceOp):
+    """Region copy. coords = src offsets ++ dst offsets ++ sizes, one index value per memref dim each."""
+
+    NAME = "copy"
+    src = Operand(0)
+    dst = Operand(1)
+    src_rank = Operand(2)
+    dst_rank = Operand(3)
+    coords = Operand(4, variadic=True)
+    engine = StrAttr("engine")
+
+    @property
+    def rank(self) -> int:
+        return ir.MemRefType(self.src.type).rank
+
+    @property
+    def src_offsets(self) -> list[ir.Value]:
+        return self.coords[: self.rank]
+
+    @property
+    def dst_offsets(self) -> list[ir.Value]:
+        return self.coords[self.rank: 2 * self.rank]
+
+    @property
+    def sizes(self) -> list[ir.Value]:
+        return self.coords[2 * self.rank:]
+
+    @classmethod
+    def build(cls, src: ir.Value, dst: ir.Value, *, src_rank: ir.Value, dst_rank: ir.Value,
+              src_offsets: Sequence[ir.Value], dst_offsets: Sequence[ir.Value], sizes: Sequence[ir.Value],
+              engine: str = "copy_engine", loc=None, ip=None) -> "Copy":
+        operands = [src, dst, src_rank, dst_rank, *src_offsets, *dst_offsets, *sizes]
+        return cls.create(operands=operands, engine=engine, loc=loc, ip=ip)
+
+
+class Signal(DeviceOp):
+    NAME = "signal"
+    signals = Operand(0)
+    target_rank = Operand(1)
+    slot = Operand(2)
+    value = Operand(3)
+    kind = StrAttr("op")
+    scope = StrAttr("scope")
+
+    @classmethod
+    def build(cls, signals: ir.Value, *, target_rank: ir.Value, slot: ir.Value, value: ir.Value, op: str = "set",
+              scope: str = "sys", loc=None, ip=None) -> "Signal":
+        return cls.create(operands=[signals, target_rank, slot, value], op=op, scope=scope, loc=loc, ip=ip)
+
+
+class Wait(DeviceOp):
+    NAME = "wait"
+    signals = Operand(0)
+    value = Operand(1)
+    slots = Operand(2, variadic=True)
+    where = StrAttr("where")
+
+    @classmethod
+    def build(cls, signals: ir.Value, *, slots: Sequence[ir.Value], value: ir.Value, where: str = "stream",
+              loc=None, ip=None) -> "Wait":
+        return cls.create(operands=[signals, value, *slots], where=where, loc=loc, ip=ip)
+
+
+class Barrier(DeviceOp):
+    NAME = "barrier"
+    signals = Operand(0)
+
+    @classmethod
+    def build(cls, signals: ir.Value, *, loc=None, ip=None) -> "Barrier":
+        return cls.create(operands=[signals], loc=loc, ip=ip)
+
+
+class Launch(DeviceOp):
+    NAME = "launch"
+    args = Operand(0, variadic=True)
+    kernel = SymbolAttr("kernel")
+    grid = I64ArrayAttr("grid")
+    sm_budget = IntAttr("sm_budget")
+    tile_order = StrAttr("tile_order")
+
+    @classmethod
+    def build(cls, kernel: str, args: Sequence[ir.Value], *, grid: Sequence[int], sm_budget: int,
+              tile_order: str = "row_major", loc=None, ip=None) -> "Launch":
+        return cls.create(operands=list(args), kernel=kernel, grid=grid, sm_budget=sm_budget,
+                          tile_order=tile_order, loc=loc, ip=ip)
+
+
+OPS: tuple[type[DeviceOp], ...] = (Rank, NumRanks, AllocSymmetric, Copy, Signal, Wait, Barrier, Launch)

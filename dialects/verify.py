@@ -1,0 +1,422 @@
+"""Verifiers for what IRDL cannot say: shapes, mesh axes, shardings, element types, symbol references, known
+names. ``verify(module)`` runs MLIR's own verifier first, then these rules, and raises VerificationError with one
+located diagnostic per broken rule. ditron-opt runs it after parsing and after every pass.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from mlir import ir
+
+from ..errors import VerificationError
+from . import core, device, task
+from .context import DIALECT_NAMESPACES, diagnostic_at
+from .opbase import OpWrapper, walk_ops
+from .sharding import MESH_ATTR, SHARDING_ATTR, Mesh, Sharding
+
+# Dialects an input may use. tt/ttg are Triton's (unregistered in our context, checked by Triton's parser).
+KNOWN_DIALECTS = frozenset({"builtin", "func", "arith", "math", "scf", "cf", "tensor", "memref", "gpu", "tt", "ttg",
+                            "ttng", "ub", *DIALECT_NAMESPACES})
+
+Report = Callable[[str], None]
+
+
+class _Checker:
+    def __init__(self, module: ir.Module):
+        self.module = module
+        self.diagnostics = []
+        self.mesh: Mesh | None = None
+        self.symbols: set[str] = set()
+
+    def error(self, op: ir.Operation, message: str) -> None:
+        self.diagnostics.append(diagnostic_at(op.location, f"'{op.name}' op {message}"))
+
+    def axis_size(self, op: ir.Operation, axis: str) -> int | None:
+        if self.mesh is None:
+            self.error(op, f"uses mesh axis '{axis}' but the module has no '{MESH_ATTR}' attribute")
+            return None
+        if axis not in self.mesh.axes:
+            self.error(op, f"mesh axis '{axis}' is not in the mesh (axes: {', '.join(self.mesh.axes)})")
+            return None
+        return self.mesh.axis_size(axis)
+
+    def run(self) -> None:
+        top = self.module.operation
+        if MESH_ATTR in top.attributes:
+            try:
+                self.mesh = Mesh.from_attr(top.attributes[MESH_ATTR])
+            except ValueError as err:
+                self.error(top, str(err))
+        ops = list(walk_ops(top))
+        for op in ops:
+            if "sym_name" in op.attributes:
+                self.symbols.add(ir.StringAttr(op.attributes["sym_name"]).value)
+        for op in ops:
+            dialect = op.name.split(".", 1)[0]
+            if dialect not in KNOWN_DIALECTS:
+                self.error(op, f"is unknown: dialect '{dialect}' is not one ditron accepts")
+                continue
+            if op.name == "func.func":
+                self.check_func_shardings(op)
+            rule = _RULES.get(op.name)
+            if rule is not None:
+                rule(self, op)
+
+    def check_func_shardings(self, op: ir.Operation) -> None:
+        ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        for what, key, types in (("argument", "arg_attrs", ftype.inputs), ("result", "res_attrs", ftype.results)):
+            if key not in op.attributes:
+                continue
+            for i, (d, t) in enumerate(zip(ir.ArrayAttr(op.attributes[key]), types)):
+                d = ir.DictAttr(d)
+                if SHARDING_ATTR in d:
+                    self.check_sharding(op, d[SHARDING_ATTR], t, f"{what} {i}")
+
+    def check_sharding(self, op: ir.Operation, attr: ir.Attribute, t: ir.Type, what: str) -> None:
+        try:
+            sharding = Sharding.from_attr(attr)
+        except ValueError as err:
+            self.error(op, f"{what}: {err}")
+            return
+        if self.mesh is None:
+            self.error(op, f"{what} is sharded but the module has no '{MESH_ATTR}' attribute")
+            return
+        if not isinstance(t, ir.RankedTensorType):
+            self.error(op, f"{what}: only ranked tensors can be sharded, got {t}")
+            return
+        problem = sharding.check(tuple(ir.RankedTensorType(t).shape), self.mesh)
+        if problem:
+            self.error(op, f"{what}: {problem}")
+
+
+_RULES: dict[str, Callable[[_Checker, ir.Operation], None]] = {}
+
+
+def rule(*wrappers: type[OpWrapper]):
+    def register(fn):
+        for w in wrappers:
+            _RULES[w.op_name()] = fn
+        return fn
+    return register
+
+
+def _tensor(t: ir.Type) -> ir.RankedTensorType | None:
+    return ir.RankedTensorType(t) if isinstance(t, ir.RankedTensorType) else None
+
+
+def _dims_agree(a: int, b: int) -> bool:
+    dyn = ir.ShapedType.get_dynamic_size()
+    return a == b or a == dyn or b == dyn
+
+
+def _ranked_operands(c: _Checker, op: ir.Operation, values: Iterable[ir.Value]) -> list | None:
+    out = []
+    for v in values:
+        t = _tensor(v.type)
+        if t is None:
+            c.error(op, f"expects ranked tensors, got {v.type}")
+            return None
+        out.append(t)
+    return out
+
+
+def _check_enum(c: _Checker, op: ir.Operation, key: str, value: str, allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        c.error(op, f"has {key} '{value}'; expected one of: {', '.join(allowed)}")
+
+
+def _check_dim(c: _Checker, op: ir.Operation, key: str, dim: int, rank: int) -> bool:
+    if not 0 <= dim < rank:
+        c.error(op, f"{key} {dim} is out of range for a tensor of rank {rank}")
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------- task level
+
+@rule(task.Shard)
+def _shard(c: _Checker, op: ir.Operation) -> None:
+    s = task.Shard(op)
+    if s.input.type != s.output.type:
+        c.error(op, f"result type {s.output.type} differs from the input type {s.input.type}")
+    c.check_sharding(op, op.attributes["sharding"], s.input.type, "sharding")
+
+
+@rule(task.Matmul)
+def _matmul(c: _Checker, op: ir.Operation) -> None:
+    m = task.Matmul(op)
+    types = _ranked_operands(c, op, [m.lhs, m.rhs, m.result])
+    if types is None:
+        return
+    a, b, r = types
+    if a.rank != 2 or b.rank != 2 or r.rank != 2:
+        c.error(op, f"expects 2-d operands and result, got ranks {a.rank}, {b.rank} -> {r.rank}")
+        return
+    if not _dims_agree(a.shape[1], b.shape[0]):
+        c.error(op, f"contraction sizes differ: lhs {a} has K = {a.shape[1]}, rhs {b} has K = {b.shape[0]}")
+    if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], b.shape[1])):
+        c.error(op, f"result {r} should be {a.shape[0]}x{b.shape[1]}")
+    _check_matmul_types(c, op, a, b, r)
+
+
+def _check_matmul_types(c, op, a, b, r) -> None:
+    if a.element_type != b.element_type:
+        c.error(op, f"operand element types differ: {a.element_type} and {b.element_type}")
+    elif r.element_type != a.element_type and isinstance(a.element_type, ir.FloatType) and \
+            ir.FloatType(a.element_type).width > 8:
+        c.error(op, f"result element type {r.element_type} differs from the operands' {a.element_type}")
+
+
+@rule(task.GroupedMatmul)
+def _grouped_matmul(c: _Checker, op: ir.Operation) -> None:
+    g = task.GroupedMatmul(op)
+    types = _ranked_operands(c, op, [g.lhs, g.rhs, g.group_sizes, g.result])
+    if types is None:
+        return
+    a, b, sizes, r = types
+    if (a.rank, b.rank, sizes.rank, r.rank) != (2, 3, 1, 2):
+        c.error(op, "expects lhs [T, K], rhs [E, K, N], group_sizes [E], result [T, N]; got ranks "
+                    f"{a.rank}, {b.rank}, {sizes.rank} -> {r.rank}")
+        return
+    if not _dims_agree(a.shape[1], b.shape[1]):
+        c.error(op, f"contraction sizes differ: lhs has K = {a.shape[1]}, rhs has K = {b.shape[1]}")
+    if not _dims_agree(sizes.shape[0], b.shape[0]):
+        c.error(op, f"group_sizes has {sizes.shape[0]} entries but rhs has {b.shape[0]} groups")
+    if not isinstance(sizes.element_type, ir.IntegerType):
+        c.error(op, f"group_sizes must hold integers, got {sizes.element_type}")
+    if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], b.shape[2])):
+        c.error(op, f"result {r} should be {a.shape[0]}x{b.shape[2]}")
+    _check_matmul_types(c, op, a, b, r)
+
+
+@rule(task.Elementwise)
+def _elementwise(c: _Checker, op: ir.Operation) -> None:
+    e = task.Elementwise(op)
+    if e.fn not in task.ELEMENTWISE_FNS:
+        _check_enum(c, op, "fn", e.fn, task.ELEMENTWISE_FNS)
+        return
+    arity = task.ELEMENTWISE_FNS[e.fn]
+    if arity is not None and len(e.inputs) != arity:
+        c.error(op, f"fn '{e.fn}' takes {arity} operand(s), got {len(e.inputs)}")
+    types = _ranked_operands(c, op, [*e.inputs, e.result])
+    if types is None:
+        return
+    r = types[-1]
+    for t in types[:-1]:
+        if t.element_type != r.element_type:
+            c.error(op, f"element types differ: operand {t.element_type}, result {r.element_type}")
+            return
+        if t.rank != r.rank or not all(_dims_agree(x, y) for x, y in zip(t.shape, r.shape)):
+            c.error(op, f"operand shape {t} differs from result shape {r}")
+            return
+
+
+def _collective_types(c: _Checker, op: ir.Operation, x: ir.Value, y: ir.Value):
+    types = _ranked_operands(c, op, [x, y])
+    if types is None:
+        return None
+    a, b = types
+    if a.element_type != b.element_type:
+        c.error(op, f"element types differ: input {a.element_type}, output {b.element_type}")
+        return None
+    if a.rank != b.rank:
+        c.error(op, f"input rank {a.rank} differs from output rank {b.rank}")
+        return None
+    return a, b
+
+
+def _other_dims_equal(c, op, a, b, dims) -> bool:
+    for i, (x, y) in enumerate(zip(a.shape, b.shape)):
+        if i not in dims and not _dims_agree(x, y):
+            c.error(op, f"dim {i} changes from {x} to {y}; only the collective's dim may change")
+            return False
+    return True
+
+
+@rule(task.AllGather)
+def _all_gather(c: _Checker, op: ir.Operation) -> None:
+    g = task.AllGather(op)
+    n = c.axis_size(op, g.axis)
+    types = _collective_types(c, op, g.input, g.output)
+    if n is None or types is None:
+        return
+    a, b = types
+    if not _check_dim(c, op, "dim", g.dim, a.rank) or not _other_dims_equal(c, op, a, b, {g.dim}):
+        return
+    x, y = a.shape[g.dim], b.shape[g.dim]
+    if not _dims_agree(y, x * n if x >= 0 else x):
+        c.error(op, f"output dim {g.dim} is {y}; expected input dim {x} x axis '{g.axis}' size {n} = {x * n}")
+
+
+@rule(task.ReduceScatter)
+def _reduce_scatter(c: _Checker, op: ir.Operation) -> None:
+    r = task.ReduceScatter(op)
+    _check_enum(c, op, "reduce", r.reduce, task.REDUCTIONS)
+    n = c.axis_size(op, r.axis)
+    types = _collective_types(c, op, r.input, r.output)
+    if n is None or types is None:
+        return
+    a, b = types
+    if not _check_dim(c, op, "dim", r.dim, a.rank) or not _other_dims_equal(c, op, a, b, {r.dim}):
+        return
+    x, y = a.shape[r.dim], b.shape[r.dim]
+    if x >= 0 and x % n:
+        c.error(op, f"input dim {r.dim} of size {x} does not divide evenly over axis '{r.axis}' of size {n}")
+    elif not _dims_agree(y, x // n if x >= 0 else x):
+        c.error(op, f"output dim {r.dim} is {y}; expected input dim {x} / axis '{r.axis}' size {n} = {x // n}")
+
+
+@rule(task.AllReduce)
+def _all_reduce(c: _Checker, op: ir.Operation) -> None:
+    r = task.AllReduce(op)
+    _check_enum(c, op, "reduce", r.reduce, task.REDUCTIONS)
+    c.axis_size(op, r.axis)
+    types = _collective_types(c, op, r.input, r.output)
+    if types is not None and types[0] != types[1]:
+        c.error(op, f"output type {types[1]} differs from input type {types[0]}")
+
+
+@rule(task.AllToAll)
+def _all_to_all(c: _Checker, op: ir.Operation) -> None:
+    a2a = task.AllToAll(op)
+    n = c.axis_size(op, a2a.axis)
+    types = _collective_types(c, op, a2a.input, a2a.output)
+    if n is None or types is None:
+        return
+    a, b = types
+    sd, cd = a2a.split_dim, a2a.concat_dim
+    if not (_check_dim(c, op, "split_dim", sd, a.rank) and _check_dim(c, op, "concat_dim", cd, a.rank)):
+        return
+    if not _other_dims_equal(c, op, a, b, {sd, cd}):
+        return
+    sizes = a2a.split_sizes
+    if sizes is not None:
+        t = _tensor(sizes.type)
+        if t is None or t.rank != 1 or not isinstance(t.element_type, ir.IntegerType) or \
+                not _dims_agree(t.shape[0], n):
+            c.error(op, f"split_sizes must be a tensor<{n}xi32> or tensor<{n}xi64> (one size per rank of axis "
+                        f"'{a2a.axis}'), got {sizes.type}")
+        return
+    expect = list(a.shape)
+    if expect[sd] >= 0:
+        if expect[sd] % n:
+            c.error(op, f"split dim {sd} of size {expect[sd]} does not divide evenly over axis '{a2a.axis}' "
+                        f"of size {n}; pass split_sizes for uneven splits")
+            return
+        expect[sd] //= n
+    if expect[cd] >= 0:
+        expect[cd] *= n
+    if not all(_dims_agree(x, y) for x, y in zip(expect, b.shape)):
+        c.error(op, f"output shape {list(b.shape)} should be {expect}")
+
+
+# --------------------------------------------------------------------------------------------- device level
+
+def _memref(t: ir.Type) -> ir.MemRefType | None:
+    return ir.MemRefType(t) if isinstance(t, ir.MemRefType) else None
+
+
+@rule(device.AllocSymmetric)
+def _alloc(c: _Checker, op: ir.Operation) -> None:
+    t = _memref(device.AllocSymmetric(op).buffer.type)
+    if t is not None and not t.has_static_shape:
+        c.error(op, f"symmetric buffers need a static shape (every rank allocates the same size), got {t}")
+
+
+@rule(device.Copy)
+def _copy(c: _Checker, op: ir.Operation) -> None:
+    cp = device.Copy(op)
+    _check_enum(c, op, "engine", cp.engine, device.ENGINES)
+    s, d = _memref(cp.src.type), _memref(cp.dst.type)
+    if s.rank != d.rank:
+        c.error(op, f"source rank {s.rank} differs from destination rank {d.rank}")
+        return
+    if s.element_type != d.element_type:
+        c.error(op, f"element types differ: source {s.element_type}, destination {d.element_type}")
+    if len(cp.coords) != 3 * s.rank:
+        c.error(op, f"expects {3 * s.rank} region operands for rank-{s.rank} memrefs (source offsets, "
+                    f"destination offsets, sizes), got {len(cp.coords)}")
+
+
+def _signal_pad(c: _Checker, op: ir.Operation, v: ir.Value) -> None:
+    t = _memref(v.type)
+    if t.rank != 1 or not isinstance(t.element_type, ir.IntegerType) or \
+            ir.IntegerType(t.element_type).width not in (32, 64):
+        c.error(op, f"signal pads are 1-d memrefs of i32 or i64, got {v.type}")
+
+
+@rule(device.Signal)
+def _signal(c: _Checker, op: ir.Operation) -> None:
+    s = device.Signal(op)
+    _check_enum(c, op, "op", s.kind, device.SIGNAL_OPS)
+    _check_enum(c, op, "scope", s.scope, device.SCOPES)
+    _signal_pad(c, op, s.signals)
+
+
+@rule(device.Wait)
+def _device_wait(c: _Checker, op: ir.Operation) -> None:
+    w = device.Wait(op)
+    _check_enum(c, op, "where", w.where, device.WAIT_PLACES)
+    _signal_pad(c, op, w.signals)
+    if not w.slots:
+        c.error(op, "waits on no slot; give at least one")
+
+
+@rule(device.Barrier)
+def _barrier(c: _Checker, op: ir.Operation) -> None:
+    _signal_pad(c, op, device.Barrier(op).signals)
+
+
+@rule(device.Launch)
+def _launch(c: _Checker, op: ir.Operation) -> None:
+    ln = device.Launch(op)
+    if ln.kernel not in c.symbols:
+        c.error(op, f"launches '@{ln.kernel}', which is not defined in the module")
+    grid = ln.grid
+    if not 1 <= len(grid) <= 3 or any(g < 1 for g in grid):
+        c.error(op, f"grid must have 1 to 3 positive sizes, got {list(grid)}")
+    if ln.sm_budget < 1:
+        c.error(op, f"sm_budget must be >= 1, got {ln.sm_budget}")
+    _check_enum(c, op, "tile_order", ln.tile_order, device.TILE_ORDERS)
+
+
+# ----------------------------------------------------------------------------------------------- core level
+
+@rule(core.Wait)
+def _core_wait(c: _Checker, op: ir.Operation) -> None:
+    w = core.Wait(op)
+    _check_enum(c, op, "scope", w.scope, core.SCOPES)
+    _check_enum(c, op, "semantic", w.semantic, core.WAIT_SEMANTICS)
+
+
+@rule(core.Notify)
+def _core_notify(c: _Checker, op: ir.Operation) -> None:
+    n = core.Notify(op)
+    _check_enum(c, op, "op", n.kind, core.NOTIFY_OPS)
+    _check_enum(c, op, "scope", n.scope, core.SCOPES)
+    _check_enum(c, op, "semantic", n.semantic, core.NOTIFY_SEMANTICS)
+
+
+@rule(core.BarrierAll)
+def _core_barrier(c: _Checker, op: ir.Operation) -> None:
+    _check_enum(c, op, "scope", core.BarrierAll(op).scope, core.SCOPES)
+
+
+@rule(core.SymmAt, core.ConsumeToken)
+def _same_type(c: _Checker, op: ir.Operation) -> None:
+    if op.operands[0].type != op.results[0].type:
+        c.error(op, f"result type {op.results[0].type} differs from operand type {op.operands[0].type}")
+
+
+def verify(module: ir.Module) -> None:
+    """Raise VerificationError listing every broken rule (MLIR's verifier first, then ditron's)."""
+    try:
+        module.operation.verify()
+    except ir.MLIRError as err:
+        diags = [diagnostic_at(d.location, d.message) for d in err.error_diagnostics]
+        raise VerificationError(str(err), diags) from None
+    checker = _Checker(module)
+    checker.run()
+    if checker.diagnostics:
+        raise VerificationError("verification failed", checker.diagnostics)

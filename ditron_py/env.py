@@ -1,0 +1,27 @@
+"""The one place that reads ditron's environment variables."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Where compiled artifacts are cached: $DITRON_CACHE_DIR, else ~/.cache/ditron."""
+    path = os.environ.get("DITRON_CACHE_DIR")
+    return Path(path) if path else Path.home() / ".cache" / "ditron"
+
+
+def cache_disabled() -> bool:
+    """$DITRON_NO_CACHE=1 compiles every time."""
+    return os.environ.get("DITRON_NO_CACHE", "0") not in ("", "0")
+
+
+def dump_dir() -> Path | None:
+    """$DITRON_DUMP_DIR: when set, every compile writes each stage (ttir, ttgir, llir, ptx, ...) there."""
+    path = os.environ.get("DITRON_DUMP_DIR")
+    return Path(path) if path else None
+
+
+def wait_timeout_s() -> float:
+    """Seconds a host-side wait may take before it raises WaitTimeoutError: $DITRON_WAIT_TIMEOUT_S, default 10."""
+    return float(os.environ.get("DITRON_WAIT_TIMEOUT_S", "10"))

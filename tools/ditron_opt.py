@@ -1,0 +1,200 @@
+"""ditron-opt: the pass driver, in the manner of mlir-opt.
+
+    ditron-opt [FILE|-] --pass-pipeline='ditron-a,ditron-b{opt=v}' [-o OUT]
+               [--list-passes] [--print-ir-after-all] [--print-ir-after=NAME] [--verify-each=true|false]
+               [--split-input-file] [--mlir-print-debuginfo] [--time-passes]
+
+Errors are printed as ``file:line:col: error: message`` on stderr, exit code 1, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from typing import Callable, Sequence, TextIO
+
+SPLIT_MARKER = "// -----"
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2 with a usage dump
+        raise _Usage(message)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "on"):
+        return True
+    if text.lower() in ("false", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expects true or false, got '{text}'")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ditron-opt", description="ditron's pass driver (like mlir-opt).", allow_abbrev=False)
+    p.add_argument("input", nargs="?", default="-", help="input .mlir file, or - for stdin (default)")
+    p.add_argument("-o", dest="output", default="-", help="output file (default stdout)")
+    p.add_argument("--pass-pipeline", default="", help="comma-separated passes, e.g. 'ditron-verify,ditron-canonicalize'")
+    p.add_argument("--list-passes", action="store_true", help="list passes, their options and named pipelines")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass (stderr)")
+    p.add_argument("--print-ir-after", action="append", default=[], metavar="NAME",
+                   help="print the IR after each run of pass NAME (stderr); may repeat")
+    p.add_argument("--verify-each", type=_bool, default=True, nargs="?", const=True, metavar="BOOL",
+                   help="verify after parsing and after every pass (default true)")
+    p.add_argument("--split-input-file", action="store_true",
+                   help=f"process each '{SPLIT_MARKER}'-separated chunk separately")
+    p.add_argument("--mlir-print-debuginfo", action="store_true", help="print locations")
+    p.add_argument("--time-passes", action="store_true", help="print time per pass (stderr)")
+    p.add_argument("--emit", default="mlir", metavar="KIND",
+                   help="what to print: mlir (default), or a backend stage: ttir, ttgir, llir, ptx, amdgcn")
+    p.add_argument("--target", default=None, help="target for --emit of backend stages, e.g. cuda:90, hip:gfx942")
+    return p
+
+
+def list_passes(out: TextIO) -> None:
+    from ditron.passes.registry import PASSES, PIPELINES, get_pass_class
+    out.write("Passes:\n")
+    for name in sorted(PASSES):
+        cls = get_pass_class(name)
+        out.write(f"  {name:34s} {cls.summary}\n")
+        for line in cls.option_help():
+            out.write(f"      {line}\n")
+    out.write("Pipelines:\n")
+    for name, steps in sorted(PIPELINES.items()):
+        out.write(f"  {name:34s} {','.join(steps)}\n")
+
+
+def _print_module(module, debuginfo: bool) -> str:
+    return module.operation.get_asm(enable_debug_info=debuginfo, assume_verified=False)
+
+
+def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
+    """Parse, verify, run the passes; the printed result. Raises DitronError."""
+    from ditron.dialects import ditron_context, parse_module
+    from ditron.dialects.verify import verify
+
+    with ditron_context():
+        module = parse_module(text, filename)
+        try:
+            if args.verify_each:
+                verify(module)
+            after = set(args.print_ir_after)
+            for p in passes:
+                start = time.perf_counter()
+                p.run(module)
+                if args.time_passes:
+                    err.write(f"// time {p.name}: {1e3 * (time.perf_counter() - start):.2f} ms\n")
+                if args.verify_each:
+                    verify(module)
+                if args.print_ir_after_all or p.name in after:
+                    err.write(f"// -----// IR Dump After {p.spec()} //----- //\n")
+                    err.write(_print_module(module, args.mlir_print_debuginfo) + "\n")
+            return _emit(module, args)
+        finally:
+            del module
+            gc.collect()
+
+
+def _emit(module, args) -> str:
+    if args.emit == "mlir":
+        return _print_module(module, args.mlir_print_debuginfo)
+    from ditron.errors import TargetError
+    try:
+        from ditron.compiler import emit_stage
+    except ImportError:
+        raise TargetError(f"--emit={args.emit} needs the backend stages, which this build does not have") from None
+    return emit_stage(module, args.emit, args.target)
+
+
+def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
+    """(chunk text, first line number) pairs; line numbers are kept by padding with newlines."""
+    if not split:
+        return [(text, 1)]
+    out, start, lines = [], 0, text.split("\n")
+    for i, line in enumerate(lines + [SPLIT_MARKER]):
+        if line.strip() == SPLIT_MARKER:
+            out.append(("\n" * start + "\n".join(lines[start:i]), start + 1))
+            start = i + 1
+    return out
+
+
+def ir_error_types() -> tuple[type[BaseException], ...]:
+    from mlir import ir
+    return (ir.MLIRError,)
+
+
+def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from ditron.errors import DitronError
+    try:
+        args = build_parser().parse_args(list(argv))
+    except _Usage as e:
+        stderr.write(f"error: {e} (see ditron-opt --help)\n")
+        return 1
+    try:
+        if args.list_passes:
+            list_passes(stdout)
+            return 0
+        from ditron.passes.registry import parse_pipeline
+        passes = parse_pipeline(args.pass_pipeline)
+        known = {p.name for p in passes}
+        from ditron.passes.registry import PASSES
+        for name in args.print_ir_after:
+            if name not in PASSES:
+                raise DitronError(f"--print-ir-after: unknown pass '{name}'")
+            if name not in known:
+                stderr.write(f"warning: --print-ir-after={name}: the pipeline does not run that pass\n")
+        if args.input == "-":
+            text, filename = stdin.read(), "<stdin>"
+        else:
+            filename = args.input
+            try:
+                with open(filename, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise DitronError(f"cannot open input file '{filename}': {e.strerror}") from None
+        failed, results = False, []
+        for chunk, _ in _chunks(text, args.split_input_file):
+            try:
+                results.append(process_chunk(chunk, filename, args, passes, stderr))
+            except DitronError as e:
+                stderr.write(e.render() + "\n")
+                failed = True
+            except ir_error_types() as e:  # an MLIR diagnostic not yet wrapped by a pass
+                stderr.write(f"error: {e}\n")
+                failed = True
+        if args.output == "-":
+            out = stdout
+            out.write(f"\n{SPLIT_MARKER}\n".join(results) + ("\n" if results else ""))
+        else:
+            try:
+                with open(args.output, "w", encoding="utf-8") as out:
+                    out.write(f"\n{SPLIT_MARKER}\n".join(results) + "\n")
+            except OSError as e:
+                raise DitronError(f"cannot write output file '{args.output}': {e.strerror}") from None
+        return 1 if failed else 0
+    except DitronError as e:
+        stderr.write(e.render() + "\n")
+        return 1
+    except Exception as e:  # a bug in ditron: still one line and exit 1, the trace only when asked for
+        import os
+        import traceback
+        if os.environ.get("DITRON_TRACEBACK"):
+            traceback.print_exc(file=stderr)
+        stderr.write(f"error: internal compiler error: {type(e).__name__}: {e} "
+                     "(set DITRON_TRACEBACK=1 for the Python trace, and please report it)\n")
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    code = run(sys.argv[1:] if argv is None else argv, sys.stdin, sys.stdout, sys.stderr)
+    gc.collect()
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
