@@ -1,11 +1,34 @@
 """ditron: a compiler for distributed tensor programs that generates Triton kernels.
 
-The public API is imported lazily so that loading and running a compiled artifact needs torch + triton only.
+The public API is imported lazily so that loading and running a compiled artifact needs torch + triton only:
+``ditron.load`` / ``ditron.Executable`` never import the MLIR bindings; ``ditron.compile`` does, when called.
 """
 from .errors import (CompileError, DitronError, DitronRuntimeError, ParseError, PassError, TargetError,
                      VerificationError, WaitTimeoutError)
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileError", "DitronError", "DitronRuntimeError", "ParseError", "PassError", "TargetError",
-           "VerificationError", "WaitTimeoutError", "__version__"]
+# public name -> (module, attribute), imported on first access
+_LAZY = {
+    "compile": ("ditron.api", "compile"),
+    "Executable": ("ditron.runtime.loader", "Executable"),
+    "load": ("ditron.runtime.loader", "load_artifact"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        module_name, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module_name), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ditron' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["CompileError", "DitronError", "DitronRuntimeError", "Executable", "ParseError", "PassError",
+           "TargetError", "VerificationError", "WaitTimeoutError", "__version__", "compile", "load"]

@@ -25,3 +25,8 @@ def dump_dir() -> Path | None:
 def wait_timeout_s() -> float:
     """Seconds a host-side wait may take before it raises WaitTimeoutError: $DITRON_WAIT_TIMEOUT_S, default 10."""
     return float(os.environ.get("DITRON_WAIT_TIMEOUT_S", "10"))
+
+
+def traceback_enabled() -> bool:
+    """$DITRON_TRACEBACK=1: command-line tools print the Python trace of an internal error."""
+    return os.environ.get("DITRON_TRACEBACK", "0") not in ("", "0")

@@ -1,0 +1,275 @@
+"""``ditron.compile``: a module in, an executable out (with its artifact directory on disk).
+
+    exe = ditron.compile("kernels.mlir", target="cuda:90", num_warps=8)
+    exe.kernels["add"][(grid,)](x, y, out, n)
+
+The input is an ``mlir`` Module (built in a ditron context), MLIR text, or a path to a ``.mlir`` file. Steps:
+
+1. read the input as text (the cache key hashes it);
+2. on a cache miss, parse it in a fresh ditron context, verify it, and bring it to core level (``_to_core_level``:
+   the one place where the task-level pipeline ``ditron-default`` runs, when the module has task- or
+   device-level ops);
+3. lower the ditron_core primitives and compile every ``tt.func`` (``ditron.compiler.lower_and_compile``);
+4. write the artifact (``ditron.artifact``) into the compile cache (``ditron.cache``) or a given directory;
+5. load it with the torch + triton loader (``ditron.runtime.loader``), as a deployment would.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+from . import __version__, env
+from .artifact import MANIFEST, ArgSpec, ArtifactError, options_json, triton_type, write_artifact
+from .cache import CompileCache, cache_key, triton_version
+from .errors import CompileError, ParseError, PassError
+from .runtime.loader import Executable, load_artifact
+
+# The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
+TO_CORE_PIPELINE = "ditron-default"
+HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
+# kinds of the arguments ditron-lower-core-to-triton appends, as they appear in the ABI
+APPENDED_KINDS = ("rank", "num_ranks", "heap_bases")
+
+
+def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | None = None,  # noqa: A001
+            cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
+    """Compile a core-level module for ``target`` and return its Executable.
+
+    ``src``: an ``mlir.ir.Module``, MLIR text, or a path to a .mlir file (a PathLike, or a str on one line
+    without braces: MLIR text always has some).
+    ``options``: backend options (num_warps=8, num_stages=4, ...); unknown names or bad values raise TargetError.
+    ``out_dir``: also write the artifact there (replacing an artifact already there). ``cache``: use the compile
+    cache (default: yes unless $DITRON_NO_CACHE=1); it lives in $DITRON_CACHE_DIR. ``keep_stages``: keep the stage
+    texts (ttir, ttgir, llir, ptx / amdgcn) in the artifact.
+    ``exe.compile_info`` says whether the cache answered and how long the call took."""
+    from .backends import Target, get_backend
+
+    start = time.perf_counter()
+    text, source_name = read_input(src)
+    tgt = Target.parse(target)
+    backend = get_backend(tgt)
+    opts = backend.options(**options)
+    key = cache_key(text, str(tgt), options_json(opts), source_name=source_name,
+                    extra={"keep_stages": keep_stages, "options_hash": opts.hash()})
+
+    def build(directory: Path) -> None:
+        build_artifact(text, source_name, tgt, opts, directory, cache_key=key, keep_stages=keep_stages)
+
+    use_cache = (not env.cache_disabled()) if cache is None else bool(cache)
+    status = "off"
+    if use_cache:
+        store = CompileCache(env.cache_dir())
+        entry = store.lookup(key)
+        status = "hit" if entry is not None else "miss"
+        if entry is None:
+            entry = store.publish(key, build)
+        try:
+            exe = load_artifact(entry)
+        except ArtifactError:  # a damaged entry: compile again
+            store.discard(key)
+            status = "miss"
+            entry = store.publish(key, build)
+            exe = load_artifact(entry)
+        if out_dir is not None:
+            install_dir(out_dir, lambda d: shutil.copytree(entry, d, dirs_exist_ok=True))
+            exe = load_artifact(out_dir)
+    elif out_dir is not None:
+        install_dir(out_dir, build)
+        exe = load_artifact(out_dir)
+    else:  # no directory to keep: the loaded kernels hold their binaries in memory
+        with tempfile.TemporaryDirectory(prefix="ditron-") as tmp:
+            build(Path(tmp) / "artifact")
+            exe = load_artifact(Path(tmp) / "artifact")
+        exe.path = None
+    exe.compile_info = {"cache": status, "key": key, "seconds": time.perf_counter() - start}
+    return exe
+
+
+# ------------------------------------------------------------------------------------------------------- input
+
+def read_input(src: Any) -> tuple[str, str]:
+    """(MLIR text, source name) of a Module, MLIR text, or a .mlir path."""
+    if isinstance(src, (os.PathLike, str)) and _looks_like_path(src):
+        path = os.fspath(src)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), path
+        except (OSError, UnicodeDecodeError) as err:
+            raise ParseError(f"cannot read '{path}': {getattr(err, 'strerror', None) or err}") from None
+    if isinstance(src, str):
+        return src, "<string>"
+    operation = getattr(src, "operation", None)
+    if operation is not None and hasattr(operation, "get_asm"):
+        return operation.get_asm(enable_debug_info=True), "<module>"
+    raise ParseError(f"ditron.compile takes an mlir Module, MLIR text or a .mlir path, got {type(src).__name__}")
+
+
+def _looks_like_path(src: Any) -> bool:
+    if isinstance(src, os.PathLike):
+        return True
+    return "\n" not in src and "{" not in src  # MLIR text of a module always has braces
+
+
+# ------------------------------------------------------------------------------------------------------- build
+
+def build_artifact(text: str, source_name: str, target: Any, options: Any, directory: Path, *,
+                   cache_key: str | None = None, keep_stages: bool = True) -> None:
+    """Parse, verify, bring to core level, lower and compile; write the artifact into ``directory``."""
+    from .compiler import lower_and_compile
+    from .dialects import ditron_context, parse_module
+    from .dialects.verify import verify
+
+    with ditron_context():
+        module = parse_module(text, source_name)
+        try:
+            verify(module)
+            host_program = _to_core_level(module)
+            arg_names = kernel_arg_names(module)
+            kernels = list(lower_and_compile(module, target, options))
+        finally:
+            del module
+            gc.collect()
+    if not kernels:
+        raise CompileError(f"{source_name}: no kernel to compile (the module has no tt.func)")
+    entries = [(k, kernel_signature(k), kernel_abi(k, arg_names.get(k.name))) for k in kernels]
+    write_artifact(directory, target=target, options=options, options_hash=options.hash(), kernels=entries,
+                   ditron_version=__version__, triton_version=triton_version(), cache_key=cache_key,
+                   host_program=host_program, keep_stages=keep_stages)
+
+
+def _to_core_level(module: Any) -> dict[str, Any] | None:
+    """Run the task-level pipeline when the module is above core level; the host program (None for a
+    core-level module: its kernels are launched by the caller)."""
+    from .dialects.context import diagnostic_at
+    from .dialects.opbase import walk_ops
+    from .dialects.verify import verify
+    from .passes.registry import PIPELINES, parse_pipeline
+
+    higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
+    if not higher:
+        return None
+    names = sorted({op.name for op in higher})
+    if TO_CORE_PIPELINE not in PIPELINES:
+        message = (f"the module has task- or device-level ops ({', '.join(names)}); compiling them needs the "
+                   f"pipeline '{TO_CORE_PIPELINE}', which this build does not register; give ditron.compile a "
+                   "core-level module (tt.func kernels with ditron_core primitives)")
+        raise PassError(message, [diagnostic_at(higher[0].location, message)])
+    for p in parse_pipeline(TO_CORE_PIPELINE):
+        p.run(module)
+        verify(module)
+    left = sorted({op.name for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS})
+    if left:
+        raise PassError(f"pipeline '{TO_CORE_PIPELINE}' left ops above core level: {', '.join(left)}")
+    return None  # the device-level host program (JSON) goes here once ditron-lower-device-to-core emits one
+
+
+def kernel_signature(kernel: Any) -> tuple[str, ...]:
+    """Triton launcher types of a compiled kernel's arguments ('*fp32', 'i32', ...)."""
+    signature = kernel.metadata.get("signature")
+    if not isinstance(signature, (list, tuple)):
+        raise CompileError(f"kernel '{kernel.name}': the backend recorded no signature in its metadata")
+    return tuple(triton_type(str(t)) for t in signature)
+
+
+def kernel_abi(kernel: Any, user_names: list[str] | None = None) -> tuple[ArgSpec, ...]:
+    """Name, kind and type of each argument of a compiled kernel.
+
+    The kernel's own arguments come first, named ``user_names`` (from the tt.func before lowering; else arg0,
+    arg1, ...); the arguments ditron-lower-core-to-triton appended follow, as listed in metadata['abi']
+    (``[[name, type], ...]`` or ``[{"name", "kind"}, ...]``); their kind is their name (rank, num_ranks,
+    heap_bases) when it is one of those."""
+    signature = kernel_signature(kernel)
+    appended = list(_abi_items(kernel.name, kernel.metadata.get("abi") or ()))
+    n_user = len(signature) - len(appended)
+    if n_user < 0 or (user_names is not None and len(user_names) != n_user):
+        raise CompileError(f"kernel '{kernel.name}' takes {len(signature)} arguments, but it had "
+                           f"{'?' if user_names is None else len(user_names)} before lowering and the lowering "
+                           f"appended {len(appended)} ({', '.join(a['name'] for a in appended) or 'none'})")
+    names = list(user_names) if user_names is not None else [f"arg{i}" for i in range(n_user)]
+    names += [a["name"] for a in appended]
+    kinds = [None] * n_user + [a["kind"] for a in appended]
+    args = tuple(ArgSpec(name=name, kind=kind or ("pointer" if ty.startswith("*") else "scalar"), type=ty)
+                 for name, kind, ty in zip(names, kinds, signature))
+    if len(set(names)) != len(names):
+        raise CompileError(f"kernel '{kernel.name}': two arguments share a name ({', '.join(names)}); rename the "
+                           "kernel's arguments (their name locations)")
+    return args
+
+
+def _abi_items(kernel_name: str, abi: Any) -> Iterable[dict[str, Any]]:
+    for item in abi:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            name, kind = item["name"], item.get("kind")
+        elif isinstance(item, (list, tuple)) and item and isinstance(item[0], str):
+            name, kind = item[0], None
+        else:
+            raise CompileError(f"kernel '{kernel_name}': malformed ABI entry {item!r} in the backend's metadata")
+        if kind is None:
+            kind = name if name in APPENDED_KINDS else None
+        elif kind not in APPENDED_KINDS + ("pointer", "scalar"):
+            raise CompileError(f"kernel '{kernel_name}': ABI entry '{name}' has unknown kind '{kind}'")
+        yield {"name": name, "kind": kind}
+
+
+def kernel_arg_names(module: Any) -> dict[str, list[str]]:
+    """Kernel name -> the names of its arguments, from their name locations (``loc("x_ptr"(...))``, as Triton
+    writes them), else arg0, arg1, ..."""
+    from .compiler import kernels
+    from mlir import ir
+    out = {}
+    for func in kernels(module):
+        args = func.regions[0].blocks[0].arguments
+        names = []
+        for i, arg in enumerate(args):
+            loc = arg.location
+            name = loc.name_str if loc.is_a_name() else ""
+            names.append(name if name.isidentifier() else f"arg{i}")
+        if len(set(names)) != len(names):  # repeated names: fall back to positions
+            names = [f"arg{i}" for i in range(len(args))]
+        out[ir.StringAttr(func.attributes["sym_name"]).value] = names
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- output dir
+
+def install_dir(out_dir: str | os.PathLike, fill: Any) -> Path:
+    """Fill a fresh directory beside ``out_dir`` with ``fill(dir)``, then put it in place of ``out_dir``.
+
+    ``out_dir`` may be missing, empty, or an artifact (it is replaced); anything else is refused."""
+    out = Path(out_dir)
+    if out.exists():
+        if not out.is_dir():
+            raise ArtifactError(f"cannot write the artifact to '{out}': it exists and is not a directory")
+        if any(out.iterdir()) and not (out / MANIFEST).exists():
+            raise ArtifactError(f"refusing to write the artifact into '{out}': it is a non-empty directory that "
+                                "holds no ditron artifact; choose another -o directory")
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fill(tmp)
+        if out.exists():
+            os.rename(out, old)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if old.exists():  # put the previous artifact back
+                os.rename(old, out)
+            raise
+    except OSError as err:
+        raise ArtifactError(f"cannot write the artifact to '{out}': {err.strerror or err}") from None
+    finally:
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+    return out
+
+
+__all__ = ["build_artifact", "compile", "install_dir", "kernel_abi", "kernel_arg_names", "kernel_signature",
+           "read_input"]

@@ -1,0 +1,159 @@
+"""The ``ditron`` command.
+
+    ditron compile FILE.mlir --target cuda:90 -o DIR [--opt num_warps=8 ...] [--no-cache] [--no-stages]
+    ditron info DIR [--json]
+
+Errors print as ``error: ...`` (or ``file:line:col: error: ...`` for IR errors) on stderr with exit code 1, never a
+traceback. ``ditron info`` reads artifacts with torch + triton only, as a GPU server without the compiler would.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence, TextIO
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2 with a usage dump
+        raise _Usage(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ditron", description="ditron: compile core-level MLIR to GPU artifacts, inspect artifacts.",
+                allow_abbrev=False)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    c = sub.add_parser("compile", help="compile a .mlir module into an artifact directory", allow_abbrev=False)
+    c.add_argument("input", help="input .mlir file (core level: tt.func kernels with ditron_core primitives)")
+    c.add_argument("--target", default="cuda:90", help="cuda:80, cuda:90, hip:gfx942, hip:gfx950 (default cuda:90)")
+    c.add_argument("-o", dest="output", required=True, help="artifact directory to write (replaced if it holds one)")
+    c.add_argument("--opt", action="append", default=[], metavar="NAME=VALUE",
+                   help="a backend option, e.g. num_warps=8; may repeat")
+    c.add_argument("--no-cache", action="store_true", help="compile even if the compile cache has the result")
+    c.add_argument("--no-stages", action="store_true", help="leave the stage texts (ttir, ptx, ...) out")
+    i = sub.add_parser("info", help="describe an artifact directory", allow_abbrev=False)
+    i.add_argument("artifact", help="artifact directory")
+    i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    return p
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """'num_warps=8' -> ('num_warps', 8); values: int, float, true/false, none, else the text."""
+    from .errors import DitronError
+    name, sep, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not sep or not name:
+        raise DitronError(f"--opt '{text}': write NAME=VALUE, e.g. --opt num_warps=8")
+    value = value.strip()
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return name, lowered == "true"
+    if lowered in ("none", "null"):
+        return name, None
+    for conv in (lambda v: int(v, 0), float):
+        try:
+            return name, conv(value)
+        except ValueError:
+            pass
+    return name, value
+
+
+def cmd_compile(args, out: TextIO) -> int:
+    from .api import compile as ditron_compile
+    from .errors import DitronError
+    options: dict[str, Any] = {}
+    for text in args.opt:
+        name, value = parse_option(text)
+        if name in options:
+            raise DitronError(f"--opt {name} given twice")
+        options[name] = value
+    exe = ditron_compile(Path(args.input), target=args.target, out_dir=args.output,
+                         cache=False if args.no_cache else None, keep_stages=not args.no_stages, **options)
+    info = exe.compile_info
+    out.write(f"wrote {exe.path}: {len(exe.kernels)} kernel{'s' if len(exe.kernels) != 1 else ''} "
+              f"({', '.join(exe.kernels)}) for {exe.target} in {info['seconds']:.2f} s "
+              f"(cache {info['cache']})\n")
+    return 0
+
+
+def describe(exe) -> str:
+    """A human-readable summary of a loaded artifact."""
+    m = exe.manifest
+    lines = [f"artifact   {exe.path}",
+             f"format     {m.format_version} (ditron {m.ditron_version}, triton {m.triton_version})",
+             f"target     {m.target_name}",
+             "options    " + " ".join(f"{k}={_show(v)}" for k, v in sorted(m.options.items()))]
+    if m.cache_key:
+        lines.append(f"cache key  {m.cache_key}")
+    lines.append("kernels")
+    for name, kernel in exe.kernels.items():
+        md = kernel.metadata
+        size = len(kernel.binary)
+        lines.append(f"  {name}: {kernel.entry.binary} ({size / 1024:.1f} KiB), num_warps={md.num_warps} "
+                     f"num_stages={getattr(md, 'num_stages', '?')} num_ctas={md.num_ctas} shared={md.shared} B")
+        for a in kernel.args:
+            lines.append(f"    {a.name}: {a.type} ({a.kind})")
+        if kernel.entry.stages:
+            lines.append(f"    stages: {', '.join(kernel.entry.stages)}")
+    host = m.host_program
+    lines.append("host program  " + ("none" if host is None else f"format {host['format_version']}"))
+    return "\n".join(lines) + "\n"
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "none" if v is None else str(v)
+
+
+def cmd_info(args, out: TextIO) -> int:
+    from .runtime.loader import load_artifact
+    exe = load_artifact(args.artifact)
+    if args.json:
+        out.write(json.dumps(exe.manifest.to_json(), indent=1) + "\n")
+    else:
+        out.write(describe(exe))
+    return 0
+
+
+def run(argv: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
+    from .errors import DitronError
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(argv))
+    except _Usage as e:
+        stderr.write(f"error: {e} (see ditron --help)\n")
+        return 1
+    if args.command is None:
+        stderr.write("error: give a command: compile or info (see ditron --help)\n")
+        return 1
+    try:
+        return {"compile": cmd_compile, "info": cmd_info}[args.command](args, stdout)
+    except DitronError as e:
+        stderr.write(e.render() + "\n")
+        return 1
+    except Exception as e:  # a bug in ditron: still one line and exit 1, the trace only when asked for
+        from .env import traceback_enabled
+        if traceback_enabled():
+            import traceback
+            traceback.print_exc(file=stderr)
+        stderr.write(f"error: internal compiler error: {type(e).__name__}: {e} "
+                     "(set DITRON_TRACEBACK=1 for the Python trace, and please report it)\n")
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    code = run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
+    gc.collect()
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
