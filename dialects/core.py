@@ -10,6 +10,7 @@ SCOPES = ("gpu", "sys")
 WAIT_SEMANTICS = ("acquire", "relaxed")
 NOTIFY_SEMANTICS = ("release", "relaxed")
 NOTIFY_OPS = ("set", "add")
+NOTIFY_RMW = {"set": "xchg", "add": "add"}  # notify's op -> the tt.atomic_rmw kind that does it
 
 
 def i32() -> ir.Type:

@@ -56,9 +56,27 @@ irdl.dialect @ditron_device {
     irdl.operands(signals: %m)
   }
   // Launch the core kernel `kernel` over grid, on at most sm_budget SMs, visiting tiles in tile_order.
+  // Arguments: up to 16, of any types (memrefs, index scalars). IRDL binds one constraint variable to a single
+  // type for all elements of a variadic group, so each argument is its own optional operand with its own
+  // variable; operandSegmentSizes holds 16 entries, 1 for each argument passed (a prefix), then 0.
   irdl.operation @launch {
-    %a = irdl.any
-    irdl.operands(args: variadic %a)
+    %a0 = irdl.any
+    %a1 = irdl.any
+    %a2 = irdl.any
+    %a3 = irdl.any
+    %a4 = irdl.any
+    %a5 = irdl.any
+    %a6 = irdl.any
+    %a7 = irdl.any
+    %a8 = irdl.any
+    %a9 = irdl.any
+    %a10 = irdl.any
+    %a11 = irdl.any
+    %a12 = irdl.any
+    %a13 = irdl.any
+    %a14 = irdl.any
+    %a15 = irdl.any
+    irdl.operands(a0: optional %a0, a1: optional %a1, a2: optional %a2, a3: optional %a3, a4: optional %a4, a5: optional %a5, a6: optional %a6, a7: optional %a7, a8: optional %a8, a9: optional %a9, a10: optional %a10, a11: optional %a11, a12: optional %a12, a13: optional %a13, a14: optional %a14, a15: optional %a15)
     %k = irdl.base "#builtin.symbol_ref"
     %g = irdl.base "#builtin.dense_array"
     %b = irdl.base "#builtin.integer"

@@ -121,6 +121,9 @@ class Barrier(DeviceOp):
         return cls.create(operands=[signals], loc=loc, ip=ip)
 
 
+MAX_LAUNCH_ARGS = 16  # the launch op's optional argument operands (device.irdl.mlir says why)
+
+
 class Launch(DeviceOp):
     NAME = "launch"
     args = Operand(0, variadic=True)
@@ -132,8 +135,17 @@ class Launch(DeviceOp):
     @classmethod
     def build(cls, kernel: str, args: Sequence[ir.Value], *, grid: Sequence[int], sm_budget: int,
               tile_order: str = "row_major", loc=None, ip=None) -> "Launch":
-        return cls.create(operands=list(args), kernel=kernel, grid=grid, sm_budget=sm_budget,
-                          tile_order=tile_order, loc=loc, ip=ip)
+        if len(args) > MAX_LAUNCH_ARGS:
+            raise ValueError(f"a launch takes at most {MAX_LAUNCH_ARGS} arguments, got {len(args)}")
+        launch = cls.create(operands=list(args), kernel=kernel, grid=grid, sm_budget=sm_budget,
+                            tile_order=tile_order, loc=loc, ip=ip)
+        launch.op.attributes["operandSegmentSizes"] = launch_segments(len(args))
+        return launch
+
+
+def launch_segments(n: int) -> ir.Attribute:
+    """The operandSegmentSizes of a launch with n arguments."""
+    return ir.DenseI32ArrayAttr.get([1] * n + [0] * (MAX_LAUNCH_ARGS - n))
 
 
 OPS: tuple[type[DeviceOp], ...] = (Rank, NumRanks, AllocSymmetric, Copy, Signal, Wait, Barrier, Launch)

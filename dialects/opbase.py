@@ -51,8 +51,39 @@ class Result:
         return self if obj is None else obj.op.results[self.index]
 
 
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def attribute(holder, name: str) -> ir.Attribute:
+    """``holder[name]`` for op.attributes or a DictAttr. The bindings raise TypeError for attributes they cannot
+    represent in Python (``array<i128: 1>``, ``array<f16: ...>``, ``dense<(1, 2)> : tensor<complex<i32>>``); this
+    raises ValueError instead, which callers report as a malformed attribute."""
+    try:
+        return holder[name]
+    except TypeError:
+        raise ValueError(f"'{name}' holds a value of a kind ditron cannot read (e.g. array<i128: ...>)") from None
+
+
+def int_value(attr: ir.Attribute) -> int:
+    """The exact value of an integer attribute (``5 : i64``, ``true``, ``7 : index``, ``2 : ui64``, ``10 : i128``).
+
+    Safer than ``IntegerAttr.value``, which reads signless i1 ``true`` as -1, wraps unsigned 64-bit values and
+    *aborts the process* on integers wider than 64 bits. Raises ValueError if attr is not an integer."""
+    if isinstance(attr, ir.BoolAttr):
+        return int(attr.value)
+    if not isinstance(attr, ir.IntegerAttr):
+        raise ValueError(f"expected an integer attribute, got {attr}")
+    t = attr.type
+    if isinstance(t, ir.IntegerType) and (t.width >= 64 or t.is_unsigned):
+        return int(str(attr).split(" : ", 1)[0])  # the printer writes integers in decimal
+    return attr.value
+
+
 class Attr:
-    """An attribute, read as a Python value and written from one. Subclasses convert."""
+    """An attribute, read as a Python value and written from one. Subclasses convert; ``to_py`` raises
+    ValueError when the attribute is not of the expected kind (``expects`` says which)."""
+
+    expects: ClassVar[str] = "an attribute"
 
     def __init__(self, name: str, *, default: Any = None, required: bool = True):
         self.name, self.default, self.required = name, default, required
@@ -74,18 +105,46 @@ class Attr:
     def to_attr(self, value: Any) -> ir.Attribute:
         return value
 
+    def problem(self, op: ir.Operation) -> str | None:
+        """What is wrong with this attribute on op (missing, or not of the expected kind), or None."""
+        if self.name not in op.attributes:
+            return f"needs attribute '{self.name}' ({self.expects})" if self.required else None
+        try:
+            attr = attribute(op.attributes, self.name)
+        except ValueError:
+            return f"attribute '{self.name}' must be {self.expects}, got a value of another kind"
+        try:
+            self.to_py(attr)
+        except (ValueError, TypeError):
+            return f"attribute '{self.name}' must be {self.expects}, got {attr}"
+        return None
+
 
 class IntAttr(Attr):
+    expects = "a 64-bit integer"
+
     def to_py(self, attr):
-        return ir.IntegerAttr(attr).value
+        if isinstance(attr, ir.BoolAttr):
+            raise ValueError(f"expected an integer, got the boolean {attr}")
+        value = int_value(attr)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"{value} does not fit in 64 bits")
+        return value
 
     def to_attr(self, value):
-        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+        value = int(value)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError(f"attribute '{self.name}': {value} does not fit in 64 bits")
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
 
 
 class StrAttr(Attr):
+    expects = "a string"
+
     def to_py(self, attr):
-        return ir.StringAttr(attr).value
+        if not isinstance(attr, ir.StringAttr):
+            raise ValueError(f"expected a string, got {attr}")
+        return attr.value
 
     def to_attr(self, value):
         return ir.StringAttr.get(str(value))
@@ -94,26 +153,42 @@ class StrAttr(Attr):
 class I64ArrayAttr(Attr):
     """A ``array<i64: ...>`` attribute, read as a tuple of ints."""
 
+    expects = "array<i64: ...>"
+
     def to_py(self, attr):
-        return tuple(ir.DenseI64ArrayAttr(attr))
+        if not isinstance(attr, ir.DenseI64ArrayAttr):
+            raise ValueError(f"expected array<i64: ...>, got {attr}")
+        return tuple(attr)
 
     def to_attr(self, value):
-        return ir.DenseI64ArrayAttr.get([int(v) for v in value])
+        values = [int(v) for v in value]
+        bad = [v for v in values if not INT64_MIN <= v <= INT64_MAX]
+        if bad:
+            raise ValueError(f"attribute '{self.name}': {bad[0]} does not fit in 64 bits")
+        return ir.DenseI64ArrayAttr.get(values)
 
 
 class SymbolAttr(Attr):
     """A flat symbol reference ``@name``, read as the name."""
 
+    expects = "a flat symbol reference like @name"
+
     def to_py(self, attr):
-        return ir.FlatSymbolRefAttr(attr).value
+        if not isinstance(attr, ir.FlatSymbolRefAttr):
+            raise ValueError(f"expected a flat symbol reference, got {attr}")
+        return attr.value
 
     def to_attr(self, value):
         return ir.FlatSymbolRefAttr.get(str(value))
 
 
 class DictAttr(Attr):
+    expects = "a dictionary"
+
     def to_py(self, attr):
-        return ir.DictAttr(attr)
+        if not isinstance(attr, ir.DictAttr):
+            raise ValueError(f"expected a dictionary, got {attr}")
+        return attr
 
     def to_attr(self, value):
         return value if isinstance(value, ir.Attribute) else ir.DictAttr.get(value)
@@ -172,6 +247,11 @@ class OpWrapper:
                                  attributes=attributes, loc=loc, ip=ip)
         return cls(op)
 
+    def attribute_problems(self) -> list[str]:
+        """What is wrong with the declared attributes of this op (missing or of the wrong kind)."""
+        found = (a.problem(self.op) for a in self.attributes_declared().values())
+        return [p for p in found if p is not None]
+
     @property
     def location(self) -> ir.Location:
         return self.op.location
@@ -180,9 +260,9 @@ class OpWrapper:
         return f"<{type(self).__name__} {self.op}>"
 
 
-def walk_ops(root: ir.Operation | ir.OpView) -> Iterator[ir.Operation]:
+def walk_ops(root: ir.Operation | ir.OpView | ir.Module) -> Iterator[ir.Operation]:
     """Every op nested in root (root excluded), in pre-order. Collects first, so callers may mutate."""
-    root = root.operation if isinstance(root, ir.OpView) else root
+    root = root.operation if isinstance(root, (ir.OpView, ir.Module)) else root
     found: list[ir.Operation] = []
 
     def visit(op):

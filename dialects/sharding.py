@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
+from .opbase import attribute
+
 MESH_ATTR = "ditron.mesh"
 SHARDING_ATTR = "ditron.sharding"
 
@@ -60,17 +62,38 @@ class Mesh:
                              f"got {attr}") from None
         if "axes" not in d or "shape" not in d:
             raise ValueError(f"'{MESH_ATTR}' needs both 'axes' and 'shape', got {attr}")
-        axes = tuple(_strings(d["axes"], f"'{MESH_ATTR}' axes"))
-        try:
-            shape = tuple(ir.DenseI64ArrayAttr(d["shape"]))
-        except (ValueError, TypeError):
-            raise ValueError(f"'{MESH_ATTR}' shape must be array<i64: ...>, got {d['shape']}") from None
+        extra = [n.name for n in d if n.name not in ("axes", "shape")]
+        if extra:
+            raise ValueError(f"unknown '{MESH_ATTR}' key '{extra[0]}' (known: axes, shape)")
+        axes = tuple(_strings(_entry(d, "axes", f"'{MESH_ATTR}'"), f"'{MESH_ATTR}' axes"))
+        shape_attr = _entry(d, "shape", f"'{MESH_ATTR}'")
+        if not isinstance(shape_attr, ir.DenseI64ArrayAttr):
+            raise ValueError(f"'{MESH_ATTR}' shape must be array<i64: ...>, got {shape_attr}")
+        shape = tuple(shape_attr)
         return Mesh(axes, shape)
 
     @staticmethod
     def of_module(module: ir.Module | ir.Operation) -> "Mesh | None":
         op = module.operation
-        return Mesh.from_attr(op.attributes[MESH_ATTR]) if MESH_ATTR in op.attributes else None
+        return Mesh.from_attr(attribute(op.attributes, MESH_ATTR)) if MESH_ATTR in op.attributes else None
+
+    @staticmethod
+    def enclosing(op: ir.Operation | ir.OpView) -> "Mesh | None":
+        """The mesh of the nearest op around op (op included) that has a ``ditron.mesh`` attribute, usually the
+        module; None if there is none. Raises ValueError if that attribute is malformed."""
+        holder = mesh_holder(op)
+        return None if holder is None else Mesh.from_attr(attribute(holder.attributes, MESH_ATTR))
+
+
+def mesh_holder(op: ir.Operation | ir.OpView) -> ir.Operation | None:
+    """The nearest op around op (op included) that has a ``ditron.mesh`` attribute, or None."""
+    cur = op.operation
+    while cur is not None:
+        if MESH_ATTR in cur.attributes:
+            return cur
+        cur = cur.parent
+        cur = None if cur is None else cur.operation
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,18 +161,17 @@ class Sharding:
             raise ValueError(f"a sharding must be a dictionary {{dims = [[axes...], ...]}}, got {attr}") from None
         if "dims" not in d:
             raise ValueError(f"a sharding needs 'dims', got {attr}")
-        try:
-            dims_attr = ir.ArrayAttr(d["dims"])
-        except (ValueError, TypeError):
-            raise ValueError(f"sharding 'dims' must be an array of arrays of axis names, got {d['dims']}") from None
-        dims = tuple(tuple(_strings(x, "sharding 'dims' entry")) for x in dims_attr)
-        partial = tuple(_strings(d["partial"], "sharding 'partial'")) if "partial" in d else ()
+        dims_attr = _entry(d, "dims", "sharding")
+        if not isinstance(dims_attr, ir.ArrayAttr):
+            raise ValueError(f"sharding 'dims' must be an array of arrays of axis names, got {dims_attr}")
+        dims = tuple(tuple(_strings(x, "sharding 'dims' entry")) for x in _elements(dims_attr, "sharding 'dims'"))
+        partial = tuple(_strings(_entry(d, "partial", "sharding"), "sharding 'partial'")) if "partial" in d else ()
         padded = False
         if "padded" in d:
-            try:
-                padded = ir.BoolAttr(d["padded"]).value
-            except (ValueError, TypeError):
-                raise ValueError(f"sharding 'padded' must be true or false, got {d['padded']}") from None
+            padded_attr = _entry(d, "padded", "sharding")
+            if not isinstance(padded_attr, ir.BoolAttr):
+                raise ValueError(f"sharding 'padded' must be true or false, got {padded_attr}")
+            padded = padded_attr.value
         known = {"dims", "partial", "padded"}
         extra = [n.name for n in d if n.name not in known]
         if extra:
@@ -157,11 +179,27 @@ class Sharding:
         return Sharding(dims, partial, padded)
 
 
-def _strings(attr: ir.Attribute, what: str) -> list[str]:
+def _entry(d: ir.DictAttr, key: str, what: str) -> ir.Attribute:
     try:
-        return [ir.StringAttr(a).value for a in ir.ArrayAttr(attr)]
-    except (ValueError, TypeError):
-        raise ValueError(f"{what} must be an array of strings, got {attr}") from None
+        return attribute(d, key)
+    except ValueError as err:
+        raise ValueError(f"{what} {err}") from None
+
+
+def _elements(attr: ir.ArrayAttr, what: str) -> list[ir.Attribute]:
+    try:
+        return list(attr)
+    except TypeError:  # an element the bindings cannot represent
+        raise ValueError(f"{what} holds a value of a kind ditron cannot read, in {attr}") from None
+
+
+def _strings(attr: ir.Attribute, what: str) -> list[str]:
+    if not isinstance(attr, ir.ArrayAttr):
+        raise ValueError(f"{what} must be an array of strings, got {attr}")
+    items = _elements(attr, what)
+    if not all(isinstance(a, ir.StringAttr) for a in items):
+        raise ValueError(f"{what} must be an array of strings, got {attr}")
+    return [a.value for a in items]
 
 
 def _func_sharding(func_op, key: str, index: int) -> "Sharding | None":
@@ -172,7 +210,7 @@ def _func_sharding(func_op, key: str, index: int) -> "Sharding | None":
     if index >= len(entries):
         return None
     d = ir.DictAttr(entries[index])
-    return Sharding.from_attr(d[SHARDING_ATTR]) if SHARDING_ATTR in d else None
+    return Sharding.from_attr(attribute(d, SHARDING_ATTR)) if SHARDING_ATTR in d else None
 
 
 def arg_sharding(func_op, index: int) -> "Sharding | None":

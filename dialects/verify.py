@@ -10,9 +10,9 @@ from mlir import ir
 
 from ..errors import VerificationError
 from . import core, device, task
-from .context import DIALECT_NAMESPACES, diagnostic_at
-from .opbase import OpWrapper, walk_ops
-from .sharding import MESH_ATTR, SHARDING_ATTR, Mesh, Sharding
+from .context import DIALECT_NAMESPACES, diagnostic_at, diagnostics_of
+from .opbase import OpWrapper, attribute, walk_ops
+from .sharding import MESH_ATTR, SHARDING_ATTR, Mesh, Sharding, mesh_holder
 
 # Dialects an input may use. tt/ttg are Triton's (unregistered in our context, checked by Triton's parser).
 KNOWN_DIALECTS = frozenset({"builtin", "func", "arith", "math", "scf", "cf", "tensor", "memref", "gpu", "tt", "ttg",
@@ -25,71 +25,114 @@ class _Checker:
     def __init__(self, module: ir.Module):
         self.module = module
         self.diagnostics = []
-        self.mesh: Mesh | None = None
+        # op carrying ditron.mesh (usually the module) -> its mesh, or None if malformed (reported once, there)
+        self.meshes: dict[ir.Operation, Mesh | None] = {}
         self.symbols: set[str] = set()
 
     def error(self, op: ir.Operation, message: str) -> None:
         self.diagnostics.append(diagnostic_at(op.location, f"'{op.name}' op {message}"))
 
+    def mesh_at(self, op: ir.Operation) -> tuple[Mesh | None, bool]:
+        """(the mesh in scope at op, or None; whether the ditron.mesh in scope is malformed)."""
+        holder = mesh_holder(op)
+        if holder is None:
+            return None, False
+        if holder not in self.meshes:
+            try:
+                self.meshes[holder] = Mesh.from_attr(attribute(holder.attributes, MESH_ATTR))
+            except ValueError as err:
+                self.error(holder, str(err))
+                self.meshes[holder] = None
+        mesh = self.meshes[holder]
+        return mesh, mesh is None
+
     def axis_size(self, op: ir.Operation, axis: str) -> int | None:
-        if self.mesh is None:
+        mesh, broken = self.mesh_at(op)
+        if broken:
+            return None
+        if mesh is None:
             self.error(op, f"uses mesh axis '{axis}' but the module has no '{MESH_ATTR}' attribute")
             return None
-        if axis not in self.mesh.axes:
-            self.error(op, f"mesh axis '{axis}' is not in the mesh (axes: {', '.join(self.mesh.axes)})")
+        if axis not in mesh.axes:
+            self.error(op, f"mesh axis '{axis}' is not in the mesh (axes: {', '.join(mesh.axes)})")
             return None
-        return self.mesh.axis_size(axis)
+        return mesh.axis_size(axis)
 
     def run(self) -> None:
         top = self.module.operation
-        if MESH_ATTR in top.attributes:
-            try:
-                self.mesh = Mesh.from_attr(top.attributes[MESH_ATTR])
-            except ValueError as err:
-                self.error(top, str(err))
-        ops = list(walk_ops(top))
+        ops = [top, *walk_ops(top)]
         for op in ops:
             if "sym_name" in op.attributes:
-                self.symbols.add(ir.StringAttr(op.attributes["sym_name"]).value)
+                try:
+                    name = attribute(op.attributes, "sym_name")
+                except ValueError:
+                    continue
+                if isinstance(name, ir.StringAttr):
+                    self.symbols.add(name.value)
         for op in ops:
+            if MESH_ATTR in op.attributes:
+                self.mesh_at(op)  # a malformed mesh is reported where it is written, before any use
+            if op == top:
+                continue
             dialect = op.name.split(".", 1)[0]
             if dialect not in KNOWN_DIALECTS:
                 self.error(op, f"is unknown: dialect '{dialect}' is not one ditron accepts")
                 continue
             if op.name == "func.func":
                 self.check_func_shardings(op)
+            wrapper = _WRAPPERS.get(op.name)
+            if wrapper is not None:
+                problems = wrapper(op).attribute_problems()
+                for problem in problems:
+                    self.error(op, problem)
+                if problems:
+                    continue
             rule = _RULES.get(op.name)
             if rule is not None:
                 rule(self, op)
 
     def check_func_shardings(self, op: ir.Operation) -> None:
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+        # local (SPMD) view: types are shards and the sharding describes the global tensor (sizes not checkable)
+        try:
+            local = "ditron.view" in op.attributes and str(attribute(op.attributes, "ditron.view")) == '"local"'
+        except ValueError:
+            local = False
         for what, key, types in (("argument", "arg_attrs", ftype.inputs), ("result", "res_attrs", ftype.results)):
             if key not in op.attributes:
                 continue
             for i, (d, t) in enumerate(zip(ir.ArrayAttr(op.attributes[key]), types)):
                 d = ir.DictAttr(d)
                 if SHARDING_ATTR in d:
-                    self.check_sharding(op, d[SHARDING_ATTR], t, f"{what} {i}")
+                    try:
+                        sharding_attr = attribute(d, SHARDING_ATTR)
+                    except ValueError as err:
+                        self.error(op, f"{what} {i}: {err}")
+                        continue
+                    self.check_sharding(op, sharding_attr, t, f"{what} {i}", local=local)
 
-    def check_sharding(self, op: ir.Operation, attr: ir.Attribute, t: ir.Type, what: str) -> None:
+    def check_sharding(self, op: ir.Operation, attr: ir.Attribute, t: ir.Type, what: str, local: bool = False) -> None:
         try:
             sharding = Sharding.from_attr(attr)
         except ValueError as err:
             self.error(op, f"{what}: {err}")
             return
-        if self.mesh is None:
-            self.error(op, f"{what} is sharded but the module has no '{MESH_ATTR}' attribute")
+        mesh, broken = self.mesh_at(op)
+        if broken:
             return
         if not isinstance(t, ir.RankedTensorType):
             self.error(op, f"{what}: only ranked tensors can be sharded, got {t}")
             return
-        problem = sharding.check(tuple(ir.RankedTensorType(t).shape), self.mesh)
+        if mesh is None and sharding.axes_used():
+            self.error(op, f"{what} is sharded over mesh axes but the module has no '{MESH_ATTR}' attribute")
+            return
+        problem = sharding.check(tuple(-1 if local else s for s in t.shape), mesh or Mesh((), ()))
         if problem:
             self.error(op, f"{what}: {problem}")
 
 
 _RULES: dict[str, Callable[[_Checker, ir.Operation], None]] = {}
+_WRAPPERS: dict[str, type[OpWrapper]] = {w.op_name(): w for w in (*task.OPS, *device.OPS, *core.OPS)}
 
 
 def rule(*wrappers: type[OpWrapper]):
@@ -140,7 +183,7 @@ def _shard(c: _Checker, op: ir.Operation) -> None:
     s = task.Shard(op)
     if s.input.type != s.output.type:
         c.error(op, f"result type {s.output.type} differs from the input type {s.input.type}")
-    c.check_sharding(op, op.attributes["sharding"], s.input.type, "sharding")
+    c.check_sharding(op, op.attributes["sharding"], s.input.type, "the annotated value")
 
 
 @rule(task.Matmul)
@@ -292,6 +335,10 @@ def _all_to_all(c: _Checker, op: ir.Operation) -> None:
         return
     sizes = a2a.split_sizes
     if sizes is not None:
+        if sd != cd:
+            c.error(op, f"with split_sizes, split_dim ({sd}) must equal concat_dim ({cd}): parts of uneven size "
+                        f"can only be concatenated along the dim they were split on")
+            return
         t = _tensor(sizes.type)
         if t is None or t.rank != 1 or not isinstance(t.element_type, ir.IntegerType) or \
                 not _dims_agree(t.shape[0], n):
@@ -379,6 +426,10 @@ def _launch(c: _Checker, op: ir.Operation) -> None:
     if ln.sm_budget < 1:
         c.error(op, f"sm_budget must be >= 1, got {ln.sm_budget}")
     _check_enum(c, op, "tile_order", ln.tile_order, device.TILE_ORDERS)
+    segments = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    n = len(ln.args)
+    if segments != [1] * n + [0] * (len(segments) - n):
+        c.error(op, f"operandSegmentSizes must be 1 for each of its {n} argument(s), then 0; got {segments}")
 
 
 # ----------------------------------------------------------------------------------------------- core level
@@ -414,8 +465,7 @@ def verify(module: ir.Module) -> None:
     try:
         module.operation.verify()
     except ir.MLIRError as err:
-        diags = [diagnostic_at(d.location, d.message) for d in err.error_diagnostics]
-        raise VerificationError(str(err), diags) from None
+        raise VerificationError(str(err), diagnostics_of(err)) from None
     checker = _Checker(module)
     checker.run()
     if checker.diagnostics:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import shlex
 import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,11 +23,22 @@ from ..errors import PassError
 PASSES: dict[str, str] = {
     "ditron-verify": "verify:VerifyPass",
     "ditron-canonicalize": "canonicalize:CanonicalizePass",
+    "ditron-lower-core-to-triton": "lower_core_to_triton:LowerCoreToTritonPass",
+    "ditron-partition": "partition:PartitionPass",
+    "ditron-fuse-overlap": "fuse_overlap:FuseOverlapPass",
+    "ditron-tile": "tile:TilePass",
+    "ditron-lower-task-to-device": "lower_task_to_device:LowerTaskToDevicePass",
+    "ditron-schedule-overlap": "schedule_overlap:ScheduleOverlapPass",
+    "ditron-lower-device-to-core": "lower_device_to_core:LowerDeviceToCorePass",
 }
 
 # named pipeline -> its passes (each may carry {options})
 PIPELINES: dict[str, tuple[str, ...]] = {
     "ditron-check": ("ditron-verify", "ditron-canonicalize"),
+    # task IR (global or local view) -> core kernels (tt.func + ditron_core) + the host program; the target comes
+    # from the module's ditron.target (default cuda:90). ditron.compile then runs ditron-lower-core-to-triton.
+    "ditron-default": ("ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile",
+                       "ditron-lower-task-to-device", "ditron-schedule-overlap", "ditron-lower-device-to-core"),
 }
 
 
@@ -83,6 +95,8 @@ def option(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse
 
 
 def _type_name(t) -> str:
+    if typing.get_origin(t) is not None:  # tuple[int, ...], int | None, Optional[str]
+        return str(t).replace("typing.", "")
     return getattr(t, "__name__", str(t)).replace("typing.", "")
 
 
@@ -91,6 +105,8 @@ def _show(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, tuple):
         return ",".join(_show(x) for x in v)
+    if isinstance(v, str) and (not v or any(c.isspace() or c in "{}'\"" for c in v)):
+        return shlex.quote(v)  # read back by _parse_options
     return str(v)
 
 
@@ -121,9 +137,13 @@ def _convert(pass_name: str, key: str, text: str, t) -> Any:
         except ValueError:
             raise bad("a number") from None
     if origin is tuple:
-        (item,) = {a for a in typing.get_args(t) if a is not Ellipsis}
-        parts = [p for p in text.split(",") if p]
-        return tuple(_convert(pass_name, key, p, item) for p in parts)
+        args = typing.get_args(t)
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]
+            return tuple(_convert(pass_name, key, p, args[0]) for p in parts)
+        if len(parts) != len(args):
+            raise bad(f"{len(args)} comma-separated values")
+        return tuple(_convert(pass_name, key, p, a) for p, a in zip(parts, args))
     return text
 
 
@@ -132,9 +152,15 @@ def get_pass_class(name: str) -> type[Pass]:
         hint = _closest(name, list(PASSES) + list(PIPELINES))
         raise PassError(f"unknown pass or pipeline '{name}'" + (f"; did you mean '{hint}'?" if hint else
                                                                  "; see ditron-opt --list-passes"))
-    module_name, class_name = PASSES[name].split(":")
-    cls = getattr(importlib.import_module(f"ditron.passes.{module_name}"), class_name)
-    assert cls.name == name, f"registry entry '{name}' points at pass '{cls.name}'"
+    module_name, _, class_name = PASSES[name].partition(":")
+    try:
+        cls = getattr(importlib.import_module(f"ditron.passes.{module_name}"), class_name)
+    except (ImportError, AttributeError) as err:
+        raise PassError(f"pass '{name}' is registered as '{PASSES[name]}' but cannot be loaded: "
+                        f"{type(err).__name__}: {err}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Pass)) or cls.name != name:
+        raise PassError(f"registry entry '{name}' points at {PASSES[name]}, whose name is "
+                        f"'{getattr(cls, 'name', None)}'; the two must agree")
     return cls
 
 
@@ -166,16 +192,23 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 def _parse_options(name: str, body: str) -> dict[str, str]:
-    options = {}
-    for item in body.split():
+    """'a=1 b="x y"' -> {'a': '1', 'b': 'x y'} (items separated by spaces; values may be quoted)."""
+    try:
+        items = shlex.split(body)
+    except ValueError as err:
+        raise PassError(f"pass '{name}': cannot read options '{body}': {err}") from None
+    options: dict[str, str] = {}
+    for item in items:
         if "=" not in item:
             raise PassError(f"pass '{name}': option '{item}' needs a value (write {item}=VALUE)")
         key, value = item.split("=", 1)
+        if key.replace("-", "_") in {k.replace("-", "_") for k in options}:
+            raise PassError(f"pass '{name}': option '{key}' is given twice")
         options[key] = value
     return options
 
 
-def parse_pipeline(text: str) -> list[Pass]:
+def parse_pipeline(text: str, _expanding: tuple[str, ...] = ()) -> list[Pass]:
     """'ditron-a,ditron-b{opt=v}' (optionally wrapped in builtin.module(...)) -> pass instances."""
     text = text.strip()
     if text.startswith("builtin.module(") and text.endswith(")"):
@@ -188,15 +221,22 @@ def parse_pipeline(text: str) -> list[Pass]:
         if not item:
             raise PassError(f"empty pass name in pipeline '{text}'")
         name, options = item, {}
+        if "(" in item:
+            anchor = item.split("(", 1)[0]
+            raise PassError(f"'{item}': ditron passes run on the whole module; write them without the "
+                            f"'{anchor}(...)' nesting")
         if "{" in item:
-            if not item.endswith("}"):
+            if not item.endswith("}") or item.count("{") != 1:
                 raise PassError(f"malformed pass '{item}': options go in braces at the end, like {{opt=value}}")
             name, body = item[:-1].split("{", 1)
+            name = name.strip()
             options = _parse_options(name, body)
         if name in PIPELINES:
             if options:
                 raise PassError(f"pipeline '{name}' takes no options; set them on its passes")
-            passes.extend(parse_pipeline(",".join(PIPELINES[name])))
+            if name in _expanding:
+                raise PassError(f"pipeline '{name}' includes itself: {' -> '.join((*_expanding, name))}")
+            passes.extend(parse_pipeline(",".join(PIPELINES[name]), (*_expanding, name)))
             continue
         passes.append(get_pass_class(name).from_options(options))
     return passes

@@ -6,7 +6,7 @@ from typing import Callable, Iterable, Sequence
 
 from mlir import ir
 
-from ..dialects.opbase import walk_ops
+from ..dialects.opbase import attribute, int_value, walk_ops
 
 
 def has_uses(v: ir.Value) -> bool:
@@ -37,8 +37,11 @@ def constant_int(v: ir.Value) -> int | None:
     owner = owner.operation
     if owner.name != "arith.constant":
         return None
-    attr = owner.attributes["value"]
-    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
+    try:
+        attr = attribute(owner.attributes, "value") if "value" in owner.attributes else None
+    except ValueError:
+        return None
+    return int_value(attr) if isinstance(attr, (ir.IntegerAttr, ir.BoolAttr)) else None
 
 
 Pattern = Callable[[ir.Operation], bool]
@@ -47,17 +50,19 @@ Pattern = Callable[[ir.Operation], bool]
 def apply_to_fixpoint(root: ir.Operation, patterns: dict[str, Pattern] | Iterable[tuple[str, Pattern]],
                       max_rounds: int = 64) -> int:
     """Apply patterns (op name -> fn(op) returning True when it rewrote op) over root until none applies.
-    Returns how many rewrites happened. Each round walks a fresh list of ops, so a rewrite may erase any op."""
+    Returns how many rewrites happened. After each rewrite the walk starts again on a fresh list of ops, so a
+    rewrite may erase any op. Every op may be rewritten a few times; more than ``max_rounds`` rewrites beyond
+    4 per op means the patterns loop, which raises."""
     table = dict(patterns)
     total = 0
-    for _ in range(max_rounds):
-        changed = False
-        for op in list(walk_ops(root)):
+    limit = max_rounds + 4 * sum(1 for _ in walk_ops(root))
+    while True:
+        for op in walk_ops(root):
             fn = table.get(op.name)
             if fn is not None and fn(op):
-                changed = True
                 total += 1
                 break  # the op list may now hold erased ops: walk again
-        if not changed:
+        else:
             return total
-    raise AssertionError(f"patterns did not converge in {max_rounds} rounds")
+        if total > limit:
+            raise AssertionError(f"patterns did not converge after {total} rewrites")

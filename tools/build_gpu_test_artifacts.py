@@ -6,6 +6,10 @@
 Then, on the GPU machine (torch + triton, no MLIR bindings needed):
 
     DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu test/py/test_loader_gpu.py
+    CUDA_DEVICE_MAX_CONNECTIONS=32 DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu \
+        test/py/test_executor_gpu.py
+
+OUTDIR/executor holds the host-program artifacts of test_executor_gpu.py (``--no-executor`` skips them).
 
 ``--timing`` also prints the compile time of the vector add: ditron cold (cache miss) and cached, beside
 ``triton.compile`` of the same kernel written in Triton's Python, cold and from Triton's cache.
@@ -144,6 +148,16 @@ def build(outdir: str | Path) -> dict[str, Path]:
     return built
 
 
+def build_executor(outdir: str | Path, names=None) -> dict[str, Path]:
+    """Compile the device-level programs of test/py/test_executor_gpu.py (test/py/executor_programs) into
+    OUTDIR/executor/<case>; {case: path}."""
+    tests = Path(__file__).resolve().parents[1] / "test" / "py"
+    if str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    import executor_programs
+    return executor_programs.build_all(Path(outdir) / "executor", names)
+
+
 def _triton_vector_add():
     """The same vector add in Triton's Python, for triton.compile."""
     import triton
@@ -211,10 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("outdir", help="directory to write the artifacts into")
     p.add_argument("--timing", action="store_true", help="also print compile times (ditron vs triton.compile)")
+    p.add_argument("--no-executor", action="store_true",
+                   help="skip the host-program artifacts of test/py/test_executor_gpu.py (OUTDIR/executor)")
     args = p.parse_args(argv)
     from ditron.errors import DitronError
     try:
         built = build(args.outdir)
+        if not args.no_executor:
+            built.update({f"executor/{k}": v for k, v in build_executor(args.outdir).items()})
     except DitronError as err:
         sys.stderr.write(err.render() + "\n")
         return 1

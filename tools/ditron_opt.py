@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
 from typing import Callable, Sequence, TextIO
@@ -55,17 +56,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def list_passes(out: TextIO) -> None:
+def list_passes(out: TextIO, err: TextIO) -> bool:
+    """Write every pass (summary, options) and named pipeline to out; False if a registered pass cannot be
+    loaded (reported on err, the others are still listed)."""
+    from ditron.errors import DitronError
     from ditron.passes.registry import PASSES, PIPELINES, get_pass_class
+    ok = True
     out.write("Passes:\n")
     for name in sorted(PASSES):
-        cls = get_pass_class(name)
+        try:
+            cls = get_pass_class(name)
+        except DitronError as e:
+            err.write(e.render() + "\n")
+            ok = False
+            continue
         out.write(f"  {name:34s} {cls.summary}\n")
         for line in cls.option_help():
             out.write(f"      {line}\n")
     out.write("Pipelines:\n")
     for name, steps in sorted(PIPELINES.items()):
         out.write(f"  {name:34s} {','.join(steps)}\n")
+    return ok
 
 
 def _print_module(module, debuginfo: bool) -> str:
@@ -110,13 +121,20 @@ def _emit(module, args) -> str:
     return emit_stage(module, args.emit, args.target)
 
 
+def _is_split_marker(line: str) -> bool:
+    """'// -----' at the start of a line (indentation allowed), alone or followed by a comment as in mlir-opt;
+    a longer run of dashes ('// ------') is not a marker."""
+    line = line.strip()
+    return line.startswith(SPLIT_MARKER) and not line[len(SPLIT_MARKER):].startswith("-")
+
+
 def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
     """(chunk text, first line number) pairs; line numbers are kept by padding with newlines."""
     if not split:
         return [(text, 1)]
     out, start, lines = [], 0, text.split("\n")
     for i, line in enumerate(lines + [SPLIT_MARKER]):
-        if line.strip() == SPLIT_MARKER:
+        if _is_split_marker(line):
             out.append(("\n" * start + "\n".join(lines[start:i]), start + 1))
             start = i + 1
     return out
@@ -134,10 +152,11 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
     except _Usage as e:
         stderr.write(f"error: {e} (see ditron-opt --help)\n")
         return 1
+    except SystemExit as e:  # --help printed the usage
+        return e.code if isinstance(e.code, int) else 0
     try:
         if args.list_passes:
-            list_passes(stdout)
-            return 0
+            return 0 if list_passes(stdout, stderr) else 1
         from ditron.passes.registry import parse_pipeline
         passes = parse_pipeline(args.pass_pipeline)
         known = {p.name for p in passes}
@@ -148,7 +167,11 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
             if name not in known:
                 stderr.write(f"warning: --print-ir-after={name}: the pipeline does not run that pass\n")
         if args.input == "-":
-            text, filename = stdin.read(), "<stdin>"
+            filename = "<stdin>"
+            try:
+                text = stdin.read()
+            except UnicodeDecodeError as e:
+                raise DitronError(f"cannot read standard input: not UTF-8 text (byte {e.start})") from None
         else:
             filename = args.input
             try:
@@ -156,6 +179,9 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
                     text = f.read()
             except OSError as e:
                 raise DitronError(f"cannot open input file '{filename}': {e.strerror}") from None
+            except UnicodeDecodeError as e:
+                raise DitronError(f"cannot read input file '{filename}': not UTF-8 text (byte {e.start} is "
+                                  f"0x{e.object[e.start]:02x})") from None
         failed, results = False, []
         for chunk, _ in _chunks(text, args.split_input_file):
             try:
@@ -164,7 +190,9 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
                 stderr.write(e.render() + "\n")
                 failed = True
             except ir_error_types() as e:  # an MLIR diagnostic not yet wrapped by a pass
-                stderr.write(f"error: {e}\n")
+                from ditron.dialects.context import diagnostics_of
+                stderr.write("\n".join(str(d) for d in diagnostics_of(e)) or f"error: {e}")
+                stderr.write("\n")
                 failed = True
         if args.output == "-":
             out = stdout
@@ -179,6 +207,8 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
     except DitronError as e:
         stderr.write(e.render() + "\n")
         return 1
+    except BrokenPipeError:  # the reader went away (ditron-opt ... | head): not ditron's error
+        raise
     except Exception as e:  # a bug in ditron: still one line and exit 1, the trace only when asked for
         import os
         import traceback
@@ -189,10 +219,27 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
         return 1
 
 
+def live_mlir_contexts() -> int:
+    """How many MLIR contexts are alive (0 if the bindings were never imported)."""
+    if "mlir.ir" not in sys.modules:
+        return 0
+    return sys.modules["mlir.ir"].Context._get_live_count()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    code = run(sys.argv[1:] if argv is None else argv, sys.stdin, sys.stdout, sys.stderr)
-    gc.collect()
-    sys.stdout.flush()
+    try:
+        code = run(sys.argv[1:] if argv is None else argv, sys.stdin, sys.stdout, sys.stderr)
+        gc.collect()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would complain again when flushing stdout at exit: point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.stderr.flush()
+    if live_mlir_contexts():
+        # A context alive at interpreter exit can abort Python ("Fatal Python error: PyThreadState_Get") after
+        # some failures: skip the interpreter's teardown; the output is already flushed.
+        os._exit(code)
     sys.exit(code)
 
 
