@@ -1,0 +1,5 @@
+"""ditron.backends.amd: hip:gfx942 and hip:gfx950. Options, the stage driver into Triton's HIP backend, and the
+lowering of ditron_core primitives (primitives.py: the only place their GCN-level choices live)."""
+from .backend import AmdBackend, AmdOptions
+
+__all__ = ["AmdBackend", "AmdOptions"]

@@ -1,0 +1,64 @@
+"""Targets: ``cuda:80``, ``cuda:90`` (compiled as sm_90a), ``hip:gfx942``, ``hip:gfx950``.
+
+A Target is plain data (no Triton import), so that artifacts and the pass options can name one cheaply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TargetError
+
+# vendor -> {arch: warp size}: the one table of supported targets.
+SUPPORTED: dict[str, dict[int | str, int]] = {
+    "cuda": {80: 32, 90: 32},
+    "hip": {"gfx942": 64, "gfx950": 64},
+}
+
+
+def supported_targets() -> list[str]:
+    return [f"{vendor}:{arch}" for vendor, archs in SUPPORTED.items() for arch in archs]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One GPU target. ``arch`` is the compute capability (int) on cuda, the gfx name (str) on hip."""
+
+    vendor: str
+    arch: int | str
+    warp_size: int
+
+    @classmethod
+    def parse(cls, text: "str | Target") -> "Target":
+        """'cuda:90' | 'hip:gfx942' (also accepts a Target). Raises TargetError listing the supported targets."""
+        if isinstance(text, Target):
+            return text
+        if not isinstance(text, str):
+            raise TargetError(f"a target is a string like 'cuda:90', got {type(text).__name__} {text!r}")
+        spec = text.strip().lower()
+        vendor, sep, arch_text = spec.partition(":")
+        archs = SUPPORTED.get(vendor) if sep else None
+        if archs is not None:
+            arch: int | str = arch_text
+            if vendor == "cuda":
+                digits = arch_text[3:] if arch_text.startswith("sm_") else arch_text
+                digits = digits[:-1] if digits.endswith("a") else digits
+                arch = int(digits) if digits.isdigit() else arch_text
+            if arch in archs:
+                return cls(vendor, arch, archs[arch])
+        raise TargetError(f"unsupported target '{text}'; supported targets: {', '.join(supported_targets())}")
+
+    def __str__(self) -> str:
+        return f"{self.vendor}:{self.arch}"
+
+    @property
+    def is_nvidia(self) -> bool:
+        return self.vendor == "cuda"
+
+    @property
+    def is_amd(self) -> bool:
+        return self.vendor == "hip"
+
+    def gpu_target(self):
+        """The same target as Triton's ``GPUTarget`` (imports triton)."""
+        from triton.backends.compiler import GPUTarget
+        return GPUTarget(self.vendor, self.arch, self.warp_size)

@@ -1,0 +1,258 @@
+"""Backends: targets, options, the stage driver into Triton, compiled-kernel metadata, the launch helpers (CPU only)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ditron.backends import CompiledKernel, Target, get_backend, supported_targets
+from ditron.backends.base import LAUNCH_KEYS
+from ditron.errors import CompileError, TargetError
+
+TARGETS = ["cuda:90", "cuda:80", "hip:gfx942"]
+
+# A plain TTIR kernel (generic form): copy 1024 bf16, then a release exchange on a flag.
+COPY_TTIR = """
+"builtin.module"() ({
+  "tt.func"() ({
+  ^bb0(%x: !tt.ptr<bf16>, %y: !tt.ptr<bf16>, %flag: !tt.ptr<i32>):
+    %c1 = "arith.constant"() <{value = 1 : i32}> : () -> i32
+    %true = "arith.constant"() <{value = true}> : () -> i1
+    %r = "tt.make_range"() <{end = 1024 : i32, start = 0 : i32}> : () -> tensor<1024xi32>
+    %xs = "tt.splat"(%x) : (!tt.ptr<bf16>) -> tensor<1024x!tt.ptr<bf16>>
+    %xp = "tt.addptr"(%xs, %r) : (tensor<1024x!tt.ptr<bf16>>, tensor<1024xi32>) -> tensor<1024x!tt.ptr<bf16>>
+    %v = "tt.load"(%xp) {cache = 1 : i32, evict = 1 : i32, isVolatile = false, operandSegmentSizes = array<i32: 1, 0, 0>} : (tensor<1024x!tt.ptr<bf16>>) -> tensor<1024xbf16>
+    %ys = "tt.splat"(%y) : (!tt.ptr<bf16>) -> tensor<1024x!tt.ptr<bf16>>
+    %yp = "tt.addptr"(%ys, %r) : (tensor<1024x!tt.ptr<bf16>>, tensor<1024xi32>) -> tensor<1024x!tt.ptr<bf16>>
+    "tt.store"(%yp, %v) {cache = 1 : i32, evict = 1 : i32} : (tensor<1024x!tt.ptr<bf16>>, tensor<1024xbf16>) -> ()
+    %a = "tt.atomic_rmw"(%flag, %c1, %true) {atomic_rmw_op = 10 : i32, scope = 3 : i32, sem = 3 : i32} : (!tt.ptr<i32>, i32, i1) -> i32
+    "tt.return"() : () -> ()
+  }) {arg_attrs = [{tt.divisibility = 16 : i32}, {tt.divisibility = 16 : i32}, {}], function_type = (!tt.ptr<bf16>, !tt.ptr<bf16>, !tt.ptr<i32>) -> (), sym_name = "copy_flag", sym_visibility = "public"} : () -> ()
+}) : () -> ()
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, CompiledKernel]:
+    return {t: get_backend(t).compile(COPY_TTIR) for t in TARGETS}
+
+
+# ------------------------------------------------------------------------------------------------------ targets
+
+@pytest.mark.parametrize("text,vendor,arch,warp", [
+    ("cuda:90", "cuda", 90, 32), ("cuda:80", "cuda", 80, 32), ("hip:gfx942", "hip", "gfx942", 64),
+    ("hip:gfx950", "hip", "gfx950", 64), ("CUDA:sm_90a", "cuda", 90, 32)])
+def test_target_parse(text, vendor, arch, warp):
+    t = Target.parse(text)
+    assert (t.vendor, t.arch, t.warp_size) == (vendor, arch, warp)
+    assert str(t) == f"{vendor}:{arch}"
+    assert Target.parse(str(t)) == t and Target.parse(t) is t
+
+
+@pytest.mark.parametrize("text", ["cuda:70", "hip:gfx90a", "cuda", "rocm:gfx942", "", "cuda:9x"])
+def test_target_parse_rejects(text):
+    with pytest.raises(TargetError) as err:
+        Target.parse(text)
+    assert f"unsupported target '{text}'" in str(err.value)
+    assert "supported targets: cuda:80, cuda:90, hip:gfx942, hip:gfx950" in str(err.value)
+
+
+def test_supported_targets_and_backends():
+    assert supported_targets() == ["cuda:80", "cuda:90", "hip:gfx942", "hip:gfx950"]
+    for t in supported_targets():
+        backend = get_backend(t)
+        assert str(backend.target) == t
+        assert backend.stage_names[-1] == ("cubin" if t.startswith("cuda") else "hsaco")
+        assert set(dir(backend.primitives)) >= {"acquire_load", "release_rmw", "opaque_zero"}
+
+
+# ------------------------------------------------------------------------------------------------------ options
+
+def test_options_defaults_and_overrides():
+    nv = get_backend("cuda:90").options()
+    assert (nv.num_warps, nv.num_stages, nv.num_ctas) == (4, 3, 1)
+    amd = get_backend("hip:gfx942").options(num_warps=8, kpack=2)
+    assert (amd.num_warps, amd.num_stages, amd.kpack) == (8, 2, 2)
+    with pytest.raises(Exception):
+        nv.num_warps = 8  # frozen
+
+
+def test_options_hash_is_deterministic():
+    b = get_backend("cuda:90")
+    assert b.options().hash() == b.options().hash()
+    assert b.options(num_stages=4).hash() != b.options().hash()
+    assert len(b.options().hash()) == 64
+    assert get_backend("hip:gfx942").options().hash() != b.options().hash()
+
+
+def test_options_unknown_name_lists_known():
+    with pytest.raises(TargetError) as err:
+        get_backend("cuda:90").options(num_warp=8)
+    assert "unknown option 'num_warp' for target cuda:90" in str(err.value)
+    assert "num_warps" in str(err.value) and "maxnreg" in str(err.value)
+    with pytest.raises(TargetError, match="known options: .*waves_per_eu"):
+        get_backend("hip:gfx942").options(maxnreg=128)
+
+
+@pytest.mark.parametrize("target,overrides,message", [
+    ("cuda:90", {"num_warps": 3}, "num_warps=3: must be a power of two"),
+    ("cuda:90", {"num_warps": 64}, "num_warps=64"),
+    ("cuda:90", {"num_stages": 0}, "num_stages=0"),
+    ("cuda:90", {"maxnreg": 4}, "maxnreg=4"),
+    ("cuda:80", {"num_ctas": 2}, "needs thread-block clusters (sm_90+)"),
+    ("hip:gfx942", {"num_ctas": 2}, "AMD targets take num_ctas=1"),
+    ("hip:gfx942", {"num_warps": 32}, "from 1 to 16"),
+    ("hip:gfx942", {"matrix_instr_nonkdim": 8}, "must be 0, 16 or 32"),
+    ("hip:gfx950", {"kpack": 2}, "gfx950 takes kpack=1"),
+    ("cuda:90", {"debug": "yes"}, "must be true or false"),
+])
+def test_options_validation(target, overrides, message):
+    with pytest.raises(TargetError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        get_backend(target).options(**overrides)
+
+
+def test_cluster_option_on_hopper():
+    assert get_backend("cuda:90").options(num_ctas=2).num_ctas == 2
+
+
+# ------------------------------------------------------------------------------------------------- enum values
+
+def test_ttir_enum_values_match_triton():
+    from triton._C.libtriton import ir as tir
+
+    from ditron.backends import ttir
+    for name, value in ttir.RMW_OPS.items():
+        assert int(getattr(tir.ATOMIC_OP, name.upper().replace("EXCH", "XCHG"))) == value
+    for name, value in ttir.MEM_SEMANTICS.items():
+        assert int(getattr(tir.MEM_SEMANTIC, name.upper().replace("ACQ_REL", "ACQUIRE_RELEASE"))) == value
+    assert {k: int(v) for k, v in tir.MEM_SYNC_SCOPE.__members__.items()} == {"GPU": 1, "CTA": 2, "SYSTEM": 3}
+    assert ttir.MEM_SCOPES == {"gpu": 1, "cta": 2, "sys": 3}
+    assert int(tir.CACHE_MODIFIER.NONE) == ttir.CACHE_NONE and int(tir.EVICTION_POLICY.NORMAL) == ttir.EVICT_NORMAL
+
+
+# ---------------------------------------------------------------------------------------------------- compiling
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_compile_plain_kernel(compiled, target):
+    k = compiled[target]
+    assert k.name == "copy_flag" and k.target == target
+    assert k.binary[:4] == b"\x7fELF"
+    assert b"copy_flag" in k.binary
+    asm_ext = "ptx" if target.startswith("cuda") else "amdgcn"
+    assert list(k.asm) == ["ttir", "ttgir", "llir", asm_ext]
+    assert "tt.func public @copy_flag" in k.asm["ttir"]
+    assert "ttg.num-warps" in k.asm["ttgir"]
+    if target.startswith("cuda"):
+        assert f".target sm_{target[5:]}{'a' if target == 'cuda:90' else ''}" in k.asm["ptx"]
+        assert "ld.global.v4.b32" in k.asm["ptx"]          # tt.divisibility on the arguments vectorizes
+        assert "atom.global.sys.release.exch.b32" in k.asm["ptx"]
+    else:
+        assert ".amdgcn_target \"amdgcn-amd-amdhsa--gfx942" in k.asm["amdgcn"]
+        assert "global_atomic_swap" in k.asm["amdgcn"] and "buffer_wbl2" in k.asm["amdgcn"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_metadata_is_what_triton_launches_with(compiled, target):
+    k = compiled[target]
+    md = json.loads(json.dumps(k.metadata))
+    assert md == k.metadata
+    assert set(LAUNCH_KEYS) <= set(md) and set(get_backend(target).LAUNCH_KEYS) <= set(md)
+    assert md["signature"] == ["*bf16", "*bf16", "*i32"]
+    assert md["num_warps"] == 4 and md["num_ctas"] == 1 and md["triton_version"] == "3.6.0"
+    assert md["target"]["backend"] == target.split(":")[0] and md["ditron_target"] == target
+    assert md["name"] == "copy_flag" and isinstance(md["shared"], int)
+
+
+def test_triton_loads_the_metadata_without_recompiling(compiled, tmp_path):
+    """Triton's own CompiledKernel accepts what ditron wrote (no GPU needed until the first launch)."""
+    from ditron.backends.launch import load_kernel, load_kernel_dir, read_compiled
+    k = compiled["cuda:90"]
+    tk = load_kernel(k, tmp_path)
+    assert tk.name == "copy_flag" and tk.kernel == k.binary
+    assert tk.packed_metadata == (4, 1, k.metadata["shared"])
+    assert tk.metadata.signature == ["*bf16", "*bf16", "*i32"]
+    again = read_compiled(tmp_path, "copy_flag")
+    assert again == k
+    assert load_kernel_dir(tmp_path, "copy_flag").asm["ptx"] == k.asm["ptx"]
+    hip = load_kernel(compiled["hip:gfx942"], tmp_path / "hip")
+    assert hip.kernel[:4] == b"\x7fELF"
+
+
+def test_launch_module_does_not_import_mlir():
+    code = ("import sys, ditron.backends.launch, ditron.backends; "
+            "bad = [m for m in sys.modules if m == 'mlir' or m.startswith('mlir.')]; "
+            "assert not bad, bad; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_abi_args_order_and_errors():
+    from ditron.backends.launch import abi_args
+    from ditron.errors import DitronRuntimeError
+    md = {"name": "k", "abi": [["rank", "i32"], ["num_ranks", "i32"], ["heap_bases", "*i64"]]}
+    assert abi_args(md, rank=1, num_ranks=2, heap_bases="T") == [1, 2, "T"]
+    assert abi_args({"name": "k"}) == []
+    with pytest.raises(DitronRuntimeError, match="needs the argument 'heap_bases'"):
+        abi_args(md, rank=1, num_ranks=2)
+
+
+def test_dump_dir_has_every_stage(tmp_path):
+    k = get_backend("cuda:80").compile(COPY_TTIR, dump_dir=tmp_path)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted(f"copy_flag.{e}" for e in ("source.ttir", "ttir", "ttgir", "llir", "ptx", "cubin",
+                                                       "json"))
+    assert (tmp_path / "copy_flag.cubin").read_bytes() == k.binary
+    assert json.loads((tmp_path / "copy_flag.json").read_text())["name"] == "copy_flag"
+
+
+def test_emit_runs_only_the_stages_needed():
+    b = get_backend("cuda:90")
+    start = time.perf_counter()
+    ttgir = b.emit(COPY_TTIR, "ttgir")
+    assert "#ttg.blocked" in ttgir and time.perf_counter() - start < 5
+    with pytest.raises(TargetError, match="stage 'cubin' is not a text stage"):
+        b.emit(COPY_TTIR, "cubin")
+
+
+def test_compile_is_fast():
+    start = time.perf_counter()
+    get_backend("cuda:90").compile(COPY_TTIR.replace("copy_flag", "copy_fast"))
+    assert time.perf_counter() - start < 3.0
+
+
+def test_options_reach_triton():
+    k = get_backend("cuda:90").compile(COPY_TTIR, get_backend("cuda:90").options(num_warps=8, maxnreg=128))
+    assert k.metadata["num_warps"] == 8 and k.metadata["maxnreg"] == 128
+    assert ".maxnreg 128" in k.asm["ptx"]
+
+
+# ------------------------------------------------------------------------------------------------------- errors
+
+def test_bad_ir_gives_tritons_diagnostic():
+    bad = COPY_TTIR.replace('"tt.make_range"', '"tt.make_rnage"')
+    with pytest.raises(CompileError) as err:
+        get_backend("cuda:90").compile(bad)
+    text = str(err.value)
+    assert "Triton cannot parse the TTIR for cuda:90" in text
+    assert "tt.make_rnage" in text  # Triton's own message names the unknown op
+
+
+def test_type_error_in_ir_is_reported():
+    bad = COPY_TTIR.replace("(tensor<1024x!tt.ptr<bf16>>) -> tensor<1024xbf16>",
+                            "(tensor<1024x!tt.ptr<bf16>>) -> tensor<1024xf32>", 1)
+    with pytest.raises(CompileError, match="cannot parse") as err:
+        get_backend("hip:gfx942").compile(bad)
+    assert "error" in str(err.value).lower()
+
+
+def test_module_without_kernel():
+    with pytest.raises(CompileError, match="no kernel"):
+        get_backend("cuda:90").compile("module {\n}\n")
+
+
+def test_options_of_the_wrong_backend():
+    with pytest.raises(TargetError, match="must come from get_backend"):
+        get_backend("cuda:90").compile(COPY_TTIR, get_backend("hip:gfx942").options())
