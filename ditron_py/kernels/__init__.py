@@ -9,11 +9,17 @@ kernel, side by side so they cannot drift apart:
 * ``tiles(record, *, rank, num_ranks, scalars) -> list[list[TileStep]]`` — what the kernel does, at tile
   granularity: for each program (CTA) in launch order, its tiles in the order it visits them. ``ditron.sim`` runs
   launches from this alone, so it must describe the kernel completely (every wait, read, write and notify).
+* ``grid(record) -> (x, 1, 1)`` — the number of programs to launch (``tiles()`` lists one entry per program).
+* ``make_record(...)`` — a checked record with defaults filled in (``gemm.choose_config`` picks GEMM tiling).
 
 Records (``KernelRecord``) are plain dictionaries of ints, floats, strings and bools (nested one level for the
 optional ``wait`` / ``notify`` parts), stored as an MLIR dictionary attribute; ``KernelRecord.from_attr`` reads one
 back. The kernel's arguments are named (``args``, in order); regions, waits and notifies name the argument they
 touch. Scalar arguments (offsets, the wait value, ...) are named too and come in ``scalars`` at run time.
+
+Helpers: ``ditron.dialects.ttir`` (builders of generic-form TTIR, shared with the primitive lowering), ``numerics``
+(bf16/fp8 rounding for the CPU views), ``interp`` (a numpy interpreter of the emitted IR, used by tests to check
+``tiles()`` against ``build()``), ``chunk`` (what copy and reduce share).
 """
 from __future__ import annotations
 
@@ -78,3 +84,84 @@ class Template(Protocol):
     def build(self, record, *, ip, loc=None): ...
 
     def tiles(self, record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list[list[TileStep]]: ...
+
+    def grid(self, record) -> tuple[int, int, int]:
+        """The launch grid the kernel expects (persistent kernels loop over tiles with exactly this many
+        programs)."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+TEMPLATES = ("gemm", "copy", "reduce", "elementwise")
+
+
+class KernelRecord(dict):
+    """One template instance: ``template`` (its name), ``name`` (the kernel symbol), ``args`` (argument names in
+    order) and the template's own fields. Values: int, float, str, bool, lists of those, and dictionaries of those
+    (one level: ``wait``, ``notify``). Stored on the tt.func as the dictionary attribute ``ditron.kernel``."""
+
+    @property
+    def template(self) -> str:
+        return self["template"]
+
+    def to_attr(self):
+        """The record as an MLIR DictAttr (needs a current context)."""
+        from mlir import ir
+
+        def attr(value, where):
+            if isinstance(value, bool):
+                return ir.BoolAttr.get(value)
+            if isinstance(value, int):
+                return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+            if isinstance(value, float):
+                return ir.FloatAttr.get_f64(value)
+            if isinstance(value, str):
+                return ir.StringAttr.get(value)
+            if isinstance(value, (list, tuple)):
+                return ir.ArrayAttr.get([attr(v, where) for v in value])
+            if isinstance(value, dict):
+                return ir.DictAttr.get({str(k): attr(v, f"{where}.{k}") for k, v in value.items()})
+            raise TypeError(f"kernel record field '{where}' has a value of type {type(value).__name__}; records "
+                            "hold ints, floats, strings, bools, lists and dictionaries only")
+
+        return ir.DictAttr.get({str(k): attr(v, str(k)) for k, v in self.items()})
+
+    @classmethod
+    def from_attr(cls, attr) -> "KernelRecord":
+        """Read a record back from its DictAttr."""
+        from mlir import ir
+
+        def value(a):
+            if isinstance(a, ir.BoolAttr):
+                return a.value
+            if isinstance(a, ir.IntegerAttr):
+                return a.value
+            if isinstance(a, ir.FloatAttr):
+                return a.value
+            if isinstance(a, ir.StringAttr):
+                return a.value
+            if isinstance(a, ir.ArrayAttr):
+                return [value(x) for x in a]
+            if isinstance(a, ir.DictAttr):
+                return {n.name: value(n.attr) for n in a}
+            raise TypeError(f"unexpected attribute {a} in a kernel record")
+
+        return cls({n.name: value(n.attr) for n in ir.DictAttr(attr)})
+
+    @classmethod
+    def of(cls, func_op) -> "KernelRecord":
+        """The record carried by a template's tt.func op."""
+        op = getattr(func_op, "operation", func_op)
+        if KERNEL_ATTR not in op.attributes:
+            raise KeyError(f"{op.name} carries no '{KERNEL_ATTR}' record")
+        return cls.from_attr(op.attributes[KERNEL_ATTR])
+
+
+def get_template(name: str):
+    """The template module of that name (it has ``name``, ``build`` and ``tiles``)."""
+    import importlib
+
+    if name not in TEMPLATES:
+        raise KeyError(f"unknown kernel template '{name}'; known: {', '.join(TEMPLATES)}")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,696 @@
+"""Tiled GEMM template: ``C[M,N] = A[M,K] @ B[K,N]`` (or ``A @ B^T`` with B stored ``[N,K]``), fp32 accumulation.
+
+Record fields (``make_record`` fills defaults and checks them; ``choose_config`` picks the tuning fields):
+
+    m, n, k                 problem size (static)
+    lda, ldb, ldc           row strides in elements (default: contiguous; ldb is K when b_trans)
+    in_dtype, out_dtype     'bf16' | 'fp16' | 'fp8e4m3' inputs; 'bf16' | 'fp16' | 'fp32' output
+    b_trans                 B given as [N, K] row-major
+    block_m/n/k, group_m    tile shape; GROUP_M swizzle height
+    num_warps, num_stages   compile options the config was chosen with
+    persistent, num_sms     grid = min(num_sms, tiles) programs looping over tiles (else one program per tile)
+    loads                   'tma' (device-side tensor descriptors, sm_90) | 'pointer' (masked tt.load; any GPU)
+    store                   'tma' | 'pointer'; notify needs 'pointer' (a TMA store is asynchronous)
+    epilogue_split          1 | 2: store the C tile in two column halves (less shared memory, a 4th stage fits)
+    flatten                 let Triton flatten the persistent tile loop with the K loop (tt.flatten)
+    split_k                 S > 1: S programs per tile over K slices (see below)
+    max_imprecise_acc       fp8 only: K elements the tensor cores may accumulate in their reduced precision
+                            before adding into the fp32 accumulator (default block_k: fp32 accumulation per K
+                            step; 2**30 is Triton's fast default)
+    tile_order              'row_major' | 'grouped' | 'rank_rotated' (+ rows_per_rank)
+    wait    (optional)      {arg, value_arg, rows_per_slot, scope}: before a tile's A loads, wait until every
+                            slot of signal pad ``arg`` covering the tile's rows [m0, m0+BM) is >= the scalar
+                            argument ``value_arg`` (ditron_core.wait per slot, then consume_token on A)
+    notify  (optional)      {arg, rows_per_slot, peer, value, scope}: after a tile's store, add ``value`` to each
+                            slot of ``arg`` covering its rows, on rank ``peer``: 'rank' (own), 'rank+<d>'
+                            ((rank+d) mod num_ranks), 'arg:<name>' (an i32 argument) or 'slot_owner'
+                            (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_counts``.
+
+Arguments (``record["args"]``): a, b, c, then the wait pad and value, the notify pad (if another one) and peer
+argument, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j holds rows j*M ...) and ``locks``
+(i32, one per tile, zero before the first launch; the kernel leaves them zero).
+
+Tile order: tile t -> (pid_m, pid_n). row_major: t // tiles_n, t % tiles_n. grouped: GROUP_M m-blocks share a
+column sweep (Triton's swizzle). rank_rotated: grouped, then pid_m shifted by the m-block holding row
+``rank * rows_per_rank`` (mod tiles_m), so each rank starts on its own rows. Orders are registered in
+``TILE_ORDER_FNS``, each written once for both the IR and tiles(). A persistent program p visits tiles
+p, p + grid, p + 2*grid, ...; a non-persistent program p does tile p % tiles (split index p // tiles).
+
+Split-K (non-persistent, grid <= num_sms so all programs are resident): split s < S-1 stores its fp32 partial to
+``workspace`` slice s and adds 1 to ``locks[t]`` (release); split S-1 waits until ``locks[t] >= S-1``
+(``ditron_core.wait`` at gpu scope, acquire: bounded like every wait, so the lowered kernel takes ``wait_bound``,
+``wait_err``, ``wait_tag`` after its own arguments), adds the slices in order to its own partial, stores C and
+resets ``locks[t]`` to 0.
+
+Launch: exactly ``grid(record)`` programs, ``num_warps`` warps; pointer arguments 16-byte aligned. TMA variants
+create descriptors on the device: the launcher must set Triton's global scratch allocator
+(``triton.set_allocator``; the kernel's metadata gives ``global_scratch_size`` per program).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from mlir import ir
+
+from ..dialects import core
+from ..errors import VerificationError
+from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep
+from ..dialects import ttir as T
+from .numerics import round_to
+
+name = "gemm"
+
+IN_DTYPES = ("bf16", "fp16", "fp8e4m3")
+OUT_DTYPES = ("bf16", "fp16", "fp32")
+SM90_SHARED_BYTES = 232448 - 1024  # H100/H200 shared memory per block, less room for barriers
+
+CONFIG_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "persistent", "num_sms",
+                 "loads", "store", "epilogue_split", "flatten", "split_k")
+
+
+def _err(message: str) -> VerificationError:
+    return VerificationError(f"gemm template: {message}")
+
+
+def _pow2(x: int) -> bool:
+    return isinstance(x, int) and x > 0 and x & (x - 1) == 0
+
+
+# ------------------------------------------------------------------------------------------------ the record
+
+def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "bf16", out_dtype: str | None = None,
+                b_trans: bool = False, lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
+                tile_order: str = "grouped", rows_per_rank: int = 0, wait: dict | None = None,
+                notify: dict | None = None, target: str = "cuda:90", **config) -> KernelRecord:
+    """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``."""
+    out_dtype = out_dtype or ("bf16" if in_dtype.startswith("fp8") else in_dtype)
+    unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
+    if unknown:
+        raise _err(f"unknown field(s) {sorted(unknown)}; known tuning fields: {', '.join(CONFIG_FIELDS)}")
+    chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
+                           out_dtype=out_dtype, fused=bool(wait or notify), num_sms=config.get("num_sms"))
+    chosen.update(config)
+    rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),
+                       ldc=ldc or n, in_dtype=in_dtype, out_dtype=out_dtype, b_trans=b_trans, tile_order=tile_order,
+                       rows_per_rank=rows_per_rank, **chosen)
+    if wait:
+        rec["wait"] = {"value_arg": "wait_value", "scope": "sys", **wait}
+    if notify:
+        rec["notify"] = {"peer": "rank", "value": 1, "scope": "sys", **notify}
+    rec["args"] = _arg_names(rec)
+    check(rec)
+    return rec
+
+
+def _arg_names(rec) -> list[str]:
+    args = ["a", "b", "c"]
+    if "wait" in rec:
+        args += [rec["wait"]["arg"], rec["wait"]["value_arg"]]
+    if "notify" in rec:
+        if rec["notify"]["arg"] not in args:
+            args.append(rec["notify"]["arg"])
+        peer = rec["notify"]["peer"]
+        if peer.startswith("arg:") and peer[4:] not in args:
+            args.append(peer[4:])
+    if rec.get("split_k", 1) > 1:
+        args += ["workspace", "locks"]
+    return args
+
+
+def check(rec) -> None:
+    """Raise VerificationError naming the field if the record cannot be built."""
+    for key in ("m", "n", "k", "lda", "ldb", "ldc", "block_m", "block_n", "block_k", "group_m", "num_sms",
+                "split_k", "epilogue_split"):
+        if not isinstance(rec.get(key), int) or rec[key] < 1:
+            raise _err(f"field '{key}' must be a positive integer, got {rec.get(key)!r}")
+    if rec["in_dtype"] not in IN_DTYPES:
+        raise _err(f"in_dtype '{rec['in_dtype']}' is not supported; use one of {', '.join(IN_DTYPES)}")
+    if rec["out_dtype"] not in OUT_DTYPES:
+        raise _err(f"out_dtype '{rec['out_dtype']}' is not supported; use one of {', '.join(OUT_DTYPES)}")
+    for key in ("block_m", "block_n", "block_k"):
+        if not _pow2(rec[key]) or rec[key] < 16:
+            raise _err(f"{key}={rec[key]} must be a power of two >= 16")
+    if rec["lda"] < rec["k"] or rec["ldc"] < rec["n"] or rec["ldb"] < (rec["k"] if rec["b_trans"] else rec["n"]):
+        raise _err("a leading dimension (lda/ldb/ldc) is smaller than the row it strides over")
+    if rec["tile_order"] not in TILE_ORDER_FNS:
+        raise _err(f"tile_order '{rec['tile_order']}' is unknown; use one of {', '.join(TILE_ORDER_FNS)}")
+    if rec["tile_order"] == "rank_rotated" and rec.get("rows_per_rank", 0) < 1:
+        raise _err("tile_order 'rank_rotated' needs rows_per_rank >= 1 (the rows each rank owns)")
+    if rec["loads"] not in ("tma", "pointer") or rec["store"] not in ("tma", "pointer"):
+        raise _err("loads and store must each be 'tma' or 'pointer'")
+    if rec["store"] == "tma" and "notify" in rec:
+        raise _err("store='tma' cannot be followed by a notify (TMA stores complete asynchronously); use "
+                   "store='pointer'")
+    if rec["epilogue_split"] not in (1, 2) or (rec["epilogue_split"] == 2 and rec["store"] != "tma"):
+        raise _err("epilogue_split must be 1, or 2 with store='tma'")
+    in_bytes = T.DTYPE_BYTES[rec["in_dtype"]]
+    if rec["loads"] == "tma" and (rec["lda"] * in_bytes % 16 or rec["ldb"] * in_bytes % 16):
+        raise _err(f"loads='tma' needs 16-byte aligned rows (lda={rec['lda']}, ldb={rec['ldb']} of "
+                   f"{rec['in_dtype']}); use loads='pointer'")
+    if rec["store"] == "tma" and rec["ldc"] * T.DTYPE_BYTES[rec["out_dtype"]] % 16:
+        raise _err(f"store='tma' needs 16-byte aligned rows of C (ldc={rec['ldc']}); use store='pointer'")
+    for part in ("wait", "notify"):
+        if part in rec:
+            spec = rec[part]
+            if not isinstance(spec.get("arg"), str) or not isinstance(spec.get("rows_per_slot"), int) \
+                    or spec["rows_per_slot"] < 1:
+                raise _err(f"'{part}' needs 'arg' (the signal pad argument) and 'rows_per_slot' >= 1")
+            if spec.get("scope", "sys") not in ("gpu", "sys"):
+                raise _err(f"{part}.scope must be 'gpu' or 'sys'")
+    if "notify" in rec:
+        peer = rec["notify"]["peer"]
+        if not (peer == "rank" or peer == "slot_owner" or peer.startswith("arg:") or _rank_shift(peer) is not None):
+            raise _err(f"notify.peer '{peer}' is not one of 'rank', 'rank+<d>', 'arg:<name>', 'slot_owner'")
+        if peer == "slot_owner" and (rec.get("rows_per_rank", 0) < 1
+                                     or rec["rows_per_rank"] % rec["notify"]["rows_per_slot"]):
+            raise _err("notify.peer 'slot_owner' needs rows_per_rank, a multiple of notify.rows_per_slot")
+    g = geometry(rec)
+    if rec["split_k"] > 1:
+        if rec["persistent"] or "wait" in rec or "notify" in rec:
+            raise _err("split_k > 1 works with non-persistent kernels without wait/notify only")
+        if g.grid > rec["num_sms"]:
+            raise _err(f"split_k={rec['split_k']} gives {g.grid} programs > num_sms={rec['num_sms']}: the last "
+                       "split spins on the others, so every program must be resident; lower split_k or use "
+                       "larger tiles")
+        if g.split_tiles * (rec["split_k"] - 1) >= g.k_tiles:
+            raise _err(f"split_k={rec['split_k']} leaves an empty K slice ({g.k_tiles} K tiles of "
+                       f"{rec['block_k']}); lower split_k")
+    if len(set(rec["args"])) != len(rec["args"]):
+        raise _err(f"argument names collide: {rec['args']}")
+
+
+def _rank_shift(peer: str) -> int | None:
+    if peer.startswith("rank+") or peer.startswith("rank-"):
+        try:
+            return int(peer[4:])
+        except ValueError:
+            return None
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+def choose_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
+                  lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
+                  num_sms: int | None = None) -> dict:
+    """Tuning fields for a problem: the first of ``candidates``."""
+    return candidates(m, n, k, dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc, out_dtype=out_dtype,
+                      fused=fused, num_sms=num_sms)[0]
+
+
+def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
+               lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
+               num_sms: int | None = None) -> list[dict]:
+    """Configs worth trying, best guess first. The rule: on sm_90, TMA loads when rows are 16-byte aligned;
+    128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least as many tiles
+    as SMs; below that, smaller tiles and split-K until about one wave of programs fills the SMs. ``fused``
+    (per-tile wait/notify) keeps the tile loop unflattened and stores through pointers."""
+    out_dtype = out_dtype or ("bf16" if dtype.startswith("fp8") else dtype)
+    vendor, _, arch = target.partition(":")
+    in_bytes, out_bytes = T.DTYPE_BYTES[dtype], T.DTYPE_BYTES[out_dtype]
+    lda, ldb, ldc = lda or k, ldb or (k if b_trans else n), ldc or n
+    bk = 128 if in_bytes == 1 else 64
+    if vendor == "hip":
+        sms = num_sms or (304 if arch == "gfx942" else 256)
+        base = dict(group_m=8, num_sms=sms, loads="pointer", store="pointer", epilogue_split=1, flatten=False,
+                    split_k=1, persistent=False, num_stages=2)
+        out = [dict(base, block_m=256, block_n=256, block_k=bk // 2 if in_bytes == 2 else bk, num_warps=8),
+               dict(base, block_m=128, block_n=128, block_k=bk, num_warps=4)]
+        if m <= 128:
+            out.insert(0, dict(base, block_m=64, block_n=128, block_k=bk, num_warps=4))
+        return out
+    sms = num_sms or (132 if arch == "90" else 108)
+    if arch != "90":  # Ampere-class: pointer loads, cp.async pipelining, mma.sync
+        base = dict(group_m=8, num_sms=sms, loads="pointer", store="pointer", epilogue_split=1, flatten=False,
+                    split_k=1, persistent=False)
+        return [dict(base, block_m=128, block_n=256, block_k=bk // 2, num_warps=8, num_stages=3),
+                dict(base, block_m=128, block_n=128, block_k=bk // 2, num_warps=4, num_stages=4)]
+    tma = lda * in_bytes % 16 == 0 and ldb * in_bytes % 16 == 0
+    tma_store = tma and ldc * out_bytes % 16 == 0 and not fused
+    loads = "tma" if tma else "pointer"
+
+    def cfg(bm, bn, stages=None, warps=8, persistent=True, split=1, esplit=None, flatten=None, group=8,
+            max_stages=4):
+        store = "tma" if tma_store and split == 1 else "pointer"
+        esplit = esplit if esplit is not None else (2 if store == "tma" and bn >= 128 else 1)
+        if store != "tma":
+            esplit = 1
+        if stages is None:  # as many stages as shared memory holds, up to max_stages
+            epilogue = bm * bn // esplit * out_bytes if store == "tma" else 0
+            stages = min(max_stages, (SM90_SHARED_BYTES - epilogue) // ((bm + bn) * bk * in_bytes))
+        flat = (not fused and persistent) if flatten is None else flatten
+        return dict(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps, num_stages=stages,
+                    persistent=persistent, num_sms=sms, loads=loads, store=store, epilogue_split=esplit,
+                    flatten=flat and persistent, split_k=split)
+
+    def tiles(bm, bn):
+        return math.ceil(m / bm) * math.ceil(n / bn)
+
+    k_tiles = math.ceil(k / bk)
+    big = [cfg(128, 256), cfg(256, 128), cfg(128, 256, esplit=1), cfg(128, 256, flatten=False),
+           cfg(128, 256, persistent=False), cfg(128, 128, warps=4, group=16)]
+    if fused:
+        big = [cfg(128, 256), cfg(128, 128, warps=4)]
+    if tiles(128, 256) >= sms:
+        return big
+    # fewer tiles than SMs: memory-bound; smaller tiles, deeper pipelines, then split-K, aiming at one full wave
+    small: list[dict] = []
+    for bm, bn, warps in ((128, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4), (128, 256, 8), (64, 256, 4)):
+        t = tiles(bm, bn)
+        if m <= 64 and bm > 64:
+            continue
+        split = 1 if fused else max(1, min(sms // t, k_tiles // 8))
+        while split > 1 and (math.ceil(k_tiles / split) * (split - 1) >= k_tiles or t * split > sms):
+            split -= 1
+        small.append(cfg(bm, bn, warps=warps, persistent=split == 1 and t > sms, split=split, max_stages=6))
+    # rank: programs close to one wave first; beside the two best, their pointer-load twins (one wave of short
+    # programs pays for creating TMA descriptors at every program's start)
+    small.sort(key=lambda c: abs(1 - tiles(c["block_m"], c["block_n"]) * c["split_k"] / sms))
+    twins = [dict(c, loads="pointer", store="pointer", epilogue_split=1) for c in small[:2] if c["loads"] == "tma"]
+    return small[:2] + twins + small[2:] + big[:2]
+
+
+# ------------------------------------------------------------------------------------------------ geometry
+
+@dataclass(frozen=True)
+class Geometry:
+    tiles_m: int
+    tiles_n: int
+    k_tiles: int
+    split_tiles: int  # K tiles per split
+    grid: int
+
+    @property
+    def tiles(self) -> int:
+        return self.tiles_m * self.tiles_n
+
+
+def geometry(rec) -> Geometry:
+    tm, tn = math.ceil(rec["m"] / rec["block_m"]), math.ceil(rec["n"] / rec["block_n"])
+    kt = math.ceil(rec["k"] / rec["block_k"])
+    s = rec.get("split_k", 1)
+    grid = min(rec["num_sms"], tm * tn) if rec["persistent"] else tm * tn * s
+    return Geometry(tm, tn, kt, math.ceil(kt / s), grid)
+
+
+def grid(rec) -> tuple[int, int, int]:
+    """The launch grid the kernel expects."""
+    return geometry(rec).grid, 1, 1
+
+
+class PyOps:
+    """Integer arithmetic on Python ints (for tiles()); IrOps does the same on i32 IR values (for build())."""
+
+    add = staticmethod(lambda a, b: a + b)
+    sub = staticmethod(lambda a, b: a - b)
+    mul = staticmethod(lambda a, b: a * b)
+    div = staticmethod(lambda a, b: a // b)
+    rem = staticmethod(lambda a, b: a % b)
+    min = staticmethod(min)
+
+
+class IrOps:
+    add, sub, mul, div, rem, min = (staticmethod(f) for f in (T.add, T.sub, T.mul, T.div, T.rem, T.min_))
+
+
+def _row_major(o, t, rec, g, rank):
+    return o.div(t, g.tiles_n), o.rem(t, g.tiles_n)
+
+
+def _grouped(o, t, rec, g, rank):
+    """Triton's GROUP_M swizzle: group_m m-blocks share each sweep over the n-blocks (L2 reuse of B)."""
+    gm = rec["group_m"]
+    per_group = gm * g.tiles_n
+    first = o.mul(o.div(t, per_group), gm)
+    size = o.min(o.sub(g.tiles_m, first), gm) if g.tiles_m % gm else gm
+    return o.add(first, o.rem(t, size)), o.div(o.rem(t, per_group), size)
+
+
+def _rank_rotated(o, t, rec, g, rank):
+    """Grouped, then the m-blocks rotated so that tile 0 is the block holding row rank * rows_per_rank."""
+    pid_m, pid_n = _grouped(o, t, rec, g, rank)
+    start = o.div(o.mul(rank, rec["rows_per_rank"]), rec["block_m"])
+    return o.rem(o.add(pid_m, start), g.tiles_m), pid_n
+
+
+# The hook for tile orders: name -> fn(ops, t, record, geometry, rank) -> (pid_m, pid_n), written once over an
+# arithmetic namespace so that build() (IrOps on IR values) and tiles() (PyOps on ints) share the definition.
+# Arguments are non-negative, so Python's // and % agree with arith.divsi/remsi. An order that needs the rank
+# gets ditron_core.rank in the IR.
+TILE_ORDER_FNS = {"row_major": _row_major, "grouped": _grouped, "rank_rotated": _rank_rotated}
+ORDERS_USING_RANK = ("rank_rotated",)
+
+
+def tile_coords(rec, t: int, rank: int = 0) -> tuple[int, int]:
+    """(pid_m, pid_n) of tile t in the record's tile order."""
+    return TILE_ORDER_FNS[rec["tile_order"]](PyOps, t, rec, geometry(rec), rank)
+
+
+def program_tiles(rec, pid: int) -> list[tuple[int, int]]:
+    """(tile, split) pairs program pid visits, in order."""
+    g = geometry(rec)
+    if rec["persistent"]:
+        return [(t, 0) for t in range(pid, g.tiles, g.grid)]
+    return [(pid % g.tiles, pid // g.tiles)]
+
+
+def _slots(m0: int, rows: int, spec) -> range:
+    rps = spec["rows_per_slot"]
+    return range(m0 // rps, (m0 + rows - 1) // rps + 1)
+
+
+def _peer(spec, slot: int, rank: int, num_ranks: int, rec, scalars) -> int:
+    peer = spec["peer"]
+    if peer == "rank":
+        return rank
+    if peer == "slot_owner":
+        return slot * spec["rows_per_slot"] // rec["rows_per_rank"]
+    if peer.startswith("arg:"):
+        return int(scalars[peer[4:]])
+    return (rank + _rank_shift(peer)) % num_ranks
+
+
+def notify_counts(rec) -> dict[int, int]:
+    """How much every notified slot receives from one launch (all tiles), for the consumer's expected count."""
+    counts: dict[int, int] = {}
+    if "notify" not in rec:
+        return counts
+    g = geometry(rec)
+    for pm in range(g.tiles_m):
+        m0 = pm * rec["block_m"]
+        for s in _slots(m0, min(rec["block_m"], rec["m"] - m0), rec["notify"]):
+            counts[s] = counts.get(s, 0) + g.tiles_n * rec["notify"]["value"]
+    return counts
+
+
+# ------------------------------------------------------------------------------------------------ tiles()
+
+def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list[list[TileStep]]:
+    rec = record
+    g = geometry(rec)
+    bm, bn, m, n, k = rec["block_m"], rec["block_n"], rec["m"], rec["n"], rec["k"]
+    S = rec["split_k"]
+    out = []
+    for pid in range(g.grid):
+        steps = []
+        for t, s in program_tiles(rec, pid):
+            pid_m, pid_n = tile_coords(rec, t, rank)
+            m0, n0 = pid_m * bm, pid_n * bn
+            rows, cols = min(bm, m - m0), min(bn, n - n0)
+            k0 = s * g.split_tiles * rec["block_k"]
+            k1 = min(k, (s + 1) * g.split_tiles * rec["block_k"]) if S > 1 else k
+            a_reg = Region("a", (m0, k0), (rows, k1 - k0))
+            b_reg = Region("b", (n0, k0), (cols, k1 - k0)) if rec["b_trans"] else Region("b", (k0, n0),
+                                                                                          (k1 - k0, cols))
+            c_reg = Region("c", (m0, n0), (rows, cols))
+            step = TileStep(reads=[a_reg, b_reg])
+            if "wait" in rec:
+                w = rec["wait"]
+                step.waits = [SlotWait(w["arg"], sl, int(scalars[w["value_arg"]])) for sl in _slots(m0, rows, w)]
+            if S == 1:
+                step.writes = [c_reg]
+                step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec)
+            elif s < S - 1:
+                ws = Region("workspace", (s * m + m0, n0), (rows, cols))
+                step.writes = [ws]
+                step.compute = _gemm_compute(a_reg, b_reg, ws, [], rec, out_dtype="fp32")
+                step.notifies = [SlotNotify("locks", t, 1, op="add")]
+            else:
+                parts = [Region("workspace", (j * m + m0, n0), (rows, cols)) for j in range(S - 1)]
+                step.waits = [SlotWait("locks", t, S - 1)]
+                step.reads += parts
+                step.writes = [c_reg]
+                step.compute = _gemm_compute(a_reg, b_reg, c_reg, parts, rec)
+                step.notifies = [SlotNotify("locks", t, 0, op="set")]
+            if "notify" in rec:
+                nt = rec["notify"]
+                step.notifies = [SlotNotify(nt["arg"], sl, nt["value"], _peer(nt, sl, rank, num_ranks, rec, scalars),
+                                            op="add") for sl in _slots(m0, rows, nt)]
+            steps.append(step)
+        out.append(steps)
+    return out
+
+
+def _gemm_compute(a_reg, b_reg, c_reg, parts, rec, out_dtype=None):
+    out_dtype = out_dtype or rec["out_dtype"]
+
+    def compute(view):
+        a = np.asarray(view(a_reg), dtype=np.float32)
+        b = np.asarray(view(b_reg), dtype=np.float32)
+        acc = a @ (b.T if rec["b_trans"] else b)
+        for p in parts:
+            acc = acc + np.asarray(view(p), dtype=np.float32)
+        view(c_reg)[...] = round_to(out_dtype, acc)
+
+    return compute
+
+
+# ------------------------------------------------------------------------------------------------ build()
+
+def build(record, *, ip, loc=None):
+    """The GEMM kernel as a tt.func at ip, carrying the record."""
+    rec = KernelRecord(record)
+    check(rec)
+    with (loc or ir.Location.unknown()), ip:
+        return _Emitter(rec).emit()
+
+
+class _Emitter:
+    def __init__(self, rec):
+        self.rec = rec
+        self.g = geometry(rec)
+        self.bm, self.bn, self.bk = rec["block_m"], rec["block_n"], rec["block_k"]
+        self.m, self.n, self.k = rec["m"], rec["n"], rec["k"]
+        self.in_t, self.out_t = T.dtype(rec["in_dtype"]), T.dtype(rec["out_dtype"])
+        sk = rec["split_k"]
+        biggest = max(self.m * rec["lda"], (self.n if rec["b_trans"] else self.k) * rec["ldb"],
+                      self.m * rec["ldc"], sk * self.m * self.n)
+        self.idx_t = T.i64() if biggest >= 2 ** 31 else T.i32()
+
+    # -- arguments
+    def _arg_types(self):
+        rec = self.rec
+        types = {"a": T.ptr(self.in_t), "b": T.ptr(self.in_t), "c": T.ptr(self.out_t),
+                 "workspace": T.ptr("fp32"), "locks": T.ptr("i32")}
+        for part in ("wait", "notify"):
+            if part in rec:
+                types[rec[part]["arg"]] = T.ptr("i32")
+        if "wait" in rec:
+            types[rec["wait"]["value_arg"]] = T.i32()
+        if "notify" in rec and rec["notify"]["peer"].startswith("arg:"):
+            types[rec["notify"]["peer"][4:]] = T.i32()
+        return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
+
+    def emit(self):
+        rec = self.rec
+        f, values = T.func(rec["name"], self._arg_types(), attrs={KERNEL_ATTR: rec.to_attr()})
+        self.arg = dict(zip(rec["args"], values))
+        with ir.InsertionPoint(f.regions[0].blocks[0]):
+            self.rank = None
+            if rec["tile_order"] in ORDERS_USING_RANK or ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
+                self.rank = core.Rank.build().rank
+            if rec["loads"] == "tma" or rec["store"] == "tma":
+                self._make_descs()
+            pid = T.program_id(0)
+            if rec["persistent"]:
+                flatten = rec["flatten"]
+                init = [T.sub(pid, self.g.grid)] if flatten else []
+                with T.For(pid, self.g.tiles, self.g.grid, init, attrs={"tt.flatten": flatten}) as loop:
+                    tile_c = T.add(loop.args[0], self.g.grid) if flatten else None
+                    self.tile(loop.iv, None, tile_c)
+                    if flatten:
+                        loop.yield_(tile_c)
+            elif rec["split_k"] > 1:
+                self.tile(T.rem(pid, self.g.tiles), T.div(pid, self.g.tiles), None)
+            else:
+                self.tile(pid, None, None)
+            T.ret()
+        return f
+
+    def _make_descs(self):
+        rec = self.rec
+        m, n, k = (T.c(v) for v in (self.m, self.n, self.k))
+        one = T.c(1, T.i64())
+        if rec["loads"] == "tma":
+            self.a_desc = T.make_desc(self.arg["a"], [m, k], [T.c(rec["lda"], T.i64()), one], [self.bm, self.bk])
+            if rec["b_trans"]:
+                self.b_desc = T.make_desc(self.arg["b"], [n, k], [T.c(rec["ldb"], T.i64()), one],
+                                          [self.bn, self.bk])
+            else:
+                self.b_desc = T.make_desc(self.arg["b"], [k, n], [T.c(rec["ldb"], T.i64()), one],
+                                          [self.bk, self.bn])
+        if rec["store"] == "tma":
+            self.c_desc = T.make_desc(self.arg["c"], [m, n], [T.c(rec["ldc"], T.i64()), one],
+                                      [self.bm, self.bn // rec["epilogue_split"]])
+
+    # -- tile order (the same definition as tile_coords, on IR values)
+    def coords(self, t):
+        return TILE_ORDER_FNS[self.rec["tile_order"]](IrOps, t, self.rec, self.g, self.rank)
+
+    # -- one tile
+    def tile(self, t, split, tile_c):
+        rec = self.rec
+        pid_m, pid_n = self.coords(t)
+        m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
+        a_base, a_row = self.arg["a"], m0
+        if "wait" in rec:
+            token = self._wait(m0)
+            if rec["loads"] == "tma":
+                a_row = core.ConsumeToken.build(m0, token).result
+            else:
+                a_base = core.ConsumeToken.build(a_base, token).result
+        k_start = T.mul(split, self.g.split_tiles) if split is not None else None
+        acc = self.k_loop(a_base, a_row, n0, k_start)
+        if tile_c is not None:  # flattened loop: recompute the epilogue's coordinates from their own counter
+            pid_m, pid_n = self.coords(tile_c)
+            m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
+        if split is not None:
+            self._split_epilogue(acc, t, split, m0, n0)
+        else:
+            self.store_c(acc, m0, n0)
+        if "notify" in rec:
+            self._notify(m0)
+
+    def _row_slots(self, m0, spec):
+        rps = spec["rows_per_slot"]
+        last_row = T.sub(T.min_(T.add(m0, self.bm), self.m), 1) if self.m % self.bm else T.add(m0, self.bm - 1)
+        return T.div(m0, rps), T.add(T.div(last_row, rps), 1)
+
+    def _wait(self, m0):
+        spec = self.rec["wait"]
+        lo, hi = self._row_slots(m0, spec)
+        with T.For(lo, hi, 1, [T.c(0)]) as loop:
+            slot = T.addptr(self.arg[spec["arg"]], loop.iv)
+            loop.yield_(core.Wait.build(slot, self.arg[spec["value_arg"]], scope=spec["scope"]).token)
+        return loop.results[0]
+
+    def _notify(self, m0):
+        rec, spec = self.rec, self.rec["notify"]
+        lo, hi = self._row_slots(m0, spec)
+        with T.For(lo, hi, 1) as loop:
+            peer = spec["peer"]
+            if peer == "rank":
+                p = self.rank
+            elif peer == "slot_owner":
+                p = T.div(T.mul(loop.iv, spec["rows_per_slot"]), rec["rows_per_rank"])
+            elif peer.startswith("arg:"):
+                p = self.arg[peer[4:]]
+            else:
+                nr = core.NumRanks.build().num_ranks
+                p = T.rem(T.add(T.rem(T.add(self.rank, _rank_shift(peer)), nr), nr), nr)
+            core.Notify.build(T.addptr(self.arg[spec["arg"]], loop.iv), p, T.c(spec["value"]), op="add",
+                              scope=spec["scope"], semantic="release")
+
+    # -- the K loop
+    def k_loop(self, a_base, a_row, n0, k_start):
+        rec = self.rec
+        acc0 = T.zeros([self.bm, self.bn], "fp32")
+        n_k = self.g.split_tiles if k_start is not None else self.g.k_tiles
+        fp8 = rec["in_dtype"].startswith("fp8")
+        imprecise = rec.get("max_imprecise_acc", self.bk) if fp8 else None
+        if rec["loads"] == "tma":
+            with T.For(0, n_k, 1, [acc0]) as loop:
+                ki = T.add(loop.iv, k_start) if k_start is not None else loop.iv
+                kk = T.mul(ki, self.bk)
+                a = T.desc_load(self.a_desc, [a_row, kk])
+                if rec["b_trans"]:
+                    b = T.trans(T.desc_load(self.b_desc, [n0, kk]), [1, 0])
+                else:
+                    b = T.desc_load(self.b_desc, [kk, n0])
+                loop.yield_(T.dot(a, b, loop.args[0], max_imprecise_acc=imprecise))
+            return loop.results[0]
+        # pointer loads: a_ptrs[BM, BK], b_ptrs[BK, BN], advanced by BK each step
+        rm = T.add(a_row, T.make_range(0, self.bm))
+        rn = T.add(n0, T.make_range(0, self.bn))
+        rk = T.make_range(0, self.bk)
+        idx = self.idx_t
+        k_off = T.mul(k_start, self.bk) if k_start is not None else None
+        rk_a = T.add(rk, k_off) if k_off is not None else rk
+        a_off = T.add(T.mul(T.expand_dims(self._wide(rm), 1), rec["lda"]), T.expand_dims(self._wide(rk_a), 0))
+        if rec["b_trans"]:
+            b_off = T.add(T.expand_dims(self._wide(rk_a), 1), T.mul(T.expand_dims(self._wide(rn), 0), rec["ldb"]))
+            b_step = self.bk
+        else:
+            b_off = T.add(T.mul(T.expand_dims(self._wide(rk_a), 1), rec["ldb"]), T.expand_dims(self._wide(rn), 0))
+            b_step = self.bk * rec["ldb"]
+        a_ptrs = T.addptr(T.splat(a_base, [self.bm, self.bk]), a_off)
+        b_ptrs = T.addptr(T.splat(self.arg["b"], [self.bk, self.bn]), b_off)
+        m_mask = T.expand_dims(T.lt(rm, self.m), 1) if self.m % self.bm else None
+        n_mask = T.expand_dims(T.lt(rn, self.n), 0) if self.n % self.bn else None
+        with T.For(0, n_k, 1, [a_ptrs, b_ptrs, acc0]) as loop:
+            ap, bp, acc = loop.args
+            a_mask, b_mask = m_mask, n_mask
+            if self.k % self.bk:
+                kk = T.mul(T.add(loop.iv, k_start) if k_start is not None else loop.iv, self.bk)
+                k_ok = T.lt(T.add(rk, kk), self.k)
+                a_mask = _and(a_mask, T.expand_dims(k_ok, 0), [self.bm, self.bk])
+                b_mask = _and(b_mask, T.expand_dims(k_ok, 1), [self.bk, self.bn])
+            a = T.load(ap, a_mask, 0.0 if a_mask is not None else None)
+            b = T.load(bp, b_mask, 0.0 if b_mask is not None else None)
+            acc = T.dot(a, b, acc, max_imprecise_acc=imprecise)
+            loop.yield_(T.addptr(ap, T.c(self.bk, T.tensor([self.bm, self.bk], idx))),
+                        T.addptr(bp, T.c(b_step, T.tensor([self.bk, self.bn], idx))), acc)
+        return loop.results[2]
+
+    def _wide(self, x):
+        return T.int_cast(x, T.i64()) if self.idx_t == T.i64() else x
+
+    # -- epilogues
+    def _tile_ptrs(self, base, m0, n0, ld, row_shift=None):
+        """Pointers [BM, BN] to rows m0 + i (+ row_shift, after masking), columns n0 + j, and the mask of the
+        rows/columns inside M x N (None when the tiles divide evenly)."""
+        rm = T.add(m0, T.make_range(0, self.bm))
+        rn = T.add(n0, T.make_range(0, self.bn))
+        rows = self._wide(rm)
+        if row_shift is not None:
+            shift = row_shift if isinstance(row_shift, int) else self._wide(row_shift)
+            rows = T.add(rows, shift)
+        off = T.add(T.mul(T.expand_dims(rows, 1), ld), T.expand_dims(self._wide(rn), 0))
+        ptrs = T.addptr(T.splat(base, [self.bm, self.bn]), off)
+        mask = None
+        if self.m % self.bm:
+            mask = _and(mask, T.expand_dims(T.lt(rm, self.m), 1), [self.bm, self.bn])
+        if self.n % self.bn:
+            mask = _and(mask, T.expand_dims(T.lt(rn, self.n), 0), [self.bm, self.bn])
+        return ptrs, mask
+
+    def store_c(self, acc, m0, n0):
+        rec = self.rec
+        if rec["store"] == "tma":
+            if rec["epilogue_split"] == 2:
+                half = self.bn // 2
+                parts = T.split(T.trans(T.reshape(acc, [self.bm, 2, half]), [0, 2, 1]))
+                T.desc_store(self.c_desc, T.cast(parts[0], self.out_t), [m0, n0])
+                T.desc_store(self.c_desc, T.cast(parts[1], self.out_t), [m0, T.add(n0, half)])
+            else:
+                T.desc_store(self.c_desc, T.cast(acc, self.out_t), [m0, n0])
+            return
+        ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, rec["ldc"])
+        T.store(ptrs, T.cast(acc, self.out_t), mask)
+
+    def _split_epilogue(self, acc, t, split, m0, n0):
+        S = self.rec["split_k"]
+        lock = T.addptr(self.arg["locks"], t)
+        last = T.cmp("eq", split, S - 1)
+        with T.if_(T.cmp("ne", split, S - 1)):
+            ws = self.arg["workspace"]
+            ptrs, mask = self._tile_ptrs(ws, m0, n0, self.n, row_shift=T.mul(split, self.m))
+            T.store(ptrs, acc, mask)
+            T.barrier()
+            T.atomic_rmw("add", lock, T.c(1), T.c(True), sem="release", scope="gpu")
+        with T.if_(last):
+            core.Wait.build(lock, T.c(S - 1), scope="gpu", semantic="acquire")  # bounded, like every wait
+            T.barrier()
+            total = acc
+            for j in range(S - 1):
+                ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, row_shift=j * self.m)
+                total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
+            self.store_c(total, m0, n0)
+            T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
+
+
+def _and(a, b, shape_):
+    b = T.broadcast(b, shape_)
+    return b if a is None else T.and_(T.broadcast(a, shape_), b)

@@ -1,0 +1,177 @@
+"""W-way reduction: ``dst[region] = sum over ranks r of src@r[region]``, read through ``ditron_core.symm_at``,
+accumulated in fp32 in the order r = rank, rank+1, ... (mod num_ranks), so each rank reads its own copy first and
+the ranks start on different peers.
+
+Record fields (``make_record``): rows, cols, dtype (of src), out_dtype, src_ld, dst_ld, src_row/src_col/dst_row/
+dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
+
+    wait   = {arg, rows_per_slot, value_arg, scope}: before reading a tile from rank r, wait until every slot of
+             r's signal pad ``arg`` covering the tile's src rows is >= the i32 argument ``value_arg``
+             (ditron_core.wait on symm_at(pad + slot, r), then consume_token on r's src pointer). Matches a GEMM
+             whose notify = {peer: 'rank', rows_per_slot} marks its own partial rows ready.
+    notify = {arg, slot, peer, value, scope}: end-of-program notify, as in copy (peer default 'rank').
+
+Arguments: src (symmetric), dst, the wait pad and value, the notify pad, then the i32 arguments that
+'arg:<name>' fields name.
+"""
+from __future__ import annotations
+
+import numpy as np
+from mlir import ir
+
+from ..dialects import core
+from . import KERNEL_ATTR, KernelRecord, Region, SlotWait, TileStep
+from . import chunk
+from ..dialects import ttir as T
+from .numerics import round_to
+
+name = "reduce"
+_TEMPLATE = "reduce"
+DTYPES = ("bf16", "fp16", "fp32")
+
+
+def make_record(rows: int, cols: int, *, name: str = "reduce", dtype: str = "bf16", out_dtype: str | None = None,
+                src_ld: int | None = None, dst_ld: int | None = None, src_row=0, src_col=0, dst_row=0, dst_col=0,
+                block_m: int | None = None, block_n: int | None = None, grid: int = 32, num_warps: int = 4,
+                wait: dict | None = None, notify: dict | None = None) -> KernelRecord:
+    elem = T.DTYPE_BYTES.get(dtype, 2)
+    if block_n is None:
+        block_n = min(1 << max(0, (cols - 1).bit_length()), max(16, 512 // elem))
+    if block_m is None:
+        block_m = min(1 << max(0, (rows - 1).bit_length()), max(1, 8192 // elem // block_n))
+    rec = KernelRecord(template="reduce", name=name, rows=rows, cols=cols, dtype=dtype,
+                       out_dtype=out_dtype or dtype, src_ld=src_ld or cols, dst_ld=dst_ld or cols, src_row=src_row,
+                       src_col=src_col, dst_row=dst_row, dst_col=dst_col, block_m=block_m, block_n=block_n,
+                       grid=grid, num_warps=num_warps)
+    if wait:
+        rec["wait"] = {"value_arg": "wait_value", "scope": "sys", **wait}
+    if notify:
+        rec["notify"] = {"peer": "rank", "value": 1, "scope": "sys", **notify}
+    rec["args"] = _arg_names(rec)
+    check(rec)
+    return rec
+
+
+def _arg_names(rec) -> list[str]:
+    args = ["src", "dst"]
+    if "wait" in rec:
+        args += [rec["wait"]["arg"], rec["wait"]["value_arg"]]
+    if "notify" in rec and rec["notify"]["arg"] not in args:
+        args.append(rec["notify"]["arg"])
+    fields = [rec[f"{s}_{f}"] for s in ("src", "dst") for f in ("row", "col")]
+    if "notify" in rec:
+        fields += [rec["notify"]["slot"], rec["notify"]["peer"]]
+    return args + [a for a in chunk.scalar_args(rec, fields) if a not in args]
+
+
+def check(rec) -> None:
+    chunk.check_region(_TEMPLATE, rec)
+    for key in ("dtype", "out_dtype"):
+        if rec[key] not in DTYPES:
+            raise chunk.err(_TEMPLATE, f"{key} '{rec[key]}' is not supported; use one of {', '.join(DTYPES)}")
+    if "wait" in rec:
+        w = rec["wait"]
+        if not isinstance(w.get("arg"), str) or not isinstance(w.get("rows_per_slot"), int) or w["rows_per_slot"] < 1:
+            raise chunk.err(_TEMPLATE, "'wait' needs 'arg' (the signal pad) and 'rows_per_slot' >= 1")
+        if not isinstance(rec["src_row"], int):
+            raise chunk.err(_TEMPLATE, "a per-tile wait needs a constant src_row (slots are computed from it)")
+    if "notify" in rec:
+        chunk.check_peer(_TEMPLATE, "notify.peer", rec["notify"]["peer"])
+    if len(set(rec["args"])) != len(rec["args"]):
+        raise chunk.err(_TEMPLATE, f"argument names collide: {rec['args']}")
+
+
+def grid(rec) -> tuple[int, int, int]:
+    return rec["grid"], 1, 1
+
+
+def _slots(rec, src_row0: int, rows: int) -> range:
+    rps = rec["wait"]["rows_per_slot"]
+    return range(src_row0 // rps, (src_row0 + rows - 1) // rps + 1)
+
+
+# ------------------------------------------------------------------------------------------------ tiles()
+
+def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list[list[TileStep]]:
+    rec = record
+    order = [(rank + i) % num_ranks for i in range(num_ranks)]
+    out = []
+    for pid in range(rec["grid"]):
+        steps = []
+        for tm, tn in chunk.program_tiles(rec, pid):
+            (r0, c0), size = chunk.tile_box(rec, "src", tm, tn, scalars)
+            srcs = [Region("src", (r0, c0), size, rank=None if r == rank else r) for r in order]
+            dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
+            step = TileStep(reads=srcs, writes=[dst], compute=_sum(srcs, dst, rec["out_dtype"]))
+            if "wait" in rec:
+                w = rec["wait"]
+                step.waits = [SlotWait(w["arg"], s, int(scalars[w["value_arg"]]), rank=None if r == rank else r)
+                              for r in order for s in _slots(rec, r0, size[0])]
+            steps.append(step)
+        notifies = chunk.program_notifies(rec, rank, num_ranks, scalars, None)
+        if notifies:
+            if not steps:
+                steps.append(TileStep())
+            steps[-1].notifies = notifies
+        out.append(steps)
+    return out
+
+
+def _sum(srcs, dst, out_dtype):
+    def compute(view):
+        acc = np.zeros(dst.sizes, np.float32)
+        for s in srcs:
+            acc = acc + np.asarray(view(s), dtype=np.float32)
+        view(dst)[...] = round_to(out_dtype, acc)
+
+    return compute
+
+
+# ------------------------------------------------------------------------------------------------ build()
+
+def build(record, *, ip, loc=None):
+    rec = KernelRecord(record)
+    check(rec)
+    with (loc or ir.Location.unknown()), ip:
+        types = {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["out_dtype"])}
+        if "wait" in rec:
+            types[rec["wait"]["arg"]] = T.ptr("i32")
+        if "notify" in rec:
+            types[rec["notify"]["arg"]] = T.ptr("i32")
+        args = [(a, types.get(a, T.i32()), {"tt.divisibility": 16} if a in types else {}) for a in rec["args"]]
+        f, values = T.func(rec["name"], args, attrs={KERNEL_ATTR: rec.to_attr()})
+        with ir.InsertionPoint(f.regions[0].blocks[0]):
+            _emit(rec, dict(zip(rec["args"], values)))
+            T.ret()
+    return f
+
+
+def _emit(rec, args):
+    e = chunk.RegionEmitter(rec, args)
+    bm, bn = rec["block_m"], rec["block_n"]
+    rank, num_ranks = e.rank(), e.num_ranks()
+    with e.for_tiles() as loop:
+        tm, tn = e.tile_coords(loop.iv)
+        src_off, mask, _ = e.tile_offsets("src", tm, tn)
+        dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+        with T.For(0, num_ranks, 1, [T.zeros([bm, bn], "fp32")]) as peers:
+            r = T.rem(T.add(rank, peers.iv), num_ranks)
+            src = core.SymmAt.build(args["src"], r).result
+            if "wait" in rec:
+                src = core.ConsumeToken.build(src, _wait(rec, args, tm, r)).result
+            vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask, 0.0 if mask is not None else None)
+            peers.yield_(T.add(peers.args[0], T.cast(vals, "fp32")))
+        T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(peers.results[0], rec["out_dtype"]), mask)
+    e.notify()
+
+
+def _wait(rec, args, tm, r):
+    """Wait on rank r's slots for the tile's src rows; returns the token."""
+    w = rec["wait"]
+    rps, bm = w["rows_per_slot"], rec["block_m"]
+    first = T.add(T.mul(tm, bm), rec["src_row"])
+    last = T.add(T.min_(T.add(T.mul(tm, bm), bm), rec["rows"]), rec["src_row"] - 1)
+    with T.For(T.div(first, rps), T.add(T.div(last, rps), 1), 1, [T.c(0)]) as loop:
+        slot = core.SymmAt.build(T.addptr(args[w["arg"]], loop.iv), r).result
+        loop.yield_(core.Wait.build(slot, args[w["value_arg"]], scope=w["scope"]).token)
+    return loop.results[0]

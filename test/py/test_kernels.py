@@ -1,0 +1,484 @@
+"""CPU tests of the kernel templates (ditron.kernels: gemm, copy, reduce).
+
+Three views are checked against each other on small problems, including shapes that do not divide evenly:
+the emitted IR run by the numpy interpreter (ditron.kernels.interp), the template's ``tiles()`` run on the same
+data, and numpy itself. The IR's trace (waits, elements read and written, notifies per tile, per program) must
+match ``tiles()`` exactly. Emitted modules are re-parsed by Triton, and a few are compiled to machine code:
+wgmma in the sm_90 GEMM, v_mfma on gfx942, vector loads through symm_at.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from mlir import ir
+
+from ditron.dialects import ditron_context
+from ditron.errors import VerificationError
+from ditron.kernels import KERNEL_ATTR, KernelRecord, chunk, copy, gemm, get_template, interp, reduce
+from ditron.dialects import ttir as T
+from ditron.kernels.numerics import random, round_to, storage_dtype
+
+RNG_SEED = 1234
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def _lower_available() -> bool:
+    try:
+        from ditron.passes.lower_core_to_triton import LowerCoreToTritonPass  # noqa: F401
+        from ditron.backends import get_backend  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def emit(rec, *, lower: str | None = None) -> str:
+    """The record's kernel as generic-form text; ``lower``: run ditron-lower-core-to-triton for that target."""
+    with ditron_context():
+        module = ir.Module.create()
+        get_template(rec["template"]).build(rec, ip=ir.InsertionPoint(module.body))
+        assert module.operation.verify()
+        if lower is not None:
+            from ditron.passes.lower_core_to_triton import LowerCoreToTritonPass
+            LowerCoreToTritonPass(target=lower).run(module)
+        return T.module_text(module)
+
+
+def triton_parse(text: str, target=("cuda", 90, 32)) -> None:
+    """Triton's own parser must accept the text (raises RuntimeError otherwise)."""
+    from triton._C.libtriton import ir as tir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    ctx = tir.context()
+    tir.load_dialects(ctx)
+    make_backend(GPUTarget(*target)).load_dialects(ctx)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ttir")
+        with open(path, "w") as f:
+            f.write(text)
+        tir.parse_mlir_module(path, ctx)
+
+
+def compile_text(text: str, target: str, num_warps: int, num_stages: int):
+    """(asm dict, binary bytes) through ditron's backend (or triton.compile while the backend is missing)."""
+    try:
+        from ditron.backends import get_backend
+    except ImportError:
+        get_backend = None
+    if get_backend is not None:
+        be = get_backend(target)
+        k = be.compile(text, be.options(num_warps=num_warps, num_stages=num_stages))
+        return k.asm, k.binary
+    import triton
+    from triton.backends.compiler import GPUTarget
+    vendor, arch = target.split(":")
+    tgt = GPUTarget("cuda", int(arch), 32) if vendor == "cuda" else GPUTarget("hip", arch, 64)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ttir")
+        with open(path, "w") as f:
+            f.write(text)
+        c = triton.compile(path, target=tgt, options={"num_warps": num_warps, "num_stages": num_stages})
+    return c.asm, c.asm["cubin" if vendor == "cuda" else "hsaco"]
+
+
+def run_both(rec, memory: dict, lds: dict, *, ranks=(0,), num_ranks: int = 1, scalars=None):
+    """Run the IR (interpreter) and tiles() for each rank in order on copies of memory; check their traces
+    agree; return (memory after the IR, memory after tiles())."""
+    scalars = scalars or {}
+    mod = get_template(rec["template"])
+    mem_ir = {k: v.copy() for k, v in memory.items()}
+    mem_tiles = {k: v.copy() for k, v in memory.items()}
+    with ditron_context():
+        module = ir.Module.create()
+        func = mod.build(rec, ip=ir.InsertionPoint(module.body))
+        assert KernelRecord.of(func) == rec
+        for rank in ranks:
+            events = interp.run(func, mem_ir, grid=mod.grid(rec)[0], rank=rank, num_ranks=num_ranks,
+                                scalars=scalars)
+            steps = mod.tiles(rec, rank=rank, num_ranks=num_ranks, scalars=scalars)
+            interp.compare_trace(steps, events, rank=rank, lds=lds)
+            interp.apply_tiles(steps, mem_tiles, rank=rank, lds=lds)
+    return mem_ir, mem_tiles
+
+
+def close(got, want, tol=1e-2):
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------------------------------------ GEMM
+
+SMALL = dict(block_m=32, block_n=32, block_k=16, group_m=2, num_sms=3)
+
+GEMM_CASES = {
+    "pointer-plain-ragged": dict(m=70, n=50, k=40, loads="pointer", store="pointer", persistent=False,
+                                 epilogue_split=1, flatten=False),
+    "tma-persistent-flat-split-epilogue": dict(m=70, n=56, k=40, loads="tma", store="tma", persistent=True,
+                                               epilogue_split=2, flatten=True),
+    "tma-bT-rowmajor-pointer-store": dict(m=45, n=64, k=72, b_trans=True, tile_order="row_major", loads="tma",
+                                          store="pointer", persistent=True, epilogue_split=1, flatten=False),
+    "pointer-bT-fp16-to-fp32-persistent": dict(m=33, n=47, k=35, in_dtype="fp16", out_dtype="fp32", b_trans=True,
+                                               loads="pointer", store="pointer", persistent=True, epilogue_split=1,
+                                               flatten=False),
+    "fp8-pointer": dict(m=40, n=48, k=64, in_dtype="fp8e4m3", out_dtype="bf16", loads="pointer", store="pointer",
+                        persistent=False, epilogue_split=1, flatten=False),
+    "fp8-tma-bT": dict(m=40, n=48, k=64, in_dtype="fp8e4m3", out_dtype="fp16", b_trans=True, loads="tma",
+                       store="tma", persistent=False, epilogue_split=1, flatten=False),
+    "splitk3-pointer": dict(m=70, n=40, k=200, loads="pointer", store="pointer", persistent=False, split_k=3,
+                            epilogue_split=1, flatten=False, num_sms=100),
+    "splitk2-tma": dict(m=64, n=64, k=96, loads="tma", store="pointer", persistent=False, split_k=2,
+                        epilogue_split=1, flatten=False, num_sms=100),
+    "strided-lda-ldc": dict(m=50, n=40, k=30, lda=48, ldc=64, loads="pointer", store="pointer", persistent=True,
+                            epilogue_split=1, flatten=False),
+    "tma-strided-ragged-k": dict(m=50, n=40, k=30, lda=48, ldc=64, loads="tma", store="tma", persistent=True,
+                                 epilogue_split=1, flatten=True),
+}
+
+
+def gemm_memory(rec, rng):
+    m, n, k = rec["m"], rec["n"], rec["k"]
+    a = random(rec["in_dtype"], (m, rec["lda"]), rng)
+    b = random(rec["in_dtype"], (n, rec["ldb"]) if rec["b_trans"] else (k, rec["ldb"]), rng)
+    mem = {("a", 0): a.ravel().copy(), ("b", 0): b.ravel().copy(),
+           ("c", 0): np.zeros(m * rec["ldc"], storage_dtype(rec["out_dtype"]))}
+    if rec["split_k"] > 1:
+        mem[("workspace", 0)] = np.zeros((rec["split_k"] - 1) * m * n, np.float32)
+        mem[("locks", 0)] = np.zeros(gemm.geometry(rec).tiles, np.int32)
+    ref = a[:, :k].astype(np.float32) @ (b[:, :k].T if rec["b_trans"] else b[:, :n]).astype(np.float32)
+    return mem, ref
+
+
+def gemm_lds(rec):
+    return {"a": rec["lda"], "b": rec["ldb"], "c": rec["ldc"], "workspace": rec["n"], "locks": None}
+
+
+@pytest.mark.parametrize("case", sorted(GEMM_CASES))
+def test_gemm_ir_matches_tiles_and_numpy(case):
+    fields = dict(SMALL, **GEMM_CASES[case])
+    m, n, k = fields.pop("m"), fields.pop("n"), fields.pop("k")
+    rec = gemm.make_record(m, n, k, name=f"gemm_{case.replace('-', '_')}", **fields)
+    mem, ref = gemm_memory(rec, np.random.default_rng(RNG_SEED))
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec))
+    c_ir = mem_ir[("c", 0)].reshape(m, rec["ldc"])[:, :n]
+    c_tiles = mem_tiles[("c", 0)].reshape(m, rec["ldc"])[:, :n]
+    close(c_ir, round_to(rec["out_dtype"], ref))
+    close(c_tiles, c_ir)
+    assert not mem_ir[("c", 0)].reshape(m, rec["ldc"])[:, n:].any(), "wrote past column n"
+    if rec["split_k"] > 1:
+        assert not mem_ir[("locks", 0)].any(), "split-K must leave its locks at zero"
+    triton_parse(emit(rec, lower="cuda:90"))
+
+
+@pytest.mark.parametrize("loads", ["pointer", "tma"])
+def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
+    """AG+GEMM shape: 4 ranks' rows, each rank starts on its own rows, waits per tile on the slots of the rows it
+    reads and notifies the owner of the rows it wrote."""
+    W, rows_per_rank = 4, 24
+    rec = gemm.make_record(W * rows_per_rank, 40 if loads == "pointer" else 48, 32, name="ag_gemm",
+                           tile_order="rank_rotated", rows_per_rank=rows_per_rank,
+                           wait={"arg": "a_sig", "rows_per_slot": 12},
+                           notify={"arg": "c_sig", "rows_per_slot": 8, "peer": "slot_owner"},
+                           loads=loads, store="pointer", persistent=True, epilogue_split=1, flatten=False,
+                           **dict(SMALL, block_m=16, num_sms=4))
+    assert rec["args"] == ["a", "b", "c", "a_sig", "wait_value", "c_sig"]
+    rng = np.random.default_rng(RNG_SEED)
+    mem, ref = gemm_memory(rec, rng)
+    n_slots = math.ceil(rec["m"] / 8)
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)] = mem[("a", 0)], mem[("b", 0)]
+        mem[("c", r)] = np.zeros_like(mem[("c", 0)])
+        mem[("a_sig", r)] = np.full(rec["m"] // 12 + 1, 3, np.int32)
+        mem[("c_sig", r)] = np.zeros(n_slots, np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"a_sig": None, "c_sig": None}, ranks=range(W),
+                                 num_ranks=W, scalars={"wait_value": 3})
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(rec["m"], -1), round_to("bf16", ref))
+        np.testing.assert_array_equal(mem_ir[("c_sig", r)], mem_tiles[("c_sig", r)])
+    counts = gemm.notify_counts(rec)
+    total = sum(mem_ir[("c_sig", r)] for r in range(W))  # every rank's launch notified slot owners
+    for slot, expected in counts.items():
+        assert total[slot] == W * expected
+    # rank 2 starts on its own rows: the first tile of program 0 reads A rows 48..63
+    first = gemm.tiles(rec, rank=2, num_ranks=W, scalars={"wait_value": 3})[0][0]
+    assert first.reads[0].offsets[0] == 2 * rows_per_rank
+    assert [w.slot for w in first.waits] == [4, 5]
+
+
+def test_gemm_wait_blocks_until_slot_reaches_value():
+    rec = gemm.make_record(64, 32, 32, wait={"arg": "sig", "rows_per_slot": 32}, loads="pointer",
+                           store="pointer", persistent=False, epilogue_split=1, flatten=False,
+                           **dict(SMALL, block_m=32))
+    mem, _ = gemm_memory(rec, np.random.default_rng(0))
+    mem[("sig", 0)] = np.array([1, 0], np.int32)  # rows 32..63 not ready
+    with ditron_context():
+        module = ir.Module.create()
+        func = gemm.build(rec, ip=ir.InsertionPoint(module.body))
+        with pytest.raises(interp.Blocked, match=r"slots \[1\] >= 1"):
+            interp.run(func, mem, grid=gemm.grid(rec)[0], scalars={"wait_value": 1})
+
+
+@pytest.mark.parametrize("order,persistent", [("row_major", False), ("grouped", True), ("grouped", False),
+                                              ("rank_rotated", True)])
+def test_gemm_tile_order_visits_every_tile_once(order, persistent):
+    rec = gemm.make_record(1000, 3000, 256, tile_order=order, rows_per_rank=250, persistent=persistent,
+                           loads="pointer", store="pointer", epilogue_split=1, flatten=False, block_m=64,
+                           block_n=128, group_m=4, num_sms=7)
+    g = gemm.geometry(rec)
+    for rank in (0, 3):
+        seen = [gemm.tile_coords(rec, t, rank) for pid in range(g.grid) for t, _ in gemm.program_tiles(rec, pid)]
+        assert sorted(seen) == [(i, j) for i in range(g.tiles_m) for j in range(g.tiles_n)]
+        steps = gemm.tiles(rec, rank=rank, num_ranks=4, scalars={})
+        assert sum(len(s) for s in steps) == g.tiles
+    if order == "grouped":  # consecutive tiles sweep GROUP_M m-blocks before moving right
+        assert [gemm.tile_coords(rec, t) for t in range(5)] == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1)]
+    if order == "rank_rotated":
+        assert gemm.tile_coords(rec, 0, rank=3) == (750 // 64, 0)
+
+
+def test_gemm_tile_order_hook(monkeypatch):
+    """A tile order registered once (here: column-major) drives both the IR and tiles()."""
+    def column_major(o, t, rec, g, rank):
+        return o.rem(t, g.tiles_m), o.div(t, g.tiles_m)
+
+    monkeypatch.setitem(gemm.TILE_ORDER_FNS, "column_major", column_major)
+    rec = gemm.make_record(70, 50, 40, tile_order="column_major", loads="pointer", store="pointer",
+                           persistent=True, epilogue_split=1, flatten=False, **SMALL)
+    assert [gemm.tile_coords(rec, t) for t in range(4)] == [(0, 0), (1, 0), (2, 0), (0, 1)]
+    mem, ref = gemm_memory(rec, np.random.default_rng(RNG_SEED))
+    mem_ir, _ = run_both(rec, mem, gemm_lds(rec))
+    close(mem_ir[("c", 0)].reshape(70, 50), round_to("bf16", ref))
+
+
+def test_gemm_notify_counts_cover_every_row():
+    rec = gemm.make_record(100, 64, 32, notify={"arg": "sig", "rows_per_slot": 24}, loads="pointer",
+                           store="pointer", persistent=False, epilogue_split=1, flatten=False,
+                           **dict(SMALL, block_m=32))
+    # m-blocks [0,32) [32,64) [64,96) [96,100) x 2 n-blocks; slots of 24 rows: 0..4
+    assert gemm.notify_counts(rec) == {0: 2, 1: 4, 2: 4, 3: 2, 4: 2}
+
+
+def test_gemm_large_problem_uses_64_bit_offsets():
+    rec = gemm.make_record(49152, 49152, 12288, loads="pointer", store="pointer", persistent=False,
+                           epilogue_split=1, flatten=False)
+    text = emit(rec)
+    assert "arith.extsi" in text and "tensor<128x256xi64>" in text
+    triton_parse(text)
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+def test_choose_config_rules():
+    big = gemm.choose_config(8192, 8192, 8192, "bf16", "cuda:90")
+    assert (big["block_m"], big["block_n"], big["loads"], big["persistent"]) == (128, 256, "tma", True)
+    assert big["num_stages"] == 4 and big["epilogue_split"] == 2
+    small = gemm.choose_config(128, 8192, 8192, "bf16", "cuda:90")
+    programs = gemm.geometry(dict(small, m=128, n=8192, k=8192)).grid
+    assert 96 <= programs <= 132, "small M must still fill most SMs in one wave"
+    assert gemm.choose_config(4096, 4096, 4091, "bf16", "cuda:90")["loads"] == "pointer"  # rows not 16B aligned
+    assert gemm.choose_config(8192, 8192, 8192, "bf16", "hip:gfx942")["loads"] == "pointer"
+    fused = gemm.choose_config(8192, 8192, 8192, "bf16", "cuda:90", fused=True)
+    assert fused["store"] == "pointer" and not fused["flatten"]
+    assert gemm.choose_config(8192, 8192, 8192, "fp8e4m3", "cuda:90")["block_k"] == 128
+    for m, n, k in ((128, 8192, 8192), (1024, 8192, 8192), (8192, 49152, 12288), (4091, 1000, 333)):
+        for cfg in gemm.candidates(m, n, k, "bf16", "cuda:90"):
+            gemm.make_record(m, n, k, **cfg)  # every candidate is a valid record
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(k=4091, loads="tma"), "16-byte aligned"),
+    (dict(tile_order="rank_rotated"), "rows_per_rank"),
+    (dict(tile_order="spiral"), "tile_order 'spiral' is unknown"),
+    (dict(store="tma", notify={"arg": "s", "rows_per_slot": 64}), "asynchronously"),
+    (dict(split_k=8, persistent=False, block_m=64, block_n=64, m=1024), "must be resident"),
+    (dict(block_m=48), "power of two"),
+    (dict(in_dtype="fp32"), "in_dtype 'fp32' is not supported"),
+    (dict(notify={"arg": "s", "rows_per_slot": 64, "peer": "everyone"}), "notify.peer 'everyone'"),
+])
+def test_gemm_record_errors(fields, message):
+    args = dict(m=512, n=512, k=512) | fields
+    with pytest.raises(VerificationError, match=message):
+        gemm.make_record(args.pop("m"), args.pop("n"), args.pop("k"), **args)
+
+
+def test_record_round_trip_and_lookup():
+    rec = gemm.make_record(256, 256, 256, wait={"arg": "sig", "rows_per_slot": 64})
+    with ditron_context():
+        module = ir.Module.create()
+        func = gemm.build(rec, ip=ir.InsertionPoint(module.body))
+        assert KERNEL_ATTR in func.attributes
+        assert KernelRecord.of(func) == rec and KernelRecord.of(func)["wait"]["rows_per_slot"] == 64
+    assert get_template("copy") is copy and get_template("reduce") is reduce
+    with pytest.raises(KeyError, match="unknown kernel template"):
+        get_template("fft")
+
+
+# ------------------------------------------------------------------------------------------------ copy
+
+@pytest.mark.parametrize("direction", ["pull", "push"])
+def test_copy_ir_matches_tiles(direction):
+    """Ragged 2-D region at run-time and constant offsets, three ranks, notify at the end of every program."""
+    W, rows, cols = 3, 37, 50
+    rec = copy.make_record(rows, cols, dtype="bf16", direction=direction, peer="rank+1", src_ld=64, dst_ld=80,
+                           src_row="arg:src_row", src_col=6, dst_row=3, dst_col="arg:dst_col", block_m=16,
+                           block_n=32, grid=4, notify={"arg": "sig", "slot": 2})
+    assert rec["args"] == ["src", "dst", "sig", "src_row", "dst_col"]
+    rng = np.random.default_rng(RNG_SEED)
+    mem = {}
+    for r in range(W):
+        mem[("src", r)] = random("bf16", (50 * 64,), rng)
+        mem[("dst", r)] = np.zeros(45 * 80, np.float32)
+        mem[("sig", r)] = np.zeros(4, np.int32)
+    scalars = {"src_row": 5, "dst_col": 20}
+    mem_ir, mem_tiles = run_both(rec, mem, {"src": 64, "dst": 80, "sig": None}, ranks=range(W), num_ranks=W,
+                                 scalars=scalars)
+    for r in range(W):
+        np.testing.assert_array_equal(mem_ir[("dst", r)], mem_tiles[("dst", r)])
+        np.testing.assert_array_equal(mem_ir[("sig", r)], mem_tiles[("sig", r)])
+        src_rank, dst_rank = ((r + 1) % W, r) if direction == "pull" else (r, (r + 1) % W)
+        src = mem[("src", src_rank)].reshape(50, 64)[5:5 + rows, 6:6 + cols]
+        dst = mem_ir[("dst", dst_rank)].reshape(45, 80)
+        np.testing.assert_array_equal(dst[3:3 + rows, 20:20 + cols], src)
+        assert dst.sum() != 0 and np.count_nonzero(dst) == np.count_nonzero(src)  # nothing outside the region
+        assert mem_ir[("sig", r)][2] == chunk.notify_count(rec)  # every program of one launch notified
+
+
+def test_copy_grid_larger_than_tiles_still_notifies_from_every_program():
+    rec = copy.make_record(16, 32, dtype="fp32", peer="arg:peer", block_m=16, block_n=32, grid=3,
+                           notify={"arg": "sig", "slot": 0, "value": 2})
+    mem = {("src", 1): np.arange(512, dtype=np.float32), ("dst", 0): np.zeros(512, np.float32),
+           ("sig", 0): np.zeros(1, np.int32)}
+    mem_ir, _ = run_both(rec, mem, {"src": 32, "dst": 32, "sig": None}, num_ranks=2, scalars={"peer": 1})
+    np.testing.assert_array_equal(mem_ir[("dst", 0)], mem[("src", 1)])
+    assert mem_ir[("sig", 0)][0] == 6 == chunk.notify_count(rec)
+
+
+# ------------------------------------------------------------------------------------------------ reduce
+
+@pytest.mark.parametrize("W,dtype,out_dtype", [(2, "bf16", "bf16"), (4, "fp16", "fp32"), (3, "fp32", "bf16")])
+def test_reduce_ir_matches_tiles_and_numpy(W, dtype, out_dtype):
+    rows, cols = 45, 70
+    rec = reduce.make_record(rows, cols, dtype=dtype, out_dtype=out_dtype, src_ld=72, src_row=10, dst_ld=70,
+                             block_m=16, block_n=32, grid=5, wait={"arg": "ready", "rows_per_slot": 20},
+                             notify={"arg": "done", "slot": "arg:slot"})
+    assert rec["args"] == ["src", "dst", "ready", "wait_value", "done", "slot"]
+    rng = np.random.default_rng(RNG_SEED)
+    mem = {}
+    for r in range(W):
+        mem[("src", r)] = random(dtype, (60 * 72,), rng)
+        mem[("dst", r)] = np.zeros(rows * 70, storage_dtype(out_dtype))
+        mem[("ready", r)] = np.full(3, 7, np.int32)
+        mem[("done", r)] = np.zeros(2, np.int32)
+    scalars = {"wait_value": 7, "slot": 1}
+    mem_ir, mem_tiles = run_both(rec, mem, {"src": 72, "dst": 70, "ready": None, "done": None}, ranks=range(W),
+                                 num_ranks=W, scalars=scalars)
+    want = sum(mem[("src", r)].reshape(60, 72)[10:10 + rows, :cols].astype(np.float32) for r in range(W))
+    for r in range(W):
+        close(mem_ir[("dst", r)].reshape(rows, 70), round_to(out_dtype, want))
+        close(mem_tiles[("dst", r)], mem_ir[("dst", r)], tol=1e-6)
+        assert mem_ir[("done", r)][1] == rec["grid"]
+    # rank 1 reads its own copy first, then 2, ...; and waits on the slot of the same rank before each read
+    step = reduce.tiles(rec, rank=1, num_ranks=W, scalars=scalars)[0][0]
+    assert [reg.rank for reg in step.reads] == [None] + [(1 + i) % W for i in range(1, W)]
+    assert [(w.rank, w.slot) for w in step.waits][:2] == [(None, 0), (None, 1)]  # rows 10..25 -> slots 0, 1
+
+
+def test_reduce_record_errors():
+    with pytest.raises(VerificationError, match="dtype 'fp8e4m3' is not supported"):
+        reduce.make_record(8, 8, dtype="fp8e4m3")
+    with pytest.raises(VerificationError, match="constant src_row"):
+        reduce.make_record(8, 8, src_row="arg:r", wait={"arg": "s", "rows_per_slot": 4})
+    with pytest.raises(VerificationError, match="direction 'sideways'"):
+        copy.make_record(8, 8, direction="sideways")
+    with pytest.raises(VerificationError, match="columns run past"):
+        copy.make_record(8, 8, src_ld=8, src_col=4)
+
+
+# ------------------------------------------------------------------------------------------------ Triton
+
+def test_gemm_sm90_persistent_tma_compiles_to_wgmma():
+    rec = gemm.make_record(8192, 8192, 8192)
+    asm, binary = compile_text(emit(rec, lower="cuda:90"), "cuda:90", rec["num_warps"], rec["num_stages"])
+    ptx = asm["ptx"]
+    assert binary[:4] == b"\x7fELF"
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx and "tensormap" in ptx
+    assert ".entry gemm" in ptx
+
+
+@pytest.mark.parametrize("target,telling", [("cuda:90", "wgmma.mma_async"), ("cuda:80", "mma.sync"),
+                                            ("hip:gfx942", "v_mfma")])
+def test_gemm_pointer_variant_compiles(target, telling):
+    cfg = gemm.choose_config(4091, 1000, 333, "bf16", target)
+    rec = gemm.make_record(4091, 1000, 333, target=target, **cfg)
+    assert rec["loads"] == "pointer"
+    asm, binary = compile_text(emit(rec, lower=target), target, rec["num_warps"], rec["num_stages"])
+    assert telling in asm["amdgcn" if target.startswith("hip") else "ptx"]
+    assert binary[:4] == b"\x7fELF"
+
+
+def test_gemm_fp8_and_split_k_compile_for_sm90():
+    rec = gemm.make_record(128, 4096, 4096, in_dtype="fp8e4m3", b_trans=True)
+    text = emit(rec, lower="cuda:90")
+    assert f"maxNumImpreciseAcc = {rec['block_k']}" in text  # fp32 accumulation at every K step by default
+    asm, _ = compile_text(text, "cuda:90", rec["num_warps"], rec["num_stages"])
+    assert "e4m3" in asm["ptx"] and "wgmma" in asm["ptx"]
+    if rec["split_k"] > 1:
+        assert "atom.global" in asm["ptx"] or "red.global" in asm["ptx"]
+
+
+@pytest.mark.skipif(not _lower_available(), reason="ditron-lower-core-to-triton is not available yet")
+@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
+def test_templates_with_primitives_compile(target):
+    gemm_rec = gemm.make_record(4096, 1024, 1024, tile_order="rank_rotated", rows_per_rank=512, target=target,
+                                wait={"arg": "sig", "rows_per_slot": 256},
+                                notify={"arg": "out_sig", "rows_per_slot": 128, "peer": "rank+1"})
+    copy_rec = copy.make_record(1000, 4096, peer="rank+1", notify={"arg": "sig", "slot": 3})
+    reduce_rec = reduce.make_record(1000, 4096, wait={"arg": "sig", "rows_per_slot": 128},
+                                    notify={"arg": "done", "slot": "arg:slot"})
+    for rec in (gemm_rec, copy_rec, reduce_rec):
+        text = emit(rec, lower=target)
+        assert "ditron_core." not in text
+        asm, binary = compile_text(text, target, rec["num_warps"], rec.get("num_stages", 2))
+        code = asm["amdgcn" if target.startswith("hip") else "ptx"]
+        if target.startswith("cuda"):
+            if rec is gemm_rec:
+                assert "wgmma.mma_async" in code and "acquire" in code and "release" in code
+            else:  # loads through symm_at stay 16-byte vectors
+                assert "ld.global.v4" in code or "ld.global.nc.v4" in code
+        elif rec is gemm_rec:
+            assert "v_mfma" in code
+        else:
+            assert "dwordx4" in code
+
+
+# ------------------------------------------------------------------------------------------------ GPU inputs
+
+def _load(path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("which", ["benchmark", "gpu_test"])
+def test_gpu_kernel_sets_build(which, tmp_path):
+    """The GPU box cannot run the templates (no MLIR): the kernels it runs are generated here (into build/, which
+    the lead carries to the GPU box) by the benchmark's and the GPU test's --build step. Both builds must work and
+    give one Triton-parsable TTIR file per manifest entry."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    if which == "benchmark":
+        bench = _load(root / "benchmarks" / "bench_gemm.py")
+        bench.build_kernels(tmp_path, bench.bench_kernels())
+    else:
+        gpu = _load(root / "test" / "py" / "test_gemm_gpu.py")
+        gpu.build(tmp_path)
+    import json
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    fresh = sorted(p.name for p in tmp_path.glob("*.ttir"))
+    assert fresh and len(fresh) == len(manifest["kernels"])
+    triton_parse((tmp_path / fresh[0]).read_text())
