@@ -1,0 +1,267 @@
+"""The performance model of DESIGN.md §7 and the peak numbers of each target.
+
+Used by ``ditron-tile`` to pick chunk sizes, copy engines, SM splits and GEMM tile configurations, and by the
+benchmarks to report achieved time as a fraction of the ideal overlapped time. Pure Python, no MLIR, no torch.
+
+Times are seconds, sizes bytes, rates per second. Every number in ``PEAKS`` says where it comes from: ``measured``
+(on the reference machine, see /work/shared/MLIR_NOTES.md) or ``estimate`` (datasheet-derived; replace it when
+someone measures). The model is deliberately simple — a roofline per GEMM tile with wave quantization, a
+latency + bandwidth model per chunk copy — and its job is to rank choices, not to predict to the microsecond.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .errors import TargetError
+
+
+@dataclass(frozen=True)
+class TargetPeaks:
+    """What one GPU of a target can do. ``link_topology``: "switch" (NVSwitch: one GPU's peer traffic shares
+    ``link_bw`` however many peers it talks to) or "mesh" (fully connected point-to-point links: ``link_bw`` per
+    peer, up to ``links`` peers at once)."""
+
+    target: str
+    gemm_flops: float          # dense bf16 GEMM FLOP/s a good kernel reaches
+    link_bw: float             # one-direction peer bandwidth of a copy-engine pull (per link on a mesh)
+    hbm_copy_bw: float         # device-to-device copy bandwidth
+    num_sms: int
+    smem_per_sm: int           # shared memory (LDS) per SM/CU usable by one CTA, bytes
+    sm_copy_bw_per_sm: float   # bytes/s one SM moves over the link in a copy/reduce kernel
+    link_topology: str = "switch"
+    links: int = 1
+    copy_latency: float = 2e-6     # per chunk copy enqueued on a stream (DMA setup + completion)
+    signal_latency: float = 1e-6   # a stream signal/wait pair
+    launch_latency: float = 4e-6   # a kernel launch
+    source: str = ""
+
+    def peer_bw(self, peers: int) -> float:
+        """Aggregate one-direction bandwidth when pulling from ``peers`` ranks at once."""
+        if peers <= 0:
+            return self.link_bw
+        if self.link_topology == "mesh":
+            return self.link_bw * min(peers, self.links)
+        return self.link_bw
+
+    def sm_link_bw(self, sms: int, peers: int) -> float:
+        """Bandwidth of a copy/reduce kernel on ``sms`` SMs reading ``peers`` ranks: SM-limited, link-limited."""
+        return min(sms * self.sm_copy_bw_per_sm, self.peer_bw(peers))
+
+
+# The one table of per-target numbers.
+PEAKS: dict[str, TargetPeaks] = {
+    "cuda:90": TargetPeaks(
+        "cuda:90", gemm_flops=790e12, link_bw=371e9, hbm_copy_bw=4.25e12, num_sms=132, smem_per_sm=232448,
+        sm_copy_bw_per_sm=24e9, link_topology="switch", links=18,
+        source="H200: GEMM 790 TFLOP/s bf16, copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; "
+               "per-SM copy rate estimate"),
+    "cuda:80": TargetPeaks(
+        "cuda:80", gemm_flops=280e12, link_bw=230e9, hbm_copy_bw=1.6e12, num_sms=108, smem_per_sm=166912,
+        sm_copy_bw_per_sm=16e9, link_topology="switch", links=12,
+        source="A100: estimate (312 TFLOP/s bf16 peak, NVLink3 300 GB/s per direction, HBM2e 2 TB/s)"),
+    "hip:gfx942": TargetPeaks(
+        "hip:gfx942", gemm_flops=650e12, link_bw=48e9, hbm_copy_bw=4.0e12, num_sms=304, smem_per_sm=65536,
+        sm_copy_bw_per_sm=8e9, link_topology="mesh", links=7, copy_latency=4e-6,
+        source="MI300X: estimate (1307 TFLOP/s bf16 dense peak, ~50 % reached; 7 xGMI links of 64 GB/s per "
+               "direction, ~75 % reached; HBM3 5.3 TB/s)"),
+    "hip:gfx950": TargetPeaks(
+        "hip:gfx950", gemm_flops=1150e12, link_bw=58e9, hbm_copy_bw=6.0e12, num_sms=256, smem_per_sm=163840,
+        sm_copy_bw_per_sm=10e9, link_topology="mesh", links=7, copy_latency=4e-6,
+        source="MI355X: estimate (2.3 PFLOP/s bf16 dense peak, xGMI 76.8 GB/s per link, HBM3E 8 TB/s)"),
+}
+
+
+def peaks_for(target: str, *, num_sms: int | None = None) -> TargetPeaks:
+    """The peak numbers of target ('cuda:90', 'hip:gfx942', ...); num_sms overrides the SM count (a virtual
+    world gives each rank a share of one GPU)."""
+    key = target.strip().lower()
+    if key.startswith("cuda:"):
+        arch = key[5:].removeprefix("sm_").removesuffix("a")
+        key = f"cuda:{arch}"
+    if key not in PEAKS:
+        raise TargetError(f"no performance numbers for target '{target}'; known: {', '.join(PEAKS)}")
+    peaks = PEAKS[key]
+    if num_sms is not None:
+        if num_sms < 1:
+            raise TargetError(f"num_sms must be >= 1, got {num_sms}")
+        peaks = replace(peaks, num_sms=num_sms)
+    return peaks
+
+
+# ----------------------------------------------------------------------------------------------------- GEMM
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """A core tile configuration of the GEMM template. ``efficiency``: the fraction of the target's GEMM rate a
+    full wave of such tiles reaches (bigger tiles amortize loads better)."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+    efficiency: float = 1.0
+
+    def smem_bytes(self, elem_bytes: int, vendor: str) -> int:
+        per_stage = (self.block_m + self.block_n) * self.block_k * elem_bytes
+        # AMD's stream pipeliner keeps one stage in registers; NVIDIA keeps every stage in shared memory.
+        stages = max(1, self.num_stages - 1) if vendor == "hip" else self.num_stages
+        return per_stage * stages
+
+
+# Candidates per vendor, best first for large problems. Efficiencies follow the H200 measurements of
+# MLIR_NOTES.md (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile.
+_GEMM_CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
+    "cuda": (
+        GemmConfig(128, 256, 64, 8, 3, 8, 1.00),
+        GemmConfig(128, 128, 64, 8, 4, 8, 0.93),
+        GemmConfig(128, 128, 64, 4, 4, 8, 0.90),
+        GemmConfig(64, 128, 64, 4, 4, 8, 0.80),
+        GemmConfig(64, 64, 64, 4, 4, 8, 0.65),
+        GemmConfig(32, 64, 64, 4, 3, 8, 0.45),
+        GemmConfig(16, 64, 128, 4, 3, 1, 0.30),
+    ),
+    "hip": (
+        GemmConfig(256, 256, 64, 8, 2, 4, 1.00),
+        GemmConfig(256, 128, 64, 8, 2, 4, 0.95),
+        GemmConfig(128, 128, 64, 4, 2, 4, 0.88),
+        GemmConfig(64, 128, 64, 4, 2, 4, 0.75),
+        GemmConfig(64, 64, 64, 4, 2, 4, 0.60),
+        GemmConfig(32, 64, 64, 4, 2, 1, 0.40),
+        GemmConfig(16, 64, 128, 4, 2, 1, 0.28),
+    ),
+}
+
+# How much of the HBM rate one SM's operand loads see, thanks to L2 reuse under grouped tile order.
+_L2_REUSE = 6.0
+
+
+def gemm_candidates(peaks: TargetPeaks, elem_bytes: int = 2) -> list[GemmConfig]:
+    vendor = peaks.target.split(":")[0]
+    return [c for c in _GEMM_CANDIDATES[vendor] if c.smem_bytes(elem_bytes, vendor) <= peaks.smem_per_sm]
+
+
+def gemm_tiles(m: int, n: int, cfg: GemmConfig) -> int:
+    return math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+
+
+def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sms: int | None = None,
+              elem_bytes: int = 2) -> float:
+    """Time of an m x n x k GEMM with tile config cfg on sms SMs (default: all): waves of tiles, each tile bound by
+    its math or by its operand loads, plus a launch."""
+    sms = sms or peaks.num_sms
+    if m <= 0 or n <= 0 or k <= 0:
+        return peaks.launch_latency
+    tiles = gemm_tiles(m, n, cfg)
+    waves = math.ceil(tiles / sms)
+    flops_per_sm = peaks.gemm_flops / peaks.num_sms * cfg.efficiency
+    load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
+    t_math = 2.0 * cfg.block_m * cfg.block_n * k / flops_per_sm
+    t_load = (cfg.block_m + cfg.block_n) * k * elem_bytes / load_bw_per_sm
+    return waves * max(t_math, t_load) + peaks.launch_latency
+
+
+def best_gemm_config(m: int, n: int, k: int, peaks: TargetPeaks, *, sms: int | None = None,
+                     elem_bytes: int = 2) -> tuple[GemmConfig, float]:
+    """The candidate with the least modelled time (ties: the earlier, larger tile)."""
+    best = None
+    for cfg in gemm_candidates(peaks, elem_bytes):
+        t = gemm_time(m, n, k, cfg, peaks, sms=sms, elem_bytes=elem_bytes)
+        if best is None or t < best[1] * 0.999:
+            best = (cfg, t)
+    if best is None:
+        raise TargetError(f"no GEMM tile configuration fits the shared memory of {peaks.target}")
+    return best
+
+
+# ------------------------------------------------------------------------------------------- communication
+
+def copy_time(nbytes: float, peaks: TargetPeaks, *, engine: str, peers: int, chunks: int, sms: int = 0) -> float:
+    """Time to pull nbytes in total from ``peers`` ranks as ``chunks`` chunk copies (per-chunk latency paid once
+    per chunk; direct pulls from several peers overlap their latencies across streams)."""
+    if nbytes <= 0 or chunks <= 0:
+        return 0.0
+    if engine == "sm":
+        bw = peaks.sm_link_bw(max(sms, 1), peers)
+        latency = peaks.signal_latency * chunks
+    else:
+        bw = peaks.peer_bw(peers)
+        latency = (peaks.copy_latency + peaks.signal_latency) * chunks
+    return nbytes / bw + latency
+
+
+def local_copy_time(nbytes: float, peaks: TargetPeaks) -> float:
+    return nbytes / peaks.hbm_copy_bw + peaks.copy_latency
+
+
+def reduce_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, sms: int, elem_bytes: int = 2) -> float:
+    """A W-way reduction of rows x cols read from every rank (W-1 remote, one local) on sms SMs."""
+    remote = (world - 1) * rows * cols * elem_bytes
+    local = rows * cols * elem_bytes * 2
+    t = local / peaks.hbm_copy_bw
+    if world > 1:
+        t += remote / peaks.sm_link_bw(sms, world - 1)
+    return t + peaks.launch_latency
+
+
+# -------------------------------------------------------------------------------- DESIGN.md §7 ideal times
+
+def ag_gemm_ideal(m: int, n: int, k: int, world: int, peaks: TargetPeaks, elem_bytes: int = 2) -> float:
+    """AG+GEMM, per rank: M rows gathered, N/W columns of the weight. ideal = max(Tcomp, Tcomm + Tcomp/W)."""
+    t_comp = 2.0 * m * k * (n / world) / peaks.gemm_flops
+    t_comm = (world - 1) / world * m * k * elem_bytes / peaks.link_bw
+    return max(t_comp, t_comm + t_comp / world)
+
+
+def gemm_rs_ideal(m: int, n: int, k: int, world: int, peaks: TargetPeaks, elem_bytes: int = 2) -> float:
+    """GEMM+RS, per rank: K/W of the contraction. ideal = max(Tcomp, Tcomm) + min(Tcomp, Tcomm)/W."""
+    t_comp = 2.0 * m * (k / world) * n / peaks.gemm_flops
+    t_comm = (world - 1) / world * m * n * elem_bytes / peaks.link_bw
+    return max(t_comp, t_comm) + min(t_comp, t_comm) / world
+
+
+# ------------------------------------------------------------------------------------ overlapped estimates
+
+def ag_gemm_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int, peaks: TargetPeaks, *,
+                     engine: str, comm_sms: int = 0, ring: bool = False) -> float:
+    """AG+GEMM with the GEMM visiting its own shard first, then peers' chunks as they arrive: the GEMM ends at the
+    later of its own time and the arrival of the last chunk plus the GEMM work on that chunk."""
+    if world == 1:
+        return t_gemm
+    peers = 1 if ring else world - 1
+    t_comm = copy_time((world - 1) * shard_bytes, peaks, engine=engine, peers=peers,
+                       chunks=(world - 1) * chunks_per_shard, sms=comm_sms)
+    t_stage = local_copy_time(shard_bytes, peaks)
+    tail = t_gemm / (world * chunks_per_shard)
+    return max(t_gemm, t_stage + t_comm + tail)
+
+
+def gemm_rs_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int, peaks: TargetPeaks, *,
+                     reduce_sms: int, rows: int, cols: int, elem_bytes: int = 2) -> float:
+    """GEMM+RS: the reduction of a chunk starts once every rank computed it; the last chunk's reduction is the
+    exposed tail."""
+    if world == 1:
+        return t_gemm
+    t_red = reduce_time(rows, cols, world, peaks, sms=reduce_sms, elem_bytes=elem_bytes)
+    t_sync = peaks.signal_latency * world * chunks_per_shard
+    tail = t_red / chunks_per_shard
+    return max(t_gemm + tail, t_gemm / (world * chunks_per_shard) + t_red) + t_sync
+
+
+def all_reduce_estimates(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
+                         sms: int | None = None) -> dict[str, float]:
+    """Modelled time of each all-reduce algorithm: one_shot (every rank reduces everything: W-1 full reads),
+    two_shot (reduce a 1/W shard, then all-gather it)."""
+    sms = sms or peaks.num_sms
+    if world == 1:
+        return {"one_shot": 0.0, "two_shot": 0.0}
+    one = reduce_time(rows, cols, world, peaks, sms=sms, elem_bytes=elem_bytes) + \
+        local_copy_time(rows * cols * elem_bytes, peaks)
+    shard = math.ceil(rows / world)
+    two = reduce_time(shard, cols, world, peaks, sms=sms, elem_bytes=elem_bytes) + \
+        local_copy_time(rows * cols * elem_bytes, peaks) + \
+        copy_time((world - 1) * shard * cols * elem_bytes, peaks, engine="copy_engine", peers=world - 1,
+                  chunks=world - 1) + peaks.signal_latency * world
+    return {"one_shot": one, "two_shot": two}

@@ -1,0 +1,83 @@
+"""Kernel records for the device-level lowering: from a ``Tiling`` (ditron-tile's choices) and task-level shapes to
+the ``KernelRecord`` of a core template (ditron.kernels). The one place where ditron-lower-task-to-device meets
+the templates' record fields, so a change of a template's fields is a change here only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from mlir import ir
+
+from ..errors import PassError, VerificationError
+from ..kernels import KernelRecord
+from .tile import Tiling
+
+
+def dtype_name(t: ir.Type) -> str:
+    """The ditron dtype name of an element type (or of a shaped type's element type)."""
+    if isinstance(t, ir.ShapedType):
+        t = ir.ShapedType(t).element_type
+    if isinstance(t, ir.BF16Type):
+        return "bf16"
+    if isinstance(t, ir.F16Type):
+        return "fp16"
+    if isinstance(t, ir.F32Type):
+        return "fp32"
+    if isinstance(t, ir.Float8E4M3FNType):
+        return "fp8e4m3"
+    if isinstance(t, ir.Float8E5M2Type):
+        return "fp8e5m2"
+    if isinstance(t, ir.IntegerType):
+        return f"i{ir.IntegerType(t).width}"
+    raise PassError(f"element type {t} has no kernel template support (use bf16, fp16, fp32 or fp8)")
+
+
+def _template_error(err: VerificationError) -> PassError:
+    return PassError(f"ditron-lower-task-to-device: {err}")
+
+
+# ------------------------------------------------------------------------------------------------------ GEMM
+
+def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
+                wait: dict | None = None, notify: dict | None = None, rows_per_rank: int = 0,
+                tile_order: str = "grouped") -> KernelRecord:
+    from ..kernels import gemm
+    m, k = a_shape
+    n = b_shape[1]
+    config = {key: getattr(t, key) for key in ("block_m", "block_n", "block_k", "group_m", "num_warps",
+                                               "num_stages", "persistent") if getattr(t, key) is not None}
+    if t.sm_budget is not None:
+        config["num_sms"] = t.sm_budget
+    try:
+        return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
+                                tile_order=tile_order, rows_per_rank=rows_per_rank, wait=wait, notify=notify,
+                                target=t.target, **config)
+    except VerificationError as err:
+        raise _template_error(err) from None
+
+
+# ----------------------------------------------------------------------------------------------- elementwise
+
+def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling) -> KernelRecord:
+    from ..kernels import elementwise
+    try:
+        return elementwise.make_record(fn, arity, list(shape), dtype_name(t_type), block=t.block or 1024,
+                                       num_warps=t.num_warps or 4, num_sms=t.sm_budget or 132)
+    except VerificationError as err:
+        raise _template_error(err) from None
+
+
+# ------------------------------------------------------------------------------------------- launch geometry
+
+def grid_of(rec: KernelRecord) -> list[int]:
+    if rec["template"] == "gemm":
+        from ..kernels import gemm
+        return list(gemm.grid(rec))
+    return [rec["grid"], 1, 1]
+
+
+def sm_budget_of(rec: KernelRecord) -> int:
+    if "num_sms" in rec:
+        return min(rec["num_sms"], math.prod(grid_of(rec)))
+    return max(1, min(math.prod(grid_of(rec)), rec.get("sm_budget", math.prod(grid_of(rec)))))

@@ -1,0 +1,423 @@
+"""The communication patterns of ditron-lower-task-to-device (docs/device_ir.md, "Patterns"):
+
+* gather (all-gather by pull): each rank stages its shard into a symmetric gather buffer chunk by chunk, signals
+  ``ready[q*C + c]`` (chunk c of rank q's shard is in this rank's destination) and offers the chunk to the peers
+  (``avail``); every rank then pulls each peer's chunks once they are offered. ditron-schedule-overlap may turn the
+  direct pull into a ring (pull from rank+1, forward to rank-1).
+* reduce by owner (reduce-scatter): partial rows live in a symmetric buffer on every rank; for each chunk of the
+  rows it owns, a rank waits on its own pad until all W ranks counted the chunk complete, then launches the reduce
+  template (reads the chunk from every rank through symm_at, sums in fp32). A fused GEMM counts its tiles into
+  the owner's pad (notify ``slot_owner``); otherwise host signals count whole chunks.
+* all-reduce: one_shot (every rank reduces every chunk) or two_shot (reduce by owner into a symmetric gather
+  buffer, then the gather pattern distributes the reduced shards).
+
+Slots count up across calls: a chunk of call e is ready when its slot reaches e * expected (set-signals write the
+epoch itself). The end-of-program barrier keeps a rank from starting call e+1 while peers still read its buffers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mlir import ir
+
+from ..dialects import device, task
+from ..kernels import KernelRecord
+from . import device_kernels as K
+from .tile import OverlapGroup, Tiling, shape_of
+
+if TYPE_CHECKING:
+    from .lower_task_to_device import _FunctionLowering
+
+
+def _box(shape, dim: int, offset, size):
+    offsets = [0] * len(shape)
+    sizes = list(shape)
+    offsets[dim], sizes[dim] = offset, size
+    return offsets, sizes
+
+
+@dataclass
+class Chunking:
+    """Chunks of one shard along its dim: chunk c covers [c * rows, c * rows + size(c)) of the shard."""
+
+    shard: int
+    rows: int
+    count: int
+
+    @staticmethod
+    def of(t: Tiling, shard: int) -> "Chunking":
+        rows = max(1, min(t.chunk_rows or shard, shard)) if shard > 0 else 1
+        return Chunking(shard, rows, max(1, math.ceil(shard / rows)))
+
+    @property
+    def uniform(self) -> bool:
+        return self.shard % self.rows == 0
+
+
+# ------------------------------------------------------------------------------------------------- gather
+
+@dataclass
+class Gather:
+    """One all-gather along dim: G (symmetric, where peers pull from), dst (where this rank wants the data),
+    pads ready/avail of W * chunks slots."""
+
+    g: ir.Value
+    dst: ir.Value
+    dim: int
+    ch: Chunking
+    world: int
+    ready: ir.Value
+    avail: ir.Value
+    engine: str
+    group: int | None
+    id: int = 0
+    sms: int = 0
+
+    def tag(self, op) -> None:
+        """Mark op as part of this gather (ditron-schedule-overlap rewrites the pattern as a whole); copies on SMs
+        get the SM count ditron-tile gave the communication."""
+        from .device_builder import tag
+        tag(op, gather=self.id)
+        if isinstance(op, device.Copy) and op.engine == "sm" and self.sms > 0:
+            op.op.attributes["ditron.sms"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), self.sms)
+
+    @property
+    def slots(self) -> list[int]:
+        return list(range(self.world * self.ch.count))
+
+
+def gather_setup(lw: "_FunctionLowering", dst: ir.Value, t: Tiling, dim: int, shard: int, *,
+                 group: int | None, gather_buf: ir.Value | None = None) -> Gather:
+    b = lw.b
+    g = gather_buf if gather_buf is not None else (dst if lw.is_symmetric(dst) else None)
+    if g is None:
+        mt = ir.MemRefType(dst.type)
+        g = b.alloc(list(mt.shape), mt.element_type, "ag_gather")
+        lw.symmetric.add(g)
+    ch = Chunking.of(t, shard)
+    lw.cross_rank = True
+    lw.gathers += 1
+    return Gather(g, dst, dim, ch, t.world, b.pad(t.world * ch.count, "ag_ready"),
+                  b.pad(t.world * ch.count, "ag_avail"), t.engine or "copy_engine", group, lw.gathers - 1,
+                  t.comm_sms or 0)
+
+
+def chunk_extent(lw: "_FunctionLowering", ch: Chunking, c: ir.Value):
+    b = lw.b
+    off = b.mul(c, ch.rows)
+    if ch.uniform:
+        return off, ch.rows
+    return off, b.min(ch.rows, b.sub(ch.shard, off))
+
+
+def gather_offer(lw: "_FunctionLowering", ga: Gather, c: ir.Value, *, x: ir.Value | None, lane: str) -> None:
+    """Chunk c of this rank's shard: copy it from x into G (and dst) unless it is already in G, mark it ready
+    here and offer it to the peers."""
+    b = lw.b
+    full = list(ir.MemRefType(ga.dst.type).shape)
+    off, size = chunk_extent(lw, ga.ch, c)
+    row = b.add(b.mul(b.rank, ga.ch.shard), off)
+    dst_o, sizes = _box(full, ga.dim, row, size)
+    if x is not None:
+        src_o, _ = _box(list(ir.MemRefType(x.type).shape), ga.dim, off, size)
+        ga.tag(b.copy(x, ga.g, src_rank=b.rank, dst_rank=b.rank, src_offsets=src_o, dst_offsets=dst_o,
+                      sizes=sizes, engine=ga.engine, lane=lane, role="ag.stage", group=ga.group))
+        if ga.g != ga.dst:
+            ga.tag(b.copy(x, ga.dst, src_rank=b.rank, dst_rank=b.rank, src_offsets=src_o, dst_offsets=dst_o,
+                          sizes=sizes, engine=ga.engine, lane=lane, role="ag.local", group=ga.group))
+    elif ga.g != ga.dst:
+        ga.tag(b.copy(ga.g, ga.dst, src_rank=b.rank, dst_rank=b.rank, src_offsets=dst_o, dst_offsets=dst_o,
+                      sizes=sizes, engine=ga.engine, lane=lane, role="ag.local", group=ga.group))
+    slot = b.add(b.mul(b.rank, ga.ch.count), c)
+    ga.tag(b.signal(ga.ready, target=b.rank, slot=slot, lane=lane, role="ag.ready", group=ga.group))
+    with b.loop(1, ga.world, role="ag.offer", group=ga.group) as d:
+        ga.tag(b.signal(ga.avail, target=b.peer(d), slot=slot, lane=lane, role="ag.offer_signal", group=ga.group))
+    ga.tag(d.owner.owner)
+
+
+def gather_pull(lw: "_FunctionLowering", ga: Gather) -> None:
+    """Pull every peer's chunks (direct: from their owner) once offered; signal ready per chunk."""
+    b = lw.b
+    full = list(ir.MemRefType(ga.dst.type).shape)
+    with b.loop(1, ga.world, role="ag.pull_loop", group=ga.group) as s:
+        q = b.peer(s)
+        with b.loop(0, ga.ch.count, role="ag.chunk_loop", group=ga.group) as c:
+            off, size = chunk_extent(lw, ga.ch, c)
+            slot = b.add(b.mul(q, ga.ch.count), c)
+            box_o, sizes = _box(full, ga.dim, b.add(b.mul(q, ga.ch.shard), off), size)
+            ga.tag(b.wait(ga.avail, [slot], lane="comm", role="ag.await", group=ga.group))
+            ga.tag(b.copy(ga.g, ga.g, src_rank=q, dst_rank=b.rank, src_offsets=box_o, dst_offsets=box_o,
+                          sizes=sizes, engine=ga.engine, lane="comm", role="ag.pull", group=ga.group))
+            if ga.g != ga.dst:
+                ga.tag(b.copy(ga.g, ga.dst, src_rank=b.rank, dst_rank=b.rank, src_offsets=box_o, dst_offsets=box_o,
+                              sizes=sizes, engine=ga.engine, lane="comm", role="ag.local", group=ga.group))
+            ga.tag(b.signal(ga.ready, target=b.rank, slot=slot, lane="comm", role="ag.arrive", group=ga.group))
+        ga.tag(c.owner.owner)
+    ga.tag(s.owner.owner)
+
+
+def gather(lw: "_FunctionLowering", x: ir.Value, dst: ir.Value, t: Tiling, dim: int, *, group: int | None,
+           gather_buf: ir.Value | None = None) -> Gather:
+    """All-gather x (this rank's shard) along dim into dst."""
+    b = lw.b
+    shard = ir.MemRefType(x.type).shape[dim]
+    ga = gather_setup(lw, dst, t, dim, shard, group=group, gather_buf=gather_buf)
+    if x not in lw.inputs:
+        b.sync("compute", "comm", "ag.fork")
+    with b.loop(0, ga.ch.count, role="ag.stage_loop", group=group) as c:
+        gather_offer(lw, ga, c, x=x, lane="comm")
+    gather_pull(lw, ga)
+    return ga
+
+
+# --------------------------------------------------------------------------------------- reduce by owner
+
+@dataclass
+class Reduction:
+    """Reduce partial rows (symmetric P, [M, N]) by owner: chunk c of owner q's rows is complete on a rank when
+    its slot q*C + c on the owner's pad ``counts`` reached epoch * per_chunk from each of the W ranks."""
+
+    p: ir.Value
+    counts: ir.Value
+    ch: Chunking
+    world: int
+    per_chunk: int
+    group: int | None
+
+
+def _require_2d(lw: "_FunctionLowering", op: ir.Operation, v: ir.Value) -> None:
+    if len(shape_of(v)) != 2:
+        raise lw.error(op, f"reduces a rank-{len(shape_of(v))} tensor; the reduce template takes rank-2 tensors "
+                           "(reshape to [rows, cols] first)")
+
+
+def reduce_chunks(lw: "_FunctionLowering", red: Reduction, dst: ir.Value, *, owner_rows: bool, dst_row0=0,
+                  t: Tiling, after=None) -> None:
+    """For each chunk c this rank reduces: wait until every rank counted it, then launch the reduce template on it.
+    owner_rows: the chunk is one of this rank's shard's (reduce-scatter), else chunk c of all rows (one-shot).
+    ``after(c)`` emits follow-up work for chunk c on the reduce lane (e.g. offering it for a gather)."""
+    b, n = lw.b, ir.MemRefType(red.p.type).shape[1]
+    lw.slot_step = max(lw.slot_step, red.world * red.per_chunk)
+    expected = b.mul(red.world * red.per_chunk, b.epoch) if red.world * red.per_chunk != 1 else b.epoch
+    if not isinstance(expected, ir.Value):
+        expected = b.v(expected)
+    rec = _reduce_record(red, n, dst, t)
+    with b.loop(0, red.ch.count, role="rs.reduce_loop", group=red.group) as c:
+        base = b.mul(b.rank, red.ch.count) if owner_rows else 0
+        slot = b.add(base, c)
+        off = b.mul(c, red.ch.rows)
+        src_row = b.add(b.mul(b.rank, red.ch.shard), off) if owner_rows else off
+        b.wait(red.counts, [slot], value=expected, lane="reduce", role="rs.await", group=red.group)
+        lw.launch(rec, [red.p, dst, src_row, b.add(dst_row0, off)], lane="reduce", role="rs.reduce",
+                  group=red.group)
+        if after is not None:
+            after(c)
+
+
+def _reduce_record(red: Reduction, n: int, dst: ir.Value, t: Tiling) -> KernelRecord:
+    from ..kernels import reduce
+    dtype = K.dtype_name(red.p.type)
+    grid = max(1, min(t.comm_sms or 16, math.ceil(red.ch.rows / 8) * math.ceil(n / 256)))
+    return reduce.make_record(red.ch.rows, n, dtype=dtype, out_dtype=K.dtype_name(dst.type), src_ld=n,
+                              dst_ld=ir.MemRefType(dst.type).shape[1], src_row="arg:src_row",
+                              dst_row="arg:dst_row", grid=grid)
+
+
+def count_chunks(lw: "_FunctionLowering", red: Reduction, *, lane: str, stage_from=None) -> None:
+    """Host-side counting (no fused GEMM notify): for every owner q (own rows last) and chunk c of q's rows,
+    optionally stage the chunk from ``stage_from`` into P, then add 1 to slot q*C + c on q."""
+    b = lw.b
+    n = ir.MemRefType(red.p.type).shape[1]
+    with b.loop(1, red.world + 1, role="rs.count_loop", group=red.group) as d:
+        q = b.peer(d)
+        with b.loop(0, red.ch.count, role="rs.chunk_loop", group=red.group) as c:
+            row = b.add(b.mul(q, red.ch.shard), b.mul(c, red.ch.rows))
+            if stage_from is not None:
+                b.copy(stage_from, red.p, src_rank=b.rank, dst_rank=b.rank, src_offsets=[row, 0],
+                       dst_offsets=[row, 0], sizes=[red.ch.rows, n], engine="copy_engine", lane=lane,
+                       role="rs.stage", group=red.group)
+            b.signal(red.counts, target=q, slot=b.add(b.mul(q, red.ch.count), c), value=b.c(1), op="add",
+                     lane=lane, role="rs.count", group=red.group)
+
+
+def _partials(lw: "_FunctionLowering", x: ir.Value, op: ir.Operation) -> tuple[ir.Value, ir.Value | None]:
+    """A symmetric buffer holding the partial x, and the buffer to stage it from (None if x is already one)."""
+    if lw.is_symmetric(x):
+        return x, None
+    mt = ir.MemRefType(x.type)
+    p = lw.b.alloc(list(mt.shape), mt.element_type, "rs_partial")
+    lw.symmetric.add(p)
+    return p, x
+
+
+def _one_shot_count(lw, red: Reduction, *, lane: str, stage_from) -> None:
+    """One-shot: stage (optionally) every chunk, then count it on every rank (each rank reduces all rows)."""
+    b = lw.b
+    n = ir.MemRefType(red.p.type).shape[1]
+    with b.loop(0, red.ch.count, role="rs.chunk_loop", group=red.group) as c:
+        off = b.mul(c, red.ch.rows)
+        if stage_from is not None:
+            b.copy(stage_from, red.p, src_rank=b.rank, dst_rank=b.rank, src_offsets=[off, 0], dst_offsets=[off, 0],
+                   sizes=[red.ch.rows, n], engine="copy_engine", lane=lane, role="rs.stage", group=red.group)
+        with b.loop(1, red.world + 1, role="rs.count_loop", group=red.group) as d:
+            b.signal(red.counts, target=b.peer(d), slot=c, value=b.c(1), op="add", lane=lane, role="rs.count",
+                     group=red.group)
+
+
+def _check_rows(lw, op: ir.Operation, rows: int, world: int, ch: Chunking) -> None:
+    if rows % world:
+        raise lw.error(op, f"has {rows} rows, which the {world} ranks do not divide")
+    if not ch.uniform:
+        raise lw.error(op, f"chunk_rows {ch.rows} does not divide the {ch.shard} rows of a shard; run ditron-tile "
+                           "(it picks a divisor) or pass chunk-rows that divides them")
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+def reduce_scatter(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
+    rs = task.ReduceScatter(op)
+    out = lw.dest(rs.output, "rs")
+    x = lw.buf(rs.input)
+    if (t.world or 1) == 1:
+        lw._local_copy(x, out, lane="compute")
+        return
+    if rs.dim != 0:
+        raise lw.error(op, f"scatters dim {rs.dim}; the device lowering scatters rows (dim 0) only")
+    if rs.reduce != "sum":
+        raise lw.error(op, f"reduces with '{rs.reduce}'; the reduce template sums")
+    _require_2d(lw, op, rs.input)
+    rows = shape_of(rs.input)[0]
+    ch = Chunking.of(t, rows // t.world)
+    _check_rows(lw, op, rows, t.world, ch)
+    p, stage = _partials(lw, x, op)
+    red = Reduction(p, lw.b.pad(t.world * ch.count, "rs_count"), ch, t.world, 1, None)
+    lw.cross_rank = True
+    if stage is not None and x not in lw.inputs:
+        lw.b.sync("compute", "comm", "rs.fork")
+    count_chunks(lw, red, lane="comm" if stage is not None else "compute", stage_from=stage)
+    reduce_chunks(lw, red, out, owner_rows=True, t=t)
+    lw.b.sync("reduce", "compute", "rs.join")
+
+
+def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
+    ar = task.AllReduce(op)
+    out = lw.dest(ar.output, "ar")
+    x = lw.buf(ar.input)
+    if (t.world or 1) == 1:
+        lw._local_copy(x, out, lane="compute")
+        return
+    if ar.reduce != "sum":
+        raise lw.error(op, f"reduces with '{ar.reduce}'; the reduce template sums")
+    _require_2d(lw, op, ar.input)
+    p, stage = _partials(lw, x, op)
+    lw.cross_rank = True
+    if stage is not None and x not in lw.inputs:
+        lw.b.sync("compute", "comm", "ar.fork")
+    lane = "comm" if stage is not None else "compute"
+    _all_reduce_from(lw, op, t, p, out, None, lane=lane, stage_from=stage, group=None)
+
+
+def _all_reduce_from(lw, op, t: Tiling, p: ir.Value, out: ir.Value, gemm_counted: Reduction | None, *, lane: str,
+                     stage_from, group: int | None) -> None:
+    rows = ir.MemRefType(p.type).shape[0]
+    if t.algorithm == "two_shot":
+        if gemm_counted is not None:
+            red = gemm_counted
+        else:
+            ch = Chunking.of(t, rows // t.world)
+            _check_rows(lw, op, rows, t.world, ch)
+            red = Reduction(p, lw.b.pad(t.world * ch.count, "ar_count"), ch, t.world, 1, group)
+            count_chunks(lw, red, lane=lane, stage_from=stage_from)
+        ga = gather_setup(lw, out, t, 0, red.ch.shard, group=group)
+        row0 = lw.b.mul(lw.b.rank, red.ch.shard)
+        reduce_chunks(lw, red, ga.g, owner_rows=True, dst_row0=row0, t=t,
+                      after=lambda c: gather_offer(lw, ga, c, x=None, lane="reduce"))
+        gather_pull(lw, ga)
+        lw.b.wait(ga.ready, ga.slots, lane="compute", role="ar.join", group=group)
+        return
+    ch = Chunking.of(t, rows)
+    if not ch.uniform:
+        raise lw.error(op, f"chunk_rows {ch.rows} does not divide the {rows} rows; run ditron-tile or pass "
+                           "chunk-rows that divides them")
+    red = Reduction(p, lw.b.pad(ch.count, "ar_count"), ch, t.world, 1, group)
+    _one_shot_count(lw, red, lane=lane, stage_from=stage_from)
+    reduce_chunks(lw, red, out, owner_rows=False, t=t)
+    lw.b.sync("reduce", "compute", "ar.join")
+
+
+def _fused_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, *, notify_rows: int | None, rows_per_rank: int,
+                counts: ir.Value | None) -> int:
+    """The GEMM of a matmul_rs / matmul_ar pair into P; with notify_rows, every tile adds 1 to the slots of its
+    rows on their owner's pad. Returns how many adds one rank makes to each slot (0 if no notify)."""
+    from ..kernels import gemm
+    mm = task.Matmul(g.producer)
+    notify = None
+    if notify_rows is not None:
+        notify = {"arg": "counts", "rows_per_slot": notify_rows, "peer": "slot_owner"}
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, notify=notify,
+                        rows_per_rank=rows_per_rank)
+    args = [lw.buf(mm.lhs), lw.buf(mm.rhs), p] + ([counts] if notify is not None else [])
+    lw.launch(rec, args, lane="compute", role="rs.gemm", group=g.group)
+    if notify is None:
+        return 0
+    per_slot = set(gemm.notify_counts(rec).values())
+    return per_slot.pop() if len(per_slot) == 1 else -1
+
+
+def _fusable(t: Tiling, ch: Chunking) -> bool:
+    """The GEMM can count its tiles into the owner's slots when every slot gets the same count: whole row
+    tiles per chunk, chunks dividing the shard."""
+    return ch.uniform and t.block_m is not None and ch.rows % t.block_m == 0
+
+
+def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
+    mm, rs = task.Matmul(g.producer), task.ReduceScatter(g.consumer)
+    if rs.dim != 0:
+        raise lw.error(g.consumer, f"scatters dim {rs.dim}; GEMM+RS scatters the rows (dim 0) of the matmul")
+    rows, n = shape_of(mm.result)
+    ch = Chunking.of(t, rows // t.world)
+    _check_rows(lw, g.consumer, rows, t.world, ch)
+    mt = ir.MemRefType.get([rows, n], ir.RankedTensorType(mm.result.type).element_type)
+    p = lw.b.alloc(list(mt.shape), mt.element_type, "rs_partial")
+    lw.symmetric.add(p)
+    lw.buffers[mm.result] = p
+    out = lw.dest(rs.output, "rs")
+    counts = lw.b.pad(t.world * ch.count, "rs_count")
+    lw.cross_rank = True
+    red = _counted_gemm(lw, g, t, p, ch, counts)
+    reduce_chunks(lw, red, out, owner_rows=True, t=t)
+    lw.b.sync("reduce", "compute", "rs.join")
+
+
+def _counted_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, counts: ir.Value) -> Reduction:
+    """The fused GEMM into P with its chunks counted on their owners' pads (by the GEMM's per-tile notify when
+    the counts come out uniform, else by host signals after it)."""
+    if _fusable(t, ch):
+        per = _fused_gemm(lw, g, t, p, notify_rows=ch.rows, rows_per_rank=ch.shard, counts=counts)
+        if per > 0:
+            return Reduction(p, counts, ch, t.world, per, g.group)
+    _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=ch.shard, counts=None)
+    red = Reduction(p, counts, ch, t.world, 1, g.group)
+    count_chunks(lw, red, lane="compute")
+    return red
+
+
+def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
+    mm, ar = task.Matmul(g.producer), task.AllReduce(g.consumer)
+    rows, n = shape_of(mm.result)
+    mt = ir.MemRefType.get([rows, n], ir.RankedTensorType(mm.result.type).element_type)
+    p = lw.b.alloc(list(mt.shape), mt.element_type, "ar_partial")
+    lw.symmetric.add(p)
+    lw.buffers[mm.result] = p
+    out = lw.dest(ar.output, "ar")
+    lw.cross_rank = True
+    if t.algorithm == "two_shot":
+        ch = Chunking.of(t, rows // t.world)
+        _check_rows(lw, g.consumer, rows, t.world, ch)
+        red = _counted_gemm(lw, g, t, p, ch, lw.b.pad(t.world * ch.count, "ar_count"))
+        _all_reduce_from(lw, g.consumer, t, p, out, red, lane="compute", stage_from=None, group=g.group)
+        return
+    _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
+    _all_reduce_from(lw, g.consumer, t, p, out, None, lane="compute", stage_from=None, group=g.group)

@@ -1,0 +1,335 @@
+"""ditron-lower-task-to-device: a tiled local-view task program -> one rank-generic device program
+(docs/device_ir.md): memref arguments in destination-passing style, symmetric buffers and signal pads, chunk
+copies, signals, waits and kernel launches. Every kernel is declared once, as a private ``func.func`` carrying its
+``ditron.kernel`` record (ditron.kernels); ditron-lower-device-to-core instantiates it.
+
+The program it emits is correct on a single stream: each enqueued op names the logical lane it belongs to
+(``ditron.lane`` = compute | comm | reduce), lanes are ordered by explicit sync signal/wait pairs, and
+ditron-schedule-overlap later maps lanes to streams, picks the tile order and the ring or direct pull.
+
+    %g = "ditron_task.all_gather"(%x) {axis = "tp", dim = 0, ditron.overlap = {...}, ditron.tiling = {...}}
+    %h = "ditron_task.matmul"(%g, %w) {ditron.overlap = {...}, ditron.tiling = {...}}
+    return %h
+  becomes
+    func.func @f(%x: memref<128x64xbf16> {ditron.io = "in"}, %w: memref<64x32xbf16> {ditron.io = "in"},
+                 %out: memref<512x32xbf16> {ditron.io = "out"}, %epoch: index {ditron.io = "epoch"})
+        attributes {ditron.level = "device", ditron.axis = "tp"} {
+      %g = "ditron_device.alloc_symmetric"() {name = "ag_gather"} : () -> memref<512x64xbf16>
+      %ready = "ditron_device.alloc_symmetric"() {name = "ag_ready"} : () -> memref<4xi32>
+      ...  // stage own shard, offer it to peers, pull each peer's chunks, signal ready[slot] per chunk
+      "ditron_device.launch"(%g, %w, %out, %ready, %epoch) {kernel = @gemm, ...}  // waits per tile on ready
+      "ditron_device.barrier"(%bar)
+    }
+    func.func private @gemm() attributes {ditron.kernel = {template = "gemm", wait = {...}, ...}}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from mlir import ir
+from mlir.dialects import func
+
+from ..dialects import device, task
+from ..dialects.opbase import walk_ops
+from ..dialects.sharding import Mesh, arg_sharding, result_sharding
+from ..errors import PassError
+from ..kernels import KernelRecord
+from . import device_kernels as K
+from . import lower_collectives as C
+from .device_builder import DeviceBuilder, KernelTable
+from .registry import Pass
+from .tile import (LEVEL_ATTR, OVERLAP_KINDS, TILING_ATTR, OverlapGroup, Tiling, functions, op_error,
+                   overlap_groups, require_task_level, shape_of)
+
+IO_ATTR = "ditron.io"
+AXIS_ATTR = "ditron.axis"
+TARGET_ATTR = "ditron.target"
+EPOCH_LIMIT_ATTR = "ditron.epoch_limit"  # the last epoch whose signal values fit the i32 pads
+I32_MAX = 2 ** 31 - 1
+LAYOUT_ATTR = "ditron.layout"
+
+
+LOWERED = (task.Matmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce)
+
+
+def _memref_of(t: ir.Type) -> ir.MemRefType:
+    rt = ir.RankedTensorType(t)
+    return ir.MemRefType.get(list(rt.shape), rt.element_type)
+
+
+class _FunctionLowering:
+    """Lowers one task function. Values map to memrefs: arguments to "in" arguments, returned values to "out"
+    arguments, everything else to symmetric buffers."""
+
+    def __init__(self, pass_name: str, module: ir.Module, fn: ir.Operation, mesh: Mesh | None,
+                 kernels: KernelTable):
+        self.pass_name, self.module, self.old, self.mesh, self.kernels = pass_name, module, fn, mesh, kernels
+        self.groups = {}
+        self.buffers: dict[ir.Value, ir.Value] = {}
+        self.symmetric: set[ir.Value] = set()
+        self.inputs: set[ir.Value] = set()
+        self.cross_rank = False
+        self.gathers = 0
+        self.slot_step = 1  # the most any signal slot grows per call (set-slots: 1, counted slots: W * count)
+        self.axis: str | None = None
+
+    def error(self, op: ir.Operation, message: str) -> PassError:
+        return op_error(self.pass_name, op, message)
+
+    # ---- set-up
+
+    def run(self) -> None:
+        fn = self.old
+        for g in overlap_groups(self.pass_name, fn):
+            if g.kind in OVERLAP_KINDS:
+                self.groups[g.producer] = g
+                self.groups[g.consumer] = g
+        ops = [op for op in fn.regions[0].blocks[0].operations]
+        self._check_input(ops)
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        ret = ops[-1].operation
+        outs = [v for v in ret.operands]
+        arg_types = [_memref_of(t) for t in ftype.inputs] + [_memref_of(t) for t in ftype.results]
+        new = func.FuncOp(ir.StringAttr(fn.attributes["sym_name"]).value,
+                          ir.FunctionType.get(arg_types + [ir.IndexType.get()], []),
+                          ip=ir.InsertionPoint(fn), loc=fn.location)
+        self.new = new.operation
+        self._set_attributes(ftype)
+        entry = new.add_entry_block()
+        self.b = DeviceBuilder(self.new, entry.arguments[len(arg_types)], fn.location)
+        old_args = fn.regions[0].blocks[0].arguments
+        for i, a in enumerate(old_args):
+            self.buffers[a] = entry.arguments[i]
+            self.inputs.add(entry.arguments[i])
+        self.out_args = [entry.arguments[len(old_args) + j] for j in range(len(outs))]
+        self.dests: dict[ir.Value, ir.Value] = {}
+        for j, v in enumerate(outs):
+            if v not in self.dests and not isinstance(v, ir.BlockArgument):
+                self.dests[v] = self.out_args[j]
+        fork = self.b.entry_fork(("comm", "reduce"))
+        for op in ops[:-1]:
+            self._lower(op.operation)
+        self._write_outputs(outs)
+        self.b.prune_entry_fork(fork)
+        if self.cross_rank:
+            with self.b.located(ret.location):
+                self.b.barrier(self.b.pad(1, "barrier"))
+        self.b.finish()
+        self.new.attributes[EPOCH_LIMIT_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                                   I32_MAX // self.slot_step)
+        with ret.location:
+            func.ReturnOp([], ip=ir.InsertionPoint(entry))
+        name = ir.StringAttr(fn.attributes["sym_name"]).value
+        fn.erase()
+        self.new.attributes["sym_name"] = ir.StringAttr.get(name)
+
+    def _check_input(self, ops) -> None:
+        axes = set()
+        for op in ops[:-1]:
+            op = op.operation
+            if not op.name.startswith(task.TaskOp.DIALECT + "."):
+                raise self.error(op, "cannot be lowered to the device level (task programs hold ditron_task ops "
+                                     "only)")
+            if task.Shard.match(op):
+                raise self.error(op, "is a sharding annotation of the global view; run ditron-partition first")
+            if not any(w.match(op) for w in LOWERED):
+                raise self.error(op, "has no device-level lowering yet (supported: matmul, elementwise, "
+                                     "all_gather, reduce_scatter, all_reduce)")
+            if TILING_ATTR not in op.attributes:
+                raise self.error(op, "has no 'ditron.tiling'; run ditron-tile before ditron-lower-task-to-device")
+            try:
+                tiling = Tiling.from_attr(op.attributes[TILING_ATTR])
+            except ValueError as err:
+                raise self.error(op, f"{err}; run ditron-tile to write it") from None
+            if "axis" in op.attributes:
+                axis = ir.StringAttr(op.attributes["axis"]).value
+                axes.add(axis)
+                size = self.mesh.axis_size(axis) if self.mesh is not None and axis in self.mesh.axes else None
+                if size is not None and tiling.world != size:
+                    raise self.error(op, f"was tiled for {tiling.world} rank(s) but mesh axis '{axis}' has {size}; "
+                                         "run ditron-tile again")
+        if len(axes) > 1:
+            raise self.error(self.old, f"communicates over several mesh axes ({', '.join(sorted(axes))}); a device "
+                                       "program runs over one axis for now")
+        self.axis = next(iter(axes), None)
+        if self.axis is None and self.mesh is not None:
+            self.axis = self.mesh.axes[0]
+
+    def _set_attributes(self, ftype: ir.FunctionType) -> None:
+        new, old = self.new, self.old
+        new.attributes[LEVEL_ATTR] = ir.StringAttr.get("device")
+        targets = {Tiling.of(op).target for op in walk_ops(old) if TILING_ATTR in op.attributes}
+        if targets:
+            new.attributes[TARGET_ATTR] = ir.StringAttr.get(sorted(targets)[0])
+        if self.axis is not None:
+            new.attributes[AXIS_ATTR] = ir.StringAttr.get(self.axis)
+        entries = []
+        for i in range(len(ftype.inputs)):
+            entries.append(self._io_attr("in", arg_sharding(old, i)))
+        for j in range(len(ftype.results)):
+            entries.append(self._io_attr("out", result_sharding(old, j)))
+        entries.append(ir.DictAttr.get({IO_ATTR: ir.StringAttr.get("epoch")}))
+        new.attributes["arg_attrs"] = ir.ArrayAttr.get(entries)
+
+    @staticmethod
+    def _io_attr(io: str, sharding) -> ir.Attribute:
+        d = {IO_ATTR: ir.StringAttr.get(io)}
+        if sharding is not None:
+            d[LAYOUT_ATTR] = sharding.to_attr()
+        return ir.DictAttr.get(d)
+
+    # ---- buffers
+
+    def buf(self, v: ir.Value) -> ir.Value:
+        return self.buffers[v]
+
+    def dest(self, v: ir.Value, name: str) -> ir.Value:
+        """The memref that will hold task value v: its "out" argument if v is returned, else a new buffer."""
+        if v in self.dests:
+            m = self.dests[v]
+        else:
+            rt = ir.RankedTensorType(v.type)
+            m = self.b.alloc(list(rt.shape), rt.element_type, name)
+            self.symmetric.add(m)
+        self.buffers[v] = m
+        return m
+
+    def is_symmetric(self, m: ir.Value) -> bool:
+        return m in self.symmetric
+
+    # ---- dispatch
+
+    def _lower(self, op: ir.Operation) -> None:
+        g = self.groups.get(op)
+        with self.b.located(op.location):
+            if g is not None:
+                if op == g.consumer:
+                    self._lower_group(g)
+                return
+            t = Tiling.of(op)
+            if task.Matmul.match(op):
+                self.matmul(op, t)
+            elif task.Elementwise.match(op):
+                self.elementwise(op, t)
+            elif task.AllGather.match(op):
+                self.all_gather(op, t)
+            elif task.ReduceScatter.match(op):
+                self.reduce_scatter(op, t)
+            elif task.AllReduce.match(op):
+                self.all_reduce(op, t)
+            else:
+                raise AssertionError(f"{op.name} passed _check_input but has no lowering")
+
+    def _lower_group(self, g: OverlapGroup) -> None:
+        t = Tiling.of(g.consumer)
+        if Tiling.of(g.producer) != t:
+            raise self.error(g.consumer, f"and its producer in overlap group {g.group} carry different "
+                                         "'ditron.tiling'; run ditron-tile again")
+        if (t.world or 1) == 1:  # one rank: the collective is the identity, the GEMM runs alone
+            if g.kind == "ag_matmul":
+                self.buffers[g.producer.results[0]] = self.buf(g.producer.operands[0])
+                self.matmul(g.consumer, t)
+            else:
+                out = self.dest(g.consumer.results[0], "mm")
+                self.buffers[g.producer.results[0]] = out
+                self.matmul(g.producer, t, dst=out)
+            return
+        if g.kind == "ag_matmul":
+            self.ag_matmul(g, t)
+        elif g.kind == "matmul_rs":
+            self.matmul_rs(g, t)
+        else:
+            self.matmul_ar(g, t)
+
+    def _write_outputs(self, outs: Sequence[ir.Value]) -> None:
+        """Returned values not written in place (arguments, or a value returned twice): local copies."""
+        for j, v in enumerate(outs):
+            src = self.buffers[v]
+            dst = self.out_args[j]
+            if src == dst:
+                continue
+            shape = list(ir.MemRefType(dst.type).shape)
+            self.b.copy(src, dst, src_rank=self.b.rank, dst_rank=self.b.rank, src_offsets=[0] * len(shape),
+                        dst_offsets=[0] * len(shape), sizes=shape, engine="copy_engine", lane="compute",
+                        role="output")
+
+    # ---- kernels
+
+    def launch(self, record: KernelRecord, args: Sequence[ir.Value], *, lane: str, role: str,
+               group: int | None = None, tile_order: str = "grouped") -> device.Launch:
+        name = self.kernels.declare(record, [a.type for a in args], self.b.loc)
+        return self.b.launch(name, args, grid=K.grid_of(record), sm_budget=K.sm_budget_of(record),
+                             tile_order=tile_order, lane=lane, role=role, group=group)
+
+    # ---- compute ops
+
+    def matmul(self, op: ir.Operation, t: Tiling, *, dst: ir.Value | None = None) -> None:
+        mm = task.Matmul(op)
+        c = dst if dst is not None else self.dest(mm.result, "mm")
+        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t)
+        self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c], lane="compute", role="gemm")
+
+    def elementwise(self, op: ir.Operation, t: Tiling) -> None:
+        e = task.Elementwise(op)
+        out = self.dest(e.result, "ew")
+        rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t)
+        self.launch(rec, [self.buf(x) for x in e.inputs] + [out], lane="compute", role="elementwise")
+
+    # ---- collectives (passes/lower_collectives.py)
+
+    def all_gather(self, op: ir.Operation, t: Tiling) -> None:
+        ag = task.AllGather(op)
+        out = self.dest(ag.output, "ag")
+        if (t.world or 1) == 1:
+            self._local_copy(self.buf(ag.input), out, lane="compute")
+            return
+        ga = C.gather(self, self.buf(ag.input), out, t, ag.dim, group=None)
+        self.b.wait(ga.ready, ga.slots, lane="compute", role="ag.join")
+
+    def reduce_scatter(self, op: ir.Operation, t: Tiling) -> None:
+        C.reduce_scatter(self, op, t)
+
+    def all_reduce(self, op: ir.Operation, t: Tiling) -> None:
+        C.all_reduce(self, op, t)
+
+    def _local_copy(self, src: ir.Value, dst: ir.Value, *, lane: str) -> None:
+        shape = list(ir.MemRefType(src.type).shape)
+        self.b.copy(src, dst, src_rank=self.b.rank, dst_rank=self.b.rank, src_offsets=[0] * len(shape),
+                    dst_offsets=[0] * len(shape), sizes=shape, engine="copy_engine", lane=lane, role="local")
+
+    # ---- AG + GEMM
+
+    def ag_matmul(self, g: OverlapGroup, t: Tiling) -> None:
+        ag, mm = task.AllGather(g.producer), task.Matmul(g.consumer)
+        x = self.buf(ag.input)
+        gathered = self.dest(ag.output, "ag_gather")
+        ch = C.Chunking.of(t, shape_of(ag.input)[0])
+        if not ch.uniform:
+            raise self.error(g.producer, f"chunk_rows {ch.rows} does not divide the shard's {ch.shard} rows; the "
+                                         "GEMM's per-tile waits need uniform chunks (run ditron-tile, which picks "
+                                         "a divisor)")
+        ga = C.gather(self, x, gathered, t, 0, group=g.group, gather_buf=gathered)
+        c = self.dest(mm.result, "mm")
+        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+                            wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard)
+        self.launch(rec, [gathered, self.buf(mm.rhs), c, ga.ready, self.b.epoch], lane="compute",
+                    role="ag.gemm", group=g.group)
+
+    def matmul_rs(self, g: OverlapGroup, t: Tiling) -> None:
+        C.matmul_rs(self, g, t)
+
+    def matmul_ar(self, g: OverlapGroup, t: Tiling) -> None:
+        C.matmul_ar(self, g, t)
+
+
+@dataclass(frozen=True)
+class LowerTaskToDevicePass(Pass):
+    name = "ditron-lower-task-to-device"
+    summary = "Tiled local-view task IR -> rank-generic device programs (buffers, copies, signals, launches)"
+
+    def run(self, module: ir.Module) -> None:
+        mesh = require_task_level(module, self.name)
+        kernels = KernelTable(module)
+        for fn in functions(module):
+            _FunctionLowering(self.name, module, fn, mesh, kernels).run()

@@ -1,0 +1,576 @@
+"""ditron-tile: multi-level tiling. Chooses, for every op of a local-view task program, the device-level chunking
+(rows per chunk, chunks per shard, copy engine, SMs given to communication, all-reduce algorithm) and the core tile
+configuration (BLOCK_M/N/K, warps, stages, grouped order, persistent or not, SM budget), from the cost model of
+ditron.cost_model fed by the target's peak numbers. Every choice can be forced by an option.
+
+Input: task level, local view (after ditron-partition / ditron-fuse-overlap). Output: the same ops, each with
+``ditron.tiling = {...}``; the two ops of an overlap group carry the same dictionary.
+
+    %g = "ditron_task.all_gather"(%x) {axis = "tp", dim = 0 : i64, ditron.overlap = {group = 0 : i64, ...}}
+    %h = "ditron_task.matmul"(%g, %w) {ditron.overlap = {group = 0 : i64, kind = "ag_matmul", ...}}
+  becomes (ditron-tile{target=cuda:90})
+    %g = "ditron_task.all_gather"(%x) {..., ditron.tiling = {kind = "ag_matmul", chunk_rows = 1024 : i64,
+          num_chunks = 2 : i64, engine = "copy_engine", block_m = 128 : i64, block_n = 256 : i64, ...}}
+    %h = "ditron_task.matmul"(%g, %w) {..., ditron.tiling = {<the same>}}
+
+The module attribute ``ditron.target`` (else the ``target`` option) names the target.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from mlir import ir
+
+from ..cost_model import (GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates, copy_time, gemm_candidates,
+                          gemm_rs_estimate, gemm_time, local_copy_time, peaks_for, reduce_time)
+from ..dialects import device, task
+from ..dialects.context import diagnostic_at
+from ..dialects.opbase import walk_ops
+from ..dialects.sharding import MESH_ATTR, Mesh, arg_sharding, result_sharding
+from ..errors import PassError, TargetError
+from .registry import Pass, option
+
+TILING_ATTR = "ditron.tiling"
+OVERLAP_ATTR = "ditron.overlap"
+VIEW_ATTR = "ditron.view"
+LEVEL_ATTR = "ditron.level"
+TARGET_ATTR = "ditron.target"
+DEFAULT_TARGET = "cuda:90"
+
+OVERLAP_KINDS = {  # kind -> (producer wrapper, consumer wrapper)
+    "ag_matmul": (task.AllGather, task.Matmul),
+    "matmul_rs": (task.Matmul, task.ReduceScatter),
+    "matmul_ar": (task.Matmul, task.AllReduce),
+}
+# marked by ditron-fuse-overlap but not fused by the device lowering yet: the two ops are lowered one by one
+DEFERRED_KINDS = ("a2a_grouped_matmul",)
+ENGINES = ("copy_engine", "sm")
+ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot")
+MAX_CHUNKS_PER_SHARD = 16
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+def op_error(pass_name: str, op: ir.Operation, message: str) -> PassError:
+    """A PassError located at op: ``file:line:col: error: <pass>: '<op>' op <message>``."""
+    text = f"{pass_name}: '{op.name}' op {message}"
+    return PassError(text, [diagnostic_at(op.location, text)])
+
+
+# ----------------------------------------------------------------------------------------- the attribute
+
+@dataclass(frozen=True)
+class Tiling:
+    """The choices ditron-tile records on an op (``ditron.tiling``). Fields left None do not apply to the op."""
+
+    kind: str
+    target: str
+    world: int = 1
+    # core level: the GEMM (or elementwise) kernel
+    block_m: int | None = None
+    block_n: int | None = None
+    block_k: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    group_m: int | None = None
+    persistent: bool | None = None
+    sm_budget: int | None = None
+    block: int | None = None  # elements per program of an elementwise kernel
+    # device level: the data movement
+    shard_rows: int | None = None
+    chunk_rows: int | None = None
+    num_chunks: int | None = None  # per shard
+    engine: str | None = None
+    comm_sms: int | None = None
+    algorithm: str | None = None
+    est_us: float | None = None
+
+    def to_attr(self) -> ir.DictAttr:
+        i64 = ir.IntegerType.get_signless(64)
+        entries = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                entries[f.name] = ir.BoolAttr.get(v)
+            elif isinstance(v, int):
+                entries[f.name] = ir.IntegerAttr.get(i64, v)
+            elif isinstance(v, float):
+                entries[f.name] = ir.FloatAttr.get_f64(round(v, 3))
+            else:
+                entries[f.name] = ir.StringAttr.get(v)
+        return ir.DictAttr.get(entries)
+
+    @staticmethod
+    def from_attr(attr: ir.Attribute) -> "Tiling":
+        """Raises ValueError saying what is wrong when attr is not a tiling dictionary."""
+        if not isinstance(attr, ir.DictAttr):
+            raise ValueError(f"'{TILING_ATTR}' must be a dictionary, got {attr}")
+        values = {}
+        for f in dataclasses.fields(Tiling):
+            if f.name not in attr:
+                continue
+            a = attr[f.name]
+            want = str if f.name in ("kind", "target", "engine", "algorithm") else \
+                float if f.name == "est_us" else bool if f.name == "persistent" else int
+            if want is bool and isinstance(a, ir.BoolAttr):
+                values[f.name] = a.value
+            elif want is int and isinstance(a, ir.IntegerAttr) and not isinstance(a, ir.BoolAttr):
+                values[f.name] = a.value
+            elif want is float and isinstance(a, (ir.FloatAttr, ir.IntegerAttr)):
+                values[f.name] = float(a.value)
+            elif want is str and isinstance(a, ir.StringAttr):
+                values[f.name] = a.value
+            else:
+                raise ValueError(f"'{TILING_ATTR}' field '{f.name}' must be a{'n' if want is int else ''} "
+                                 f"{want.__name__}, got {a}")
+        if "kind" not in values or "target" not in values:
+            raise ValueError(f"'{TILING_ATTR}' needs 'kind' and 'target', got {attr}")
+        return Tiling(**values)
+
+    @staticmethod
+    def of(op: ir.Operation) -> "Tiling | None":
+        return Tiling.from_attr(op.attributes[TILING_ATTR]) if TILING_ATTR in op.attributes else None
+
+
+
+# ------------------------------------------------------------------------------------------ reading input
+
+def functions(module: ir.Module) -> list[ir.Operation]:
+    return [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+
+
+def _str_attr(op: ir.Operation, name: str) -> str | None:
+    return ir.StringAttr(op.attributes[name]).value if name in op.attributes else None
+
+
+def require_task_level(module: ir.Module, pass_name: str) -> Mesh | None:
+    """Raise unless module is a local-view task program: no device ops, no device functions, no global-view
+    shardings (a function with sharded arguments must be marked ditron.view = "local" by ditron-partition)."""
+    for op in walk_ops(module.operation):
+        if op.name.startswith(device.DeviceOp.DIALECT + "."):
+            raise op_error(pass_name, op, "is device-level IR, but this pass transforms task-level IR in the local "
+                                          "view; run it before ditron-lower-task-to-device")
+    for func in functions(module):
+        if _str_attr(func, LEVEL_ATTR) == "device":
+            raise op_error(pass_name, func, "is a device-level function (ditron.level = \"device\"); this pass "
+                                            "expects task-level IR")
+        if _str_attr(func, VIEW_ATTR) == "local":
+            continue
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        sharded = any(s is not None and not s.is_replicated for s in
+                      [arg_sharding(func, i) for i in range(len(ftype.inputs))] +
+                      [result_sharding(func, i) for i in range(len(ftype.results))])
+        if sharded:
+            raise op_error(pass_name, func, "is in the global view (sharded arguments, no ditron.view = \"local\"); "
+                                            "run ditron-partition first")
+    return Mesh.of_module(module)
+
+
+def axis_size(pass_name: str, mesh: Mesh | None, op: ir.Operation, axis: str) -> int:
+    if mesh is None:
+        raise op_error(pass_name, op, f"uses mesh axis '{axis}' but the module has no '{MESH_ATTR}' attribute")
+    if axis not in mesh.axes:
+        raise op_error(pass_name, op, f"mesh axis '{axis}' is not in the mesh (axes: {', '.join(mesh.axes)})")
+    return mesh.axis_size(axis)
+
+
+def shape_of(v: ir.Value) -> tuple[int, ...]:
+    return tuple(ir.RankedTensorType(v.type).shape)
+
+
+def elem_bytes(v: ir.Value) -> int:
+    t = ir.ShapedType(v.type).element_type
+    width = t.width if isinstance(t, (ir.IntegerType, ir.FloatType)) else 32
+    return max(1, width // 8)
+
+
+@dataclass
+class OverlapGroup:
+    """Two ops marked by ditron-fuse-overlap as one overlappable pair."""
+
+    group: int
+    kind: str
+    producer: ir.Operation
+    consumer: ir.Operation
+
+    @property
+    def collective(self) -> ir.Operation:
+        return self.producer if self.kind == "ag_matmul" else self.consumer
+
+    @property
+    def matmul(self) -> ir.Operation:
+        return self.consumer if self.kind == "ag_matmul" else self.producer
+
+
+def _overlap_mark(pass_name: str, op: ir.Operation) -> tuple[int, str, str] | None:
+    if OVERLAP_ATTR not in op.attributes:
+        return None
+    try:
+        d = ir.DictAttr(op.attributes[OVERLAP_ATTR])
+        group = ir.IntegerAttr(d["group"]).value
+        kind, role = ir.StringAttr(d["kind"]).value, ir.StringAttr(d["role"]).value
+    except (KeyError, ValueError, TypeError):
+        raise op_error(pass_name, op, f"has a malformed '{OVERLAP_ATTR}' {op.attributes[OVERLAP_ATTR]}; expected "
+                                      "{group = N : i64, kind = \"ag_matmul\"|\"matmul_rs\"|\"matmul_ar\", "
+                                      "role = \"producer\"|\"consumer\"}") from None
+    if kind not in OVERLAP_KINDS and kind not in DEFERRED_KINDS:
+        raise op_error(pass_name, op, f"has overlap kind '{kind}'; known kinds: "
+                                      f"{', '.join((*OVERLAP_KINDS, *DEFERRED_KINDS))}")
+    if role not in ("producer", "consumer"):
+        raise op_error(pass_name, op, f"has overlap role '{role}'; expected producer or consumer")
+    return group, kind, role
+
+
+def overlap_groups(pass_name: str, func: ir.Operation) -> list[OverlapGroup]:
+    """The overlap groups of func, checked: both ops present, of the right kinds, connected producer -> consumer,
+    along the dims the fused lowering supports."""
+    marks: dict[int, dict[str, ir.Operation]] = {}
+    kinds: dict[int, str] = {}
+    for op in walk_ops(func):
+        mark = _overlap_mark(pass_name, op)
+        if mark is None:
+            continue
+        group, kind, role = mark
+        if kinds.setdefault(group, kind) != kind:
+            raise op_error(pass_name, op, f"is in overlap group {group} as '{kind}', but the group's other op says "
+                                          f"'{kinds[group]}'")
+        if role in marks.setdefault(group, {}):
+            raise op_error(pass_name, op, f"is a second {role} of overlap group {group}")
+        marks[group][role] = op
+    out = []
+    for group, roles in sorted(marks.items()):
+        kind = kinds[group]
+        for role in ("producer", "consumer"):
+            if role not in roles:
+                other = next(iter(roles.values()))
+                raise op_error(pass_name, other, f"is in overlap group {group} ('{kind}') but the group has no "
+                                                 f"{role}")
+        g = OverlapGroup(group, kind, roles["producer"], roles["consumer"])
+        if kind in DEFERRED_KINDS:
+            continue
+        _check_group(pass_name, g)
+        if g.kind == "matmul_rs" and task.ReduceScatter(g.consumer).dim != 0:
+            continue  # GEMM+RS over columns: lowered as GEMM, then reduce_scatter
+        out.append(g)
+    return out
+
+
+def _check_group(pass_name: str, g: OverlapGroup) -> None:
+    want_p, want_c = OVERLAP_KINDS[g.kind]
+    for op, want, role in ((g.producer, want_p, "producer"), (g.consumer, want_c, "consumer")):
+        if want.match(op) is None:
+            raise op_error(pass_name, op, f"is the {role} of overlap group {g.group} ('{g.kind}'), which needs a "
+                                          f"'{want.op_name()}' there")
+    if g.kind == "ag_matmul":
+        ag, mm = task.AllGather(g.producer), task.Matmul(g.consumer)
+        if mm.lhs != ag.output:
+            raise op_error(pass_name, g.consumer, f"is the consumer of overlap group {g.group} but its lhs is not "
+                                                  "the all_gather's result; AG+GEMM overlaps the gathered rows of "
+                                                  "the lhs only")
+        if ag.dim != 0:
+            raise op_error(pass_name, g.producer, f"gathers dim {ag.dim}, but AG+GEMM (overlap group {g.group}) "
+                                                  "needs the rows (dim 0) of the matmul's lhs gathered")
+        return
+    mm = task.Matmul(g.producer)
+    coll = g.consumer
+    if coll.operands[0] != mm.result:
+        raise op_error(pass_name, coll, f"is the consumer of overlap group {g.group} but does not take the "
+                                        "matmul's result")
+
+
+# ---------------------------------------------------------------------------------------------- the pass
+
+@dataclass(frozen=True)
+class TilePass(Pass):
+    name = "ditron-tile"
+    summary = "Choose chunk sizes, copy engines, SM split and GEMM tile configs from the cost model"
+
+    target: str = option("", "target whose peak numbers feed the model (default: module's ditron.target, "
+                             "else cuda:90)")
+    num_sms: int | None = option(None, "SMs (CUs) one rank may use (default: the target's count)")
+    block_m: int | None = option(None, "GEMM BLOCK_M")
+    block_n: int | None = option(None, "GEMM BLOCK_N")
+    block_k: int | None = option(None, "GEMM BLOCK_K")
+    num_warps: int | None = option(None, "warps per GEMM program")
+    num_stages: int | None = option(None, "software pipeline stages of the GEMM K loop")
+    group_m: int | None = option(None, "grouped (L2-friendly) tile order: row tiles per group")
+    persistent: bool | None = option(None, "persistent GEMM (one program per SM looping over tiles)")
+    chunk_rows: int | None = option(None, "rows per chunk of the data movement")
+    num_chunks: int | None = option(None, "chunks per shard (alternative to chunk-rows)")
+    engine: str = option("", "copy engine for chunk copies: copy_engine or sm (default: the model's choice)")
+    comm_sms: int | None = option(None, "SMs given to communication kernels (copies on SMs, reductions)")
+    all_reduce: str = option("", "all-reduce algorithm: one_shot or two_shot (default: the model's choice)")
+    elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
+
+    def __post_init__(self):
+        for key in ("block_m", "block_n", "block_k", "elementwise_block"):
+            v = getattr(self, key)
+            if v is not None and (v < 16 or v & (v - 1)):
+                raise ValueError(f"{key.replace('_', '-')} must be a power of two >= 16, got {v}")
+        if self.num_warps is not None and self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num-warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        for key in ("num_stages", "group_m", "chunk_rows", "num_chunks", "num_sms"):
+            v = getattr(self, key)
+            if v is not None and v < 1:
+                raise ValueError(f"{key.replace('_', '-')} must be >= 1, got {v}")
+        if self.comm_sms is not None and self.comm_sms < 0:
+            raise ValueError(f"comm-sms must be >= 0, got {self.comm_sms}")
+        if self.chunk_rows is not None and self.num_chunks is not None:
+            raise ValueError("give chunk-rows or num-chunks, not both")
+        if self.engine and self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
+        if self.all_reduce and self.all_reduce not in ALL_REDUCE_ALGORITHMS:
+            raise ValueError(f"all-reduce must be one of {', '.join(ALL_REDUCE_ALGORITHMS)}, got '{self.all_reduce}'")
+
+    def run(self, module: ir.Module) -> None:
+        peaks = self._peaks(module)
+        mesh = require_task_level(module, self.name)
+        for func in functions(module):
+            planner = _Planner(self, peaks, mesh)
+            grouped = set()
+            for g in overlap_groups(self.name, func):
+                tiling = planner.group(g)
+                for op in (g.producer, g.consumer):
+                    op.attributes[TILING_ATTR] = tiling.to_attr()
+                    grouped.add(op)
+            for op in walk_ops(func):
+                if op in grouped:
+                    continue
+                tiling = planner.single(op)
+                if tiling is not None:
+                    op.attributes[TILING_ATTR] = tiling.to_attr()
+
+    def _peaks(self, module: ir.Module) -> TargetPeaks:
+        target = self.target or _str_attr(module.operation, TARGET_ATTR) or DEFAULT_TARGET
+        try:
+            return peaks_for(target, num_sms=self.num_sms)
+        except TargetError as err:
+            raise PassError(f"{self.name}: {err}") from None
+
+
+class _Planner:
+    """Cost-model decisions for one function, with the pass's overrides applied."""
+
+    def __init__(self, opts: TilePass, peaks: TargetPeaks, mesh: Mesh | None):
+        self.o, self.peaks, self.mesh = opts, peaks, mesh
+        self.vendor = peaks.target.split(":")[0]
+
+    # ---- core-level GEMM configuration
+
+    def gemm_config(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int) -> GemmConfig:
+        o = self.o
+        forced = {f: getattr(o, f) for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m")
+                  if getattr(o, f) is not None}
+        candidates = [dataclasses.replace(c, **forced) for c in gemm_candidates(self.peaks, eb)] if forced else \
+            gemm_candidates(self.peaks, eb)
+        if forced and not candidates:
+            candidates = [dataclasses.replace(gemm_candidates(self.peaks, 2)[0], **forced)]
+        fits = [c for c in candidates if c.smem_bytes(eb, self.vendor) <= self.peaks.smem_per_sm]
+        if not fits:
+            c = candidates[0]
+            raise op_error(o.name, op, f"tile {c.block_m}x{c.block_n}x{c.block_k} with {c.num_stages} stages needs "
+                                       f"{c.smem_bytes(eb, self.vendor)} bytes of shared memory; "
+                                       f"{self.peaks.target} has {self.peaks.smem_per_sm}: lower num-stages or the "
+                                       "block sizes")
+        best = min(fits, key=lambda c: (gemm_time(m, n, k, c, self.peaks, sms=sms, elem_bytes=eb), fits.index(c)))
+        return best
+
+    def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool) -> dict:
+        tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+        persistent = self.o.persistent if self.o.persistent is not None else (waits or tiles > sms)
+        return dict(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, num_warps=cfg.num_warps,
+                    num_stages=cfg.num_stages, group_m=cfg.group_m, persistent=persistent, sm_budget=sms)
+
+    # ---- device-level choices
+
+    def chunk_options(self, op: ir.Operation, shard_rows: int, block_m: int, *, divisor: bool = True) -> list[int]:
+        """Rows per chunk worth trying, fewest chunks first. With divisor, only divisors of shard_rows (the GEMM's
+        per-tile waits and notifies and the reduction map rows to slots uniformly)."""
+        shard_rows = max(shard_rows, 1)
+        if self.o.chunk_rows is not None or self.o.num_chunks is not None:
+            want = self.o.chunk_rows if self.o.chunk_rows is not None else math.ceil(shard_rows / self.o.num_chunks)
+            want = max(1, min(want, shard_rows))
+            if divisor and shard_rows % want:
+                if self.o.chunk_rows is not None:
+                    raise op_error(self.o.name, op, f"chunk-rows={self.o.chunk_rows} does not divide the "
+                                                    f"{shard_rows} rows of a shard; choose a divisor of "
+                                                    f"{shard_rows}")
+                want = min(d for d in range(want, shard_rows + 1) if shard_rows % d == 0)
+            return [want]
+        if divisor:
+            found = [d for d in _divisors(shard_rows)
+                     if shard_rows // d <= MAX_CHUNKS_PER_SHARD and (d >= min(block_m, shard_rows))]
+            aligned = [d for d in found if d % block_m == 0]
+            return sorted(aligned or found or [shard_rows], reverse=True)
+        out, rows = [], max(block_m, 1)
+        while rows < shard_rows:
+            if math.ceil(shard_rows / rows) <= MAX_CHUNKS_PER_SHARD:
+                out.append(rows)
+            rows *= 2
+        out.append(shard_rows)
+        return out[::-1]  # fewest chunks first: on a tie the model keeps the cheaper schedule
+
+    def engines(self) -> list[str]:
+        return [self.o.engine] if self.o.engine else list(ENGINES)
+
+    def comm_sm_options(self, engine: str) -> list[int]:
+        if self.o.comm_sms is not None:
+            return [min(self.o.comm_sms, self.peaks.num_sms - 1)]
+        if engine == "copy_engine":
+            return [0]
+        cap = self.peaks.num_sms // 2
+        return sorted({max(1, min(s, cap)) for s in (4, 8, 16, 24, 32, 48, 64)})
+
+    def reduce_sm_options(self) -> list[int]:
+        if self.o.comm_sms is not None:
+            return [max(1, min(self.o.comm_sms, self.peaks.num_sms - 1))]
+        cap = self.peaks.num_sms // 2
+        return sorted({max(1, min(s, cap)) for s in (4, 8, 16, 24, 32, 48)})
+
+    def all_reduce_algorithms(self, op: ir.Operation, rows: int, w: int) -> list[str]:
+        """two_shot scatters whole rows over the ranks, so it needs rows divisible by the world size."""
+        if self.o.all_reduce == "two_shot" and rows % w:
+            raise op_error(self.o.name, op, f"all-reduce=two_shot needs the {rows} rows divisible by the {w} ranks; "
+                                            "use one_shot")
+        if self.o.all_reduce:
+            return [self.o.all_reduce]
+        return list(ALL_REDUCE_ALGORITHMS) if rows % w == 0 else ["one_shot"]
+
+    def world(self, op: ir.Operation) -> int:
+        return axis_size(self.o.name, self.mesh, op, ir.StringAttr(op.attributes["axis"]).value)
+
+    # ---- per op
+
+    def group(self, g: OverlapGroup) -> Tiling:
+        w = self.world(g.collective)
+        if g.kind == "ag_matmul":
+            return self.ag_matmul(g, w)
+        return self.matmul_reduce(g, w)
+
+    def ag_matmul(self, g: OverlapGroup, w: int) -> Tiling:
+        ag, mm = task.AllGather(g.producer), task.Matmul(g.consumer)
+        shard_rows, k = shape_of(ag.input)[0], shape_of(ag.input)[1]
+        n = shape_of(mm.rhs)[1]
+        m, eb = shard_rows * w, elem_bytes(ag.input)
+        best = None
+        for engine in self.engines():
+            for comm in self.comm_sm_options(engine):
+                sms = self.peaks.num_sms - comm
+                cfg = self.gemm_config(g.consumer, m, n, k, sms, eb)
+                t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+                for rows in self.chunk_options(g.producer, shard_rows, cfg.block_m):
+                    chunks = math.ceil(shard_rows / rows)
+                    t = ag_gemm_estimate(t_gemm, shard_rows * k * eb, w, chunks, self.peaks, engine=engine,
+                                         comm_sms=comm)
+                    if best is None or t < best[0] * 0.999:
+                        best = (t, engine, comm, sms, cfg, rows, chunks)
+        t, engine, comm, sms, cfg, rows, chunks = best
+        return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
+                      num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6,
+                      **self.gemm_fields(cfg, m, n, sms, waits=w > 1))
+
+    def matmul_reduce(self, g: OverlapGroup, w: int) -> Tiling:
+        mm = task.Matmul(g.producer)
+        m, k = shape_of(mm.lhs)
+        n = shape_of(mm.rhs)[1]
+        eb = elem_bytes(mm.lhs)
+        algorithms = ["reduce_scatter"]
+        if g.kind == "matmul_ar":
+            algorithms = self.all_reduce_algorithms(g.consumer, m, w)
+        best = None
+        for algorithm in algorithms:
+            shard_rows = m if algorithm == "one_shot" else math.ceil(m / w)
+            for comm in self.reduce_sm_options():
+                sms = self.peaks.num_sms - comm
+                cfg = self.gemm_config(g.producer, m, n, k, sms, eb)
+                t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+                for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
+                    chunks = math.ceil(shard_rows / rows)
+                    t = gemm_rs_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks, reduce_sms=comm,
+                                         rows=shard_rows, cols=n, elem_bytes=eb)
+                    if algorithm == "two_shot":
+                        t += copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
+                                       peers=w - 1, chunks=(w - 1) * chunks)
+                    if best is None or t < best[0] * 0.999:
+                        best = (t, algorithm, comm, sms, cfg, shard_rows, rows, chunks)
+        t, algorithm, comm, sms, cfg, shard_rows, rows, chunks = best
+        return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
+                      num_chunks=chunks, engine="sm", comm_sms=comm, est_us=t * 1e6,
+                      algorithm=None if g.kind == "matmul_rs" else algorithm,
+                      **self.gemm_fields(cfg, m, n, sms, waits=False))
+
+    def single(self, op: ir.Operation) -> Tiling | None:
+        if task.Matmul.match(op):
+            return self.matmul(op)
+        if task.AllGather.match(op):
+            return self.all_gather(op)
+        if task.ReduceScatter.match(op) or task.AllReduce.match(op):
+            return self.reduction(op)
+        if task.Elementwise.match(op):
+            block = self.o.elementwise_block or 1024
+            return Tiling(kind="elementwise", target=self.peaks.target, block=block,
+                          num_warps=self.o.num_warps or 4, sm_budget=self.peaks.num_sms)
+        return None
+
+    def matmul(self, op: ir.Operation) -> Tiling:
+        mm = task.Matmul(op)
+        m, k = shape_of(mm.lhs)
+        n = shape_of(mm.rhs)[1]
+        eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
+        cfg = self.gemm_config(op, m, n, k, sms, eb)
+        t = gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+        return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
+                      **self.gemm_fields(cfg, m, n, sms, waits=False))
+
+    def all_gather(self, op: ir.Operation) -> Tiling:
+        ag = task.AllGather(op)
+        w, shape, eb = self.world(op), shape_of(ag.input), elem_bytes(ag.input)
+        shard_rows = shape[ag.dim]
+        row_bytes = math.prod(shape) // max(shard_rows, 1) * eb
+        best = None
+        for engine in self.engines():
+            for comm in self.comm_sm_options(engine):
+                for rows in self.chunk_options(op, shard_rows, 64, divisor=False):
+                    chunks = math.ceil(shard_rows / rows)
+                    t = local_copy_time(shard_rows * row_bytes, self.peaks) + copy_time(
+                        (w - 1) * shard_rows * row_bytes, self.peaks, engine=engine, peers=w - 1,
+                        chunks=(w - 1) * chunks, sms=comm or self.peaks.num_sms)
+                    if best is None or t < best[0] * 0.999:
+                        best = (t, engine, comm, rows, chunks)
+        t, engine, comm, rows, chunks = best
+        if engine == "sm" and not comm:
+            comm = self.peaks.num_sms
+        return Tiling(kind="all_gather", target=self.peaks.target, world=w, shard_rows=shard_rows,
+                      chunk_rows=rows, num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6)
+
+    def reduction(self, op: ir.Operation) -> Tiling:
+        """Standalone reduce_scatter (dim 0) or all_reduce: the reduction kernel reads peers' chunks on SMs."""
+        w, eb = self.world(op), elem_bytes(op.operands[0])
+        shape = shape_of(op.operands[0])
+        rows = shape[0] if shape else 1
+        cols = math.prod(shape[1:]) if len(shape) > 1 else 1
+        sms = self.peaks.num_sms if self.o.comm_sms is None else max(1, self.o.comm_sms)
+        if task.AllReduce.match(op):
+            estimates = all_reduce_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
+            allowed = self.all_reduce_algorithms(op, rows, w)
+            algorithm = min(allowed, key=estimates.get)
+            kind, shard_rows, t = "all_reduce", rows if algorithm == "one_shot" else math.ceil(rows / w), \
+                estimates[algorithm]
+        else:
+            algorithm, kind, shard_rows = None, "reduce_scatter", rows // w
+            t = reduce_time(shard_rows, cols, w, self.peaks, sms=sms, elem_bytes=eb)
+        best_rows = self.chunk_options(op, shard_rows, 64)
+        # more chunks overlap the staging copy with the reduction; the model prefers ~4 when free to choose
+        rows_per_chunk = min(best_rows, key=lambda r: abs(math.ceil(shard_rows / r) - 4))
+        return Tiling(kind=kind, target=self.peaks.target, world=w, shard_rows=shard_rows,
+                      chunk_rows=rows_per_chunk, num_chunks=math.ceil(shard_rows / rows_per_chunk),
+                      engine="sm", comm_sms=sms, algorithm=algorithm, est_us=t * 1e6)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))

@@ -1,0 +1,73 @@
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot},ditron-lower-task-to-device' | FileCheck %s
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWO
+
+// Standalone reduce_scatter of an argument: stage it into a symmetric buffer, count chunks on their owners.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
+  // CHECK-LABEL: func.func @reduce_scatter
+  // CHECK: %[[P:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_partial"} : () -> memref<256x32xbf16>
+  // CHECK: scf.for %{{.*}} = %c1 to %c5 step %c1 {
+  // CHECK: "ditron_device.copy"(%arg0, %[[P]], {{.*}}) {ditron.lane = "comm", ditron.role = "rs.stage"
+  // CHECK: "ditron_device.signal"({{.*}}) {ditron.lane = "comm", ditron.role = "rs.count", op = "add", scope = "sys"}
+  // CHECK: %[[EXPECT:.*]] = arith.muli %c4, %arg2 : index
+  // CHECK: "ditron_device.wait"(%{{.*}}, %[[EXPECT]], %{{.*}}) {ditron.lane = "reduce", ditron.role = "rs.await"
+  // CHECK: "ditron_device.launch"(%[[P]], %arg1, {{.*}}kernel = @reduce
+  func.func @reduce_scatter(%x: tensor<256x32xbf16>) -> tensor<64x32xbf16> attributes {ditron.view = "local"} {
+    %y = "ditron_task.reduce_scatter"(%x) {axis = "tp", dim = 0 : i64, reduce = "sum"} : (tensor<256x32xbf16>) -> tensor<64x32xbf16>
+    return %y : tensor<64x32xbf16>
+  }
+}
+
+// -----
+
+// all_reduce: one-shot counts every chunk on every rank; two-shot reduces by owner, then all-gathers.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // CHECK-LABEL: func.func @all_reduce
+  // CHECK: "ditron_device.alloc_symmetric"() {name = "ar_count"} : () -> memref<{{[0-9]+}}xi32>
+  // CHECK: "ditron_device.signal"({{.*}}) {{{.*}}ditron.role = "rs.count", op = "add"
+  // CHECK: "ditron_device.launch"({{.*}}ditron.role = "rs.reduce"
+  // CHECK-NOT: ag.pull
+  // TWO-LABEL: func.func @all_reduce
+  // TWO: "ditron_device.alloc_symmetric"() {name = "ag_gather"} : () -> memref<128x32xbf16>
+  // TWO: "ditron_device.launch"({{.*}}ditron.role = "rs.reduce"
+  // TWO: "ditron_device.signal"({{.*}}ditron.lane = "reduce", ditron.role = "ag.ready"
+  // TWO: "ditron_device.copy"({{.*}}ditron.role = "ag.pull"
+  // TWO: "ditron_device.wait"({{.*}}ditron.lane = "compute", ditron.role = "ar.join"
+  func.func @all_reduce(%x: tensor<128x32xbf16>) -> tensor<128x32xbf16> attributes {ditron.view = "local"} {
+    %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<128x32xbf16>) -> tensor<128x32xbf16>
+    return %y : tensor<128x32xbf16>
+  }
+}
+
+// -----
+
+// Local compute: GEMM and elementwise kernels on stream 0; an intermediate lives in a symmetric buffer; a returned
+// argument is copied into its output.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // CHECK-LABEL: func.func @local
+  // CHECK-NOT: ditron_device.barrier
+  // CHECK: %[[MM:.*]] = "ditron_device.alloc_symmetric"() {name = "mm"} : () -> memref<64x32xbf16>
+  // CHECK: "ditron_device.launch"(%arg0, %arg1, %[[MM]]) {{{.*}}ditron.role = "gemm"{{.*}}kernel = @gemm
+  // CHECK: "ditron_device.launch"(%[[MM]], %arg0, %arg2) {{{.*}}ditron.role = "elementwise"{{.*}}kernel = @elementwise
+  // CHECK: "ditron_device.copy"(%arg0, %arg3, {{.*}}) {ditron.lane = "compute", ditron.role = "output", engine = "copy_engine"}
+  // CHECK: func.func private @elementwise({{.*}}args = ["x0", "x1", "y"]{{.*}}fn = "silu_mul"
+  func.func @local(%x: tensor<64x32xbf16>, %w: tensor<32x32xbf16>) -> (tensor<64x32xbf16>, tensor<64x32xbf16>) attributes {ditron.view = "local"} {
+    %p = "ditron_task.matmul"(%x, %w) : (tensor<64x32xbf16>, tensor<32x32xbf16>) -> tensor<64x32xbf16>
+    %y = "ditron_task.elementwise"(%p, %x) {fn = "silu_mul"} : (tensor<64x32xbf16>, tensor<64x32xbf16>) -> tensor<64x32xbf16>
+    return %y, %x : tensor<64x32xbf16>, tensor<64x32xbf16>
+  }
+}
+
+// -----
+
+// One rank: a fused pair is just its GEMM; a collective is a local copy.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
+  // CHECK-LABEL: func.func @one_rank
+  // CHECK-NOT: ag_ready
+  // CHECK: "ditron_device.launch"(%arg0, %arg1, %arg2) {{{.*}}kernel = @gemm
+  // CHECK-NOT: wait = {
+  func.func @one_rank(%x: tensor<64x32xbf16>, %w: tensor<32x32xbf16>) -> tensor<64x32xbf16> attributes {ditron.view = "local"} {
+    %g = "ditron_task.all_gather"(%x) {axis = "tp", dim = 0 : i64, ditron.overlap = {group = 0 : i64, kind = "ag_matmul", role = "producer"}} : (tensor<64x32xbf16>) -> tensor<64x32xbf16>
+    %y = "ditron_task.matmul"(%g, %w) {ditron.overlap = {group = 0 : i64, kind = "ag_matmul", role = "consumer"}} : (tensor<64x32xbf16>, tensor<32x32xbf16>) -> tensor<64x32xbf16>
+    return %y : tensor<64x32xbf16>
+  }
+}

@@ -1,0 +1,47 @@
+// ditron-default: task IR in the global view -> core kernels (tt.func + ditron_core) + the host program.
+// RUN: ditron-opt %S/../../../examples/mlp.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=MLP
+// RUN: ditron-opt %S/../../../examples/ag_gemm.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AG
+// RUN: ditron-opt %S/../../../examples/gemm_rs.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=RS
+// RUN: ditron-opt %S/../../../examples/gemm_ar.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AR
+// RUN: ditron-opt %s --pass-pipeline=ditron-default | FileCheck %s
+
+// MLP-LABEL: func.func @mlp
+// MLP-SAME: ditron.level = "device"
+// MLP: "ditron_device.launch"({{.*}}ditron.role = "ag.gemm"{{.*}}kernel = @[[G1:[a-z_0-9]+]],{{.*}}tile_order = "rank_rotated"
+// MLP: "ditron_device.launch"({{.*}}ditron.role = "elementwise"{{.*}}kernel = @[[EW:[a-z_0-9]+]],
+// MLP: "ditron_device.launch"({{.*}}ditron.role = "rs.gemm"{{.*}}kernel = @[[G2:[a-z_0-9]+]],
+// MLP: "ditron_device.launch"({{.*}}ditron.role = "rs.reduce"{{.*}}kernel = @[[RED:[a-z_0-9]+]],
+// MLP: "ditron_device.barrier"
+// MLP-DAG: sym_name = "[[G1]]"
+// MLP-DAG: sym_name = "[[EW]]"
+// MLP-DAG: sym_name = "[[G2]]"
+// MLP-DAG: sym_name = "[[RED]]"
+// MLP-NOT: func.func private
+
+// AG-LABEL: func.func @ag_gemm(%arg0: memref<2048x4096xbf16> {{.*}}, %arg1: memref<4096x3584xbf16> {{.*}}, %arg2: memref<8192x3584xbf16> {ditron.io = "out", ditron.layout = {dims = {{\[}}[], ["tp"]]}}, %arg3: index {ditron.io = "epoch"})
+// AG: "ditron_device.copy"({{.*}}ditron.role = "ag.pull"{{.*}}stream = 1 : i64
+// AG: "ditron_device.launch"({{.*}}ditron.role = "ag.gemm"{{.*}}kernel = @[[K:[a-z_0-9]+]],{{.*}}stream = 0 : i64, tile_order = "rank_rotated"
+// AG: sym_name = "[[K]]"
+
+// RS-LABEL: func.func @gemm_rs
+// RS: "ditron_device.launch"({{.*}}ditron.role = "rs.gemm"{{.*}}stream = 0 : i64, tile_order = "rank_rotated"
+// RS: "ditron_device.launch"({{.*}}ditron.role = "rs.reduce"{{.*}}stream = 2 : i64
+
+// AR-LABEL: func.func @gemm_ar
+// AR: ditron.role = "rs.reduce"
+// AR: "ditron_device.barrier"
+
+// One rank: the same pipeline gives a plain GEMM, no communication at all.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
+  // CHECK-LABEL: func.func @single
+  // CHECK-NOT: ditron_device.copy
+  // CHECK-NOT: ditron_device.barrier
+  // CHECK: "ditron_device.launch"(%arg0, %arg1, %arg2) {{{.*}}kernel = @[[K:[a-z_0-9]+]],
+  // CHECK: sym_name = "[[K]]"
+  func.func @single(%x: tensor<256x128xbf16> {ditron.sharding = {dims = [["tp"], []]}},
+                    %w: tensor<128x64xbf16> {ditron.sharding = {dims = [[], ["tp"]]}})
+      -> (tensor<256x64xbf16> {ditron.sharding = {dims = [[], ["tp"]]}}) {
+    %y = "ditron_task.matmul"(%x, %w) : (tensor<256x128xbf16>, tensor<128x64xbf16>) -> tensor<256x64xbf16>
+    return %y : tensor<256x64xbf16>
+  }
+}

@@ -1,0 +1,364 @@
+"""ditron-tile, ditron-lower-task-to-device, ditron-schedule-overlap, ditron-lower-device-to-core and the
+ditron-default pipeline: the cost model, the structure of what they emit, and — through ditron.sim — that the
+programs are free of races and deadlocks and compute what the task program says, for W in {1, 2, 4, 8} and
+M in {128·W, 4091·W}. Mutation tests check that every wait and signal the passes emit is needed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlir import ir
+
+from ditron.cost_model import (PEAKS, ag_gemm_ideal, best_gemm_config, gemm_candidates, gemm_rs_ideal, gemm_time,
+                               peaks_for)
+from ditron.dialects import device, ditron_context, parse_module
+from ditron.dialects.opbase import walk_ops
+from ditron.dialects.verify import verify
+from ditron.errors import PassError, TargetError
+from ditron.kernels import KernelRecord
+from ditron.passes.registry import PASSES, PIPELINES, get_pass_class, parse_pipeline
+from ditron.sim import simulate, task_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVICE = "ditron-tile{%s},ditron-lower-task-to-device,ditron-schedule-overlap{%s}"
+FULL = DEVICE + ",ditron-lower-device-to-core"
+
+
+# --------------------------------------------------------------------------------------------- programs
+
+def _mesh(w: int) -> str:
+    return f'module attributes {{ditron.mesh = {{axes = ["tp"], shape = array<i64: {w}>}}}}'
+
+
+def _overlap(group: int, kind: str, role: str) -> str:
+    return f'ditron.overlap = {{group = {group} : i64, kind = "{kind}", role = "{role}"}}'
+
+
+def local_program(kind: str, w: int, m: int, k: int = 32, n: int = 32) -> str:
+    """A local-view task program of one pattern; m = rows of one shard (the GEMM's M is w*m)."""
+    big = w * m
+    t = lambda r, c: f"tensor<{r}x{c}xbf16>"  # noqa: E731
+    if kind == "ag_gemm":
+        args, res = f"%x: {t(m, k)}, %w: {t(k, n)}", t(big, n)
+        body = (f'%g = "ditron_task.all_gather"(%x) {{axis = "tp", dim = 0 : i64, {_overlap(0, "ag_matmul", "producer")}}}'
+                f' : ({t(m, k)}) -> {t(big, k)}\n'
+                f'    %y = "ditron_task.matmul"(%g, %w) {{{_overlap(0, "ag_matmul", "consumer")}}} : ({t(big, k)}, '
+                f'{t(k, n)}) -> {t(big, n)}')
+    elif kind in ("gemm_rs", "gemm_ar"):
+        coll = "reduce_scatter" if kind == "gemm_rs" else "all_reduce"
+        ok = "matmul_rs" if kind == "gemm_rs" else "matmul_ar"
+        out = t(m, n) if kind == "gemm_rs" else t(big, n)
+        dim = "dim = 0 : i64, " if kind == "gemm_rs" else ""
+        args, res = f"%x: {t(big, k)}, %w: {t(k, n)}", out
+        body = (f'%p = "ditron_task.matmul"(%x, %w) {{{_overlap(0, ok, "producer")}}} : ({t(big, k)}, {t(k, n)}) -> '
+                f'{t(big, n)}\n'
+                f'    %y = "ditron_task.{coll}"(%p) {{axis = "tp", {dim}reduce = "sum", {_overlap(0, ok, "consumer")}}}'
+                f' : ({t(big, n)}) -> {out}')
+    elif kind == "all_gather":
+        args, res = f"%x: {t(m, k)}", t(big, k)
+        body = f'%y = "ditron_task.all_gather"(%x) {{axis = "tp", dim = 0 : i64}} : ({t(m, k)}) -> {t(big, k)}'
+    elif kind == "reduce_scatter":
+        args, res = f"%x: {t(big, k)}", t(m, k)
+        body = (f'%y = "ditron_task.reduce_scatter"(%x) {{axis = "tp", dim = 0 : i64, reduce = "sum"}} : '
+                f'({t(big, k)}) -> {t(m, k)}')
+    elif kind == "all_reduce":
+        args, res = f"%x: {t(big, k)}", t(big, k)
+        body = f'%y = "ditron_task.all_reduce"(%x) {{axis = "tp", reduce = "sum"}} : ({t(big, k)}) -> {t(big, k)}'
+    else:
+        raise ValueError(kind)
+    return (f'{_mesh(w)} {{\n  func.func @{kind}({args}) -> {res} attributes {{ditron.view = "local"}} {{\n'
+            f'    {body}\n    return %y : {res}\n  }}\n}}\n')
+
+
+def lower(text: str, pipeline: str) -> str:
+    with ditron_context():
+        module = parse_module(text)
+        for p in parse_pipeline(pipeline):
+            p.run(module)
+            verify(module)
+        out = str(module)
+        del module
+    return out
+
+
+def partitioned(text: str) -> str:
+    return lower(text, "ditron-partition")
+
+
+def check_sim(device_text: str, reference_text: str, w: int, seeds=(0,), calls: int = 2) -> None:
+    reference = task_reference(reference_text)
+    for seed in seeds:
+        result = simulate(device_text, world_size=w, seed=seed, calls=calls, reference=reference)
+        assert result.ok, result.summary()
+
+
+# ------------------------------------------------------------------------------------------- cost model
+
+def test_peak_table_covers_the_targets_and_names_its_sources():
+    h200 = peaks_for("cuda:90")
+    assert (h200.gemm_flops, h200.link_bw, h200.hbm_copy_bw) == (790e12, 371e9, 4.25e12)
+    assert peaks_for("cuda:sm_90a").target == "cuda:90" and peaks_for("CUDA:90a").num_sms == 132
+    assert peaks_for("hip:gfx942").link_topology == "mesh"
+    assert all(p.source for p in PEAKS.values())
+    with pytest.raises(TargetError, match="no performance numbers for target 'cuda:75'"):
+        peaks_for("cuda:75")
+
+
+def test_design_ideal_times():
+    p = peaks_for("cuda:90")
+    m, n, k, w = 8192, 28672, 8192, 8
+    t_comp = 2 * m * k * (n / w) / p.gemm_flops
+    t_comm = (w - 1) / w * m * k * 2 / p.link_bw
+    assert ag_gemm_ideal(m, n, k, w, p) == pytest.approx(max(t_comp, t_comm + t_comp / w))
+    t_comp = 2 * m * (k / w) * n / p.gemm_flops
+    t_comm = (w - 1) / w * m * n * 2 / p.link_bw
+    assert gemm_rs_ideal(m, n, k, w, p) == pytest.approx(max(t_comp, t_comm) + min(t_comp, t_comm) / w)
+
+
+def test_gemm_configs_fit_shared_memory_and_follow_the_problem():
+    for target in ("cuda:90", "cuda:80", "hip:gfx942"):
+        p = peaks_for(target)
+        vendor = target.split(":")[0]
+        assert all(c.smem_bytes(2, vendor) <= p.smem_per_sm for c in gemm_candidates(p))
+    p = peaks_for("cuda:90")
+    big, _ = best_gemm_config(8192, 8192, 8192, p)
+    small, _ = best_gemm_config(128, 4096, 4096, p)
+    assert big.block_m * big.block_n > small.block_m * small.block_n
+    # fewer SMs: never faster
+    assert gemm_time(8192, 8192, 8192, big, p, sms=66) > gemm_time(8192, 8192, 8192, big, p)
+
+
+# ---------------------------------------------------------------------------------------------- ditron-tile
+
+def _tilings(text: str) -> list[dict]:
+    from ditron.passes.tile import Tiling
+    with ditron_context():
+        module = parse_module(text)
+        out = [dict(vars(Tiling.of(op))) for op in walk_ops(module.operation) if "ditron.tiling" in op.attributes]
+        del module
+    return out
+
+
+@pytest.mark.parametrize("m", [128, 4091, 2048])
+def test_tile_chunks_divide_the_shard(m):
+    for kind in ("ag_gemm", "gemm_rs"):
+        tilings = _tilings(lower(local_program(kind, 4, m, k=256, n=256), "ditron-tile"))
+        assert tilings and all(t["shard_rows"] % t["chunk_rows"] == 0 for t in tilings)
+        assert all(t["num_chunks"] == t["shard_rows"] // t["chunk_rows"] for t in tilings)
+
+
+def test_tile_options_override_the_model():
+    text = lower(local_program("gemm_rs", 4, 512, k=256, n=256),
+                 "ditron-tile{block-m=64 block-n=64 block-k=32 num-warps=2 num-stages=2 chunk-rows=256 comm-sms=20}")
+    for t in _tilings(text):
+        assert (t["block_m"], t["block_n"], t["block_k"], t["num_warps"], t["num_stages"]) == (64, 64, 32, 2, 2)
+        assert (t["chunk_rows"], t["comm_sms"], t["sm_budget"]) == (256, 20, 112)
+
+
+def test_tile_rejects_bad_options():
+    with pytest.raises(PassError, match="has no option 'block-q'"):
+        parse_pipeline("ditron-tile{block-q=4}")
+    with pytest.raises(PassError, match="num-warps must be 1, 2, 4, 8 or 16, got 3"):
+        parse_pipeline("ditron-tile{num-warps=3}")
+    with pytest.raises(PassError, match="all-reduce must be one of one_shot, two_shot"):
+        parse_pipeline("ditron-tile{all-reduce=three_shot}")
+
+
+# ----------------------------------------------------------------------------------------- the registry
+
+def test_passes_and_default_pipeline_are_registered():
+    for name in ("ditron-tile", "ditron-lower-task-to-device", "ditron-schedule-overlap",
+                 "ditron-lower-device-to-core"):
+        cls = get_pass_class(name)
+        assert cls.name == name and cls.summary
+        module = __import__(f"ditron.passes.{PASSES[name].split(':')[0]}", fromlist=["x"])
+        assert "becomes" in module.__doc__, f"{name}: the module docstring shows a before/after example"
+    assert PIPELINES["ditron-default"] == (
+        "ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device",
+        "ditron-schedule-overlap", "ditron-lower-device-to-core")
+
+
+# ----------------------------------------------------------------------------------- structure of output
+
+def _launches_and_kernels(text: str):
+    with ditron_context():
+        module = parse_module(text)
+        launches = [device.Launch(op) for op in walk_ops(module.operation) if device.Launch.match(op)]
+        records = {ir.StringAttr(op.operation.attributes["sym_name"]).value:
+                   KernelRecord.from_attr(op.operation.attributes["ditron.kernel"])
+                   for op in module.body.operations if op.operation.name == "tt.func"}
+        info = [(ln.kernel, len(ln.args), ln.grid, ln.tile_order, int(ln.op.attributes["stream"].value))
+                for ln in launches]
+        decls = [op for op in module.body.operations if op.operation.name == "func.func"
+                 and "ditron.kernel" in op.operation.attributes]
+        assert not decls, "lower-device-to-core leaves no kernel declaration behind"
+        del module, launches
+    return info, records
+
+
+@pytest.mark.parametrize("example", ["mlp", "ag_gemm", "gemm_rs", "gemm_ar"])
+def test_default_pipeline_on_the_examples(example):
+    text = (ROOT / "examples" / f"{example}.mlir").read_text()
+    out = lower(text, "ditron-default")
+    info, records = _launches_and_kernels(out)
+    assert info, "the program launches kernels"
+    for kernel, nargs, grid, order, stream in info:
+        assert kernel in records, f"launch of @{kernel}, which is not instantiated"
+        rec = records[kernel]
+        assert len(rec["args"]) == nargs
+        assert rec.get("tile_order", order) == order
+    if example in ("ag_gemm", "mlp"):
+        assert any(order == "rank_rotated" for _, _, _, order, _ in info)
+    if example in ("gemm_rs", "mlp"):
+        assert {stream for *_, stream in info} >= {0, 2}
+
+
+def test_default_pipeline_kernels_compile_with_triton():
+    """Every kernel ditron-default instantiates for the MLP goes through Triton for both vendors."""
+    from ditron.compiler import lower_and_compile
+    text = partitioned_global_mlp(4, 64)
+    out = lower(text, "ditron-default")
+    for target in ("cuda:90", "hip:gfx942"):
+        with ditron_context():
+            module = parse_module(out)
+            compiled = lower_and_compile(module, target)
+            assert len(compiled) >= 4
+            del module
+
+
+def partitioned_global_mlp(w: int, m: int, k: int = 64, f: int = 32) -> str:
+    """The Megatron MLP of examples/mlp.mlir at a small size: m rows per rank, f hidden columns per rank."""
+    big, hid = w * m, w * f
+    t = lambda r, c: f"tensor<{r}x{c}xbf16>"  # noqa: E731
+    return (f'{_mesh(w)} {{\n'
+            f'  func.func @mlp(%x: {t(big, k)} {{ditron.sharding = {{dims = [["tp"], []]}}}},\n'
+            f'                 %w1: {t(k, hid)} {{ditron.sharding = {{dims = [[], ["tp"]]}}}},\n'
+            f'                 %w2: {t(hid, k)} {{ditron.sharding = {{dims = [["tp"], []]}}}})\n'
+            f'      -> ({t(big, k)} {{ditron.sharding = {{dims = [["tp"], []]}}}}) {{\n'
+            f'    %h = "ditron_task.matmul"(%x, %w1) : ({t(big, k)}, {t(k, hid)}) -> {t(big, hid)}\n'
+            f'    %a = "ditron_task.elementwise"(%h) {{fn = "gelu"}} : ({t(big, hid)}) -> {t(big, hid)}\n'
+            f'    %y = "ditron_task.matmul"(%a, %w2) : ({t(big, hid)}, {t(hid, k)}) -> {t(big, k)}\n'
+            f'    return %y : {t(big, k)}\n  }}\n}}\n')
+
+
+def global_example(example: str, w: int, m: int, k: int = 64, n: int = 32) -> str:
+    """examples/{ag_gemm,gemm_rs,gemm_ar}.mlir at a small size (same shardings)."""
+    big = w * m
+    t = lambda r, c: f"tensor<{r}x{c}xbf16>"  # noqa: E731
+    if example == "ag_gemm":
+        xs, ws, ys, x, wt, y = '[["tp"], []]', '[[], ["tp"]]', '[[], ["tp"]]', t(big, k), t(k, w * n), t(big, w * n)
+    else:
+        out = '[["tp"], []]' if example == "gemm_rs" else '[[], []]'
+        xs, ws, ys, x, wt, y = '[[], ["tp"]]', '[["tp"], []]', out, t(big, w * k), t(w * k, n), t(big, n)
+    return (f'{_mesh(w)} {{\n'
+            f'  func.func @{example}(%x: {x} {{ditron.sharding = {{dims = {xs}}}}}, %w: {wt} {{ditron.sharding = '
+            f'{{dims = {ws}}}}}) -> ({y} {{ditron.sharding = {{dims = {ys}}}}}) {{\n'
+            f'    %y = "ditron_task.matmul"(%x, %w) : ({x}, {wt}) -> {y}\n'
+            f'    return %y : {y}\n  }}\n}}\n')
+
+
+@pytest.mark.parametrize("w", [1, 2, 4])
+@pytest.mark.parametrize("example", ["mlp", "ag_gemm", "gemm_rs", "gemm_ar"])
+def test_default_pipeline_simulates_equal_to_the_reference(example, w):
+    text = partitioned_global_mlp(w, 64) if example == "mlp" else global_example(example, w, 64)
+    check_sim(lower(text, "ditron-default"), partitioned(text), w, seeds=(0, 1))
+
+
+# -------------------------------------------------------------------------------------------- simulation
+
+KINDS = [("ag_gemm", ""), ("gemm_rs", ""), ("gemm_ar", "all-reduce=one_shot"), ("gemm_ar", "all-reduce=two_shot"),
+         ("all_gather", ""), ("reduce_scatter", ""), ("all_reduce", "all-reduce=one_shot"),
+         ("all_reduce", "all-reduce=two_shot")]
+
+
+@pytest.mark.parametrize("w", [1, 2, 4, 8])
+@pytest.mark.parametrize("kind,tile", KINDS, ids=[f"{k}-{o or 'auto'}" for k, o in KINDS])
+def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
+    for m, seeds in ((128, (0, 1, 2)), (4091, (3,))):
+        text = local_program(kind, w, m)
+        check_sim(lower(text, FULL % (tile, "")), text, w, seeds=seeds)
+
+
+SCHEDULES = [("ag_gemm", "num-chunks=4", "pull=ring"), ("ag_gemm", "num-chunks=2", "copy-streams=3"),
+             ("ag_gemm", "engine=copy_engine num-chunks=2", "engine=sm"), ("all_gather", "engine=sm", "engine=copy_engine"),
+             ("ag_gemm", "engine=sm comm-sms=8 num-chunks=2", "comm-sms=12"),
+             ("all_gather", "engine=copy_engine num-chunks=2", "pull=ring"),
+             ("all_reduce", "all-reduce=two_shot num-chunks=2", "pull=ring"),
+             ("gemm_ar", "all-reduce=two_shot block-m=32 num-chunks=4", "copy-streams=2"),
+             ("gemm_rs", "block-m=32 num-chunks=4", "tile-order=row_major"),
+             ("gemm_rs", "", "streams=false")]
+
+
+@pytest.mark.parametrize("kind,tile,sched", SCHEDULES)
+def test_schedules_simulate_equal_to_the_reference(kind, tile, sched):
+    w = 4
+    text = local_program(kind, w, 128)
+    check_sim(lower(text, FULL % (tile, sched)), text, w, seeds=(0, 1, 2))
+
+
+def test_targets_change_choices_not_results():
+    for kind in ("ag_gemm", "gemm_rs"):
+        text = local_program(kind, 4, 128)
+        for target in ("cuda:90", "hip:gfx942", "cuda:80"):
+            check_sim(lower(text, FULL % (f"target={target}", "")), text, 4, seeds=(0,))
+
+
+def test_point_to_point_links_spread_pulls_over_streams():
+    """On gfx942 (a mesh of xGMI links) the default schedule pulls from each peer on its own stream."""
+    out = lower(local_program("ag_gemm", 4, 128), DEVICE % ("target=hip:gfx942", ""))
+    with ditron_context():
+        module = parse_module(out)
+        streams = {int(op.attributes["stream"].value) for op in walk_ops(module.operation)
+                   if device.Copy.match(op) and ir.StringAttr(op.attributes["ditron.role"]).value == "ag.pull"}
+        del module
+    assert streams == {1, 2, 3}
+
+
+# ------------------------------------------------------------------------------------------------ mutation
+
+SYNC_OPS = ("ditron_device.wait", "ditron_device.signal")
+
+
+def _mutants(device_text: str):
+    """(description, text) with each wait or signal removed, and each pull/stage copy's destination shifted."""
+    with ditron_context():
+        module = parse_module(device_text)
+        ops = [op for op in walk_ops(module.operation) if op.name in SYNC_OPS or op.name == "ditron_device.copy"]
+        count = len(ops)
+        del module, ops
+    for i in range(count):
+        with ditron_context():
+            module = parse_module(device_text)
+            op = [op for op in walk_ops(module.operation)
+                  if op.name in SYNC_OPS or op.name == "ditron_device.copy"][i]
+            role = ir.StringAttr(op.attributes["ditron.role"]).value if "ditron.role" in op.attributes else "?"
+            if op.name in SYNC_OPS:
+                desc = f"remove {op.name} {role}"
+                op.erase()
+            else:
+                cp = device.Copy(op)
+                from mlir.dialects import arith
+                with op.location, ir.InsertionPoint(op):
+                    one = arith.ConstantOp(ir.IndexType.get(), 1).result
+                    shifted = arith.addi(cp.dst_offsets[0], one)
+                op.operands[4 + cp.rank] = shifted
+                desc = f"shift copy {role}"
+            yield desc, str(module)
+            del module, op
+
+
+@pytest.mark.parametrize("kind,tile", [("ag_gemm", "num-chunks=2"), ("gemm_rs", "block-m=64 num-chunks=2"),
+                                       ("gemm_ar", "all-reduce=two_shot"), ("all_reduce", "all-reduce=one_shot"),
+                                       ("reduce_scatter", "num-chunks=2"), ("all_gather", "num-chunks=2")])
+def test_every_wait_signal_and_chunk_offset_matters(kind, tile):
+    w = 4
+    text = local_program(kind, w, 128)
+    base = lower(text, DEVICE % (tile, ""))
+    reference = task_reference(text)
+    assert simulate(base, world_size=w, seed=0, calls=2, reference=reference).ok
+    missed = []
+    for desc, mutant in _mutants(base):
+        caught = any(not simulate(mutant, world_size=w, seed=s, calls=2, reference=reference).ok for s in (0, 1))
+        if not caught:
+            missed.append(desc)
+    assert not missed, f"mutations the simulator did not report: {missed}"
