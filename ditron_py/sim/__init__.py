@@ -1,0 +1,278 @@
+"""ditron.sim: run a device-level program for W ranks on the CPU, with numpy, and find its distributed bugs.
+
+    from ditron.sim import simulate
+    result = simulate(text_or_module_or_path, world_size=4, seed=0, calls=2,
+                      reference=lambda per_rank_inputs: per_rank_expected_outputs)
+    print(result.summary())          # verdict, counts, first findings with file:line:col
+    result.outputs[rank]             # the "out" arguments of the last call, per rank
+
+The program runs as docs/device_ir.md says: per rank a host program in program order, streams as ordered queues,
+copies, signals (release), waits (acquire), barriers and kernel launches whose programs run tile by tile from their
+template's ``tiles()``. The interleaving is chosen by ``seed`` (same seed, same run). Every access is checked
+against a happens-before relation built from vector clocks, so a missing wait shows as a race even when the data
+happened to arrive in time. Running ``calls`` > 1 times in a row (epoch 1, 2, ...) with fresh inputs catches bugs
+that only show when signal pads and buffers are reused.
+
+Findings (``SimResult.findings``): deadlock, read-before-signal, write-write and write-after-read races,
+uninitialized reads, out-of-bounds regions, unwritten outputs, mismatches against the reference, and broken rules
+of the device IR. Each names the rank, the call, the op location and the region.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from mlir import ir
+
+from ..dialects.context import ditron_context, parse_file, parse_module
+from ..dialects.verify import verify
+from .memory import round_to
+from .program import Program, load
+from .report import (DEADLOCK, INVALID, KINDS, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE,
+                     UNINITIALIZED, UNWRITTEN_OUTPUT, Finding, Loc, SimResult, SimulationError, describe_region)
+from .scheduler import World, check_call_inputs
+
+__all__ = ["simulate", "task_reference", "SimResult", "Finding", "Loc", "SimulationError", "load_program",
+           "run_program", "default_tolerance", "random_inputs", "KINDS", "DEADLOCK", "RACE_READ", "RACE_WRITE",
+           "RACE_WAR", "UNINITIALIZED", "OUT_OF_BOUNDS", "UNWRITTEN_OUTPUT", "MISMATCH", "INVALID"]
+
+Inputs = Sequence[Sequence[np.ndarray]]          # per rank, one array per "in" argument
+Reference = Callable[[Inputs], Sequence[Sequence[np.ndarray]]]
+
+
+def load_program(module_or_text: Any, function: str | None = None, *, verify_ir: bool = True) -> Program:
+    """Load (and verify) the device function of an ir.Module, MLIR text, or an .mlir file path. ``verify_ir=False``
+    skips ditron's verifier for an ir.Module (text is always verified by the parser)."""
+    if isinstance(module_or_text, ir.Module):
+        if verify_ir:
+            verify(module_or_text)
+        return load(module_or_text, function)
+    with ditron_context():
+        if isinstance(module_or_text, os.PathLike) or (
+                isinstance(module_or_text, str) and "\n" not in module_or_text and module_or_text.endswith(".mlir")
+                and os.path.exists(module_or_text)):
+            module = parse_file(os.fspath(module_or_text))
+        elif isinstance(module_or_text, str):
+            module = parse_module(module_or_text, "<string>")
+        else:
+            raise SimulationError(f"simulate() takes an ir.Module, MLIR text or an .mlir path, got "
+                                  f"{type(module_or_text).__name__}")
+        verify(module)
+        program = load(module, function)
+        del module
+    return program
+
+
+def random_inputs(program: Program, world_size: int, seed: int, call: int) -> list[list[np.ndarray]]:
+    """Seeded random inputs, different for every rank and call (so stale data from an earlier call shows)."""
+    out = []
+    for r in range(world_size):
+        rng = np.random.default_rng([seed, call, r])
+        per_rank = []
+        for spec in program.inputs:
+            shape = spec.type.shape
+            if any(s < 0 for s in shape):
+                raise SimulationError(f"input argument {spec.index} of @{program.name} has a dynamic shape; pass "
+                                      f"inputs= explicitly")
+            if spec.type.elem.startswith(("i", "ui")):
+                x = rng.integers(-8, 9, size=shape).astype(np.float64)
+            else:
+                x = rng.standard_normal(size=shape, dtype=np.float32)
+                round_to(spec.type.elem, x)
+            per_rank.append(x)
+        out.append(per_rank)
+    return out
+
+
+def default_tolerance(elem: str) -> float:
+    """Relative tolerance for outputs of type elem (also scaled by the largest reference value for atol)."""
+    return {"bf16": 2.0 ** -6, "f16": 2.0 ** -8, "tf32": 2.0 ** -8}.get(elem, 1e-4)
+
+
+def _prepare(program: Program, world_size: int, inputs, seed: int, calls: int) -> list:
+    per_call = []
+    for call in range(1, calls + 1):
+        if inputs is None:
+            xs = random_inputs(program, world_size, seed, call)
+        elif callable(inputs):
+            xs = inputs(call)
+        else:
+            xs = inputs
+        check_call_inputs(program, world_size, xs)
+        rounded = []
+        for per_rank in xs:
+            row = []
+            for spec, x in zip(program.inputs, per_rank):
+                a = np.array(x, dtype=np.float64 if spec.type.elem == "f64" else
+                             (np.float32 if not spec.type.elem.startswith(("i", "ui")) else np.int64))
+                if a.dtype == np.float32:
+                    round_to(spec.type.elem, a)
+                row.append(a)
+            rounded.append(row)
+        per_call.append(rounded)
+    return per_call
+
+
+def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0, calls: int = 2,
+                reference: Reference | None = None, rtol: float | None = None, atol: float | None = None,
+                templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
+                sync_between_calls: bool = False) -> SimResult:
+    """Simulate an already loaded Program (see ``simulate``)."""
+    if world_size < 1:
+        raise SimulationError(f"world_size must be >= 1, got {world_size}")
+    if calls < 1:
+        raise SimulationError(f"calls must be >= 1, got {calls}")
+    per_call = _prepare(program, world_size, inputs, seed, calls)
+    world = World(program, world_size=world_size, calls=calls, inputs_per_call=per_call, seed=seed,
+                  templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls)
+    for spec in program.late_allocs:
+        world.report(INVALID, f"alloc_symmetric '{spec.name}' comes after device work was enqueued; allocate "
+                     f"every symmetric buffer first (allocating while a kernel spins can deadlock the GPU)",
+                     spec.loc, None, None)
+    world.run()
+    outputs_per_call = []
+    for call in range(1, calls + 1):
+        per_rank = []
+        for r in range(world_size):
+            outs = []
+            for spec in program.outputs:
+                buf = world.memory.get((("arg", spec.index), r, call))
+                if buf is None:  # the host never reached this call (deadlock earlier)
+                    outs.append(np.full(spec.type.shape, np.nan, dtype=np.float32))
+                    continue
+                outs.append(buf.data.copy())
+                if not world.deadlocked and not buf.written.all():
+                    missing = np.argwhere(~buf.written)
+                    region = describe_region(buf.name(), missing.min(axis=0), missing.max(axis=0) + 1)
+                    world.report(UNWRITTEN_OUTPUT, f"{int((~buf.written).sum())} element(s) of output argument "
+                                 f"{spec.index} were never written, within {region}", program.loc, r, call,
+                                 region=region)
+            per_rank.append(outs)
+        outputs_per_call.append(per_rank)
+    compared = False
+    if reference is not None and not world.deadlocked:
+        compared = True
+        for call, (xs, outs) in enumerate(zip(per_call, outputs_per_call), start=1):
+            expected = reference(xs)
+            _compare(world, program, call, outs, expected, rtol, atol)
+    totals = {k: world.findings.total(k) for k in KINDS}
+    digest = hashlib.sha1(np.asarray(world.schedule, dtype=np.int64).tobytes()).hexdigest()[:16]
+    return SimResult(world_size, seed, calls, program.name, outputs_per_call, per_call, world.findings.items,
+                     world.steps, [f"argument {s.index}" for s in program.outputs], compared, totals, digest)
+
+
+def _compare(world: World, program: Program, call: int, outs, expected, rtol, atol) -> None:
+    if len(expected) != world.W:
+        raise SimulationError(f"the reference returned {len(expected)} rank(s) of outputs, expected {world.W}")
+    for r, (got_r, want_r) in enumerate(zip(outs, expected)):
+        if len(want_r) != len(got_r):
+            raise SimulationError(f"the reference returned {len(want_r)} output(s) for rank {r}; @{program.name} "
+                                  f"has {len(got_r)} output argument(s)")
+        for k, (spec, got, want) in enumerate(zip(program.outputs, got_r, want_r)):
+            ftype = np.float64 if spec.type.elem == "f64" else np.float32
+            want = np.asarray(want, dtype=ftype)
+            if want.shape != got.shape:
+                raise SimulationError(f"the reference output {k} of rank {r} has shape {want.shape}, output "
+                                      f"argument {spec.index} has shape {got.shape}")
+            tol = default_tolerance(spec.type.elem) if rtol is None else rtol
+            scale = float(np.max(np.abs(want))) if want.size else 0.0
+            a_tol = tol * max(scale, 1e-30) if atol is None else atol
+            g = got.astype(ftype, copy=False)
+            err = np.abs(g - want)
+            bad = ~(err <= a_tol + tol * np.abs(want))  # NaN counts as bad
+            if not bad.any():
+                continue
+            err = np.where(np.isnan(err), np.inf, err)
+            worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.ndim else ()
+            idx = np.argwhere(bad)
+            region = describe_region(f"output argument {spec.index}", idx.min(axis=0), idx.max(axis=0) + 1) \
+                if bad.ndim else f"output argument {spec.index}"
+            world.report(MISMATCH, f"output argument {spec.index} differs from the reference in "
+                         f"{int(bad.sum())}/{bad.size} element(s) within {region}; worst at {list(worst)}: got "
+                         f"{g[worst]:.6g}, expected {want[worst]:.6g} (tolerance {a_tol:.3g} + {tol:.3g}*|expected|)",
+                         program.loc, r, call, region=region)
+
+
+def task_reference(text: str, function: str | None = None, *, view: str = "auto") -> Reference:
+    """A reference from a task-level program, evaluated by ``ditron.reference`` in float64 on the (already rounded)
+    inputs. Its arguments are the device program's "in" arguments and its results the "out" arguments, in order.
+
+    view "spmd": a local-view program (the device program's per-rank shapes), run on every rank in lock step.
+    view "global": a global-view program with shardings: each rank's inputs are its shards of the arguments
+    (by their ditron.sharding); the global inputs are assembled, evaluated, and each rank expects its shard of
+    every result. "auto" picks "spmd" when the function has collectives or no sharded argument, else "global".
+    """
+    if view not in ("auto", "spmd", "global"):
+        raise SimulationError(f"task_reference: view must be 'auto', 'spmd' or 'global', got '{view}'")
+
+    def reference(per_rank_inputs):
+        from .. import reference as ref
+        from ..dialects import task
+        from ..dialects.opbase import walk_ops
+        from ..dialects.sharding import SHARDING_ATTR, Mesh, Sharding, arg_sharding, result_sharding
+
+        with ditron_context():
+            module = parse_module(text, "<reference>")
+            funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+            if function is not None:
+                funcs = [f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value == function]
+            if len(funcs) != 1:
+                raise SimulationError(f"the reference module needs exactly one function"
+                                      f"{' named @' + function if function else ''}, found {len(funcs)}")
+            fn = funcs[0]
+            xs = [[np.asarray(x, dtype=np.float64) for x in per_rank] for per_rank in per_rank_inputs]
+            mode = view
+            if mode == "auto":
+                collectives = {c.op_name() for c in task.COLLECTIVES}
+                has_collective = any(op.name in collectives for op in walk_ops(fn))
+                sharded = "arg_attrs" in fn.attributes and any(
+                    SHARDING_ATTR in ir.DictAttr(d) for d in ir.ArrayAttr(fn.attributes["arg_attrs"]))
+                mode = "spmd" if has_collective or not sharded else "global"
+            if mode == "spmd":
+                out = ref.evaluate_spmd(fn, xs)
+            else:
+                mesh = Mesh.of_module(module) or Mesh(("world",), (1,))
+                if mesh.size != len(xs):
+                    raise SimulationError(f"the reference's mesh has {mesh.size} ranks, the simulation "
+                                          f"{len(xs)}")
+                ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+                full = []
+                for i, t in enumerate(ftype.inputs):
+                    shape = tuple(ir.RankedTensorType(t).shape)
+                    sharding = arg_sharding(fn, i) or Sharding.replicated(len(shape))
+                    full.append(ref.unshard_array([x[i] for x in xs], sharding, mesh, shape))
+                results = ref.evaluate(fn, full)
+                shards = [ref.shard_array(y, result_sharding(fn, i) or Sharding.replicated(np.ndim(y)), mesh)
+                          for i, y in enumerate(results)]
+                out = [[s[r] for s in shards] for r in range(mesh.size)]
+            del module, funcs, fn
+        return out
+
+    return reference
+
+
+def simulate(module_or_text: Any, world_size: int, inputs=None, *, seed: int = 0, function: str | None = None,
+             calls: int = 2, reference: Reference | None = None, rtol: float | None = None,
+             atol: float | None = None, templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
+             sync_between_calls: bool = False, verify_ir: bool = True) -> SimResult:
+    """Run a device-level program for ``world_size`` ranks on the CPU.
+
+    module_or_text: an ir.Module (in the caller's context), MLIR text, or the path of an .mlir file.
+    inputs: per rank, one array per "in" argument (in argument order); or a callable ``inputs(call)`` giving them
+        per call; or None for seeded random inputs, different for every rank and call.
+    seed: chooses the interleaving (and the random inputs). Same seed, same run.
+    function: the device function to run (default: the only one with ditron.level = "device").
+    calls: how many times to run the program in a row (epoch 1..calls, default 2), on the same symmetric buffers
+        and pads, with fresh inputs each call: bugs that show only when pads and buffers are reused need 2.
+    reference: ``reference(per_rank_inputs) -> per_rank_outputs`` (numpy); outputs are compared per call with
+        tolerance ``rtol`` (default by element type: 2^-6 for bf16) and ``atol`` (default rtol x max |expected|).
+    templates: kernel templates by name, taking precedence over ditron.kernels.<name>.
+    num_sms: SMs per rank shared by all launches and SM copies (default: unlimited, only sm_budget applies).
+    sync_between_calls: synchronise every rank between calls (as a device synchronize plus a barrier would).
+    verify_ir: run ditron's verifier on an ir.Module first (default).
+    """
+    program = load_program(module_or_text, function, verify_ir=verify_ir)
+    return run_program(program, world_size, inputs, seed=seed, calls=calls, reference=reference, rtol=rtol,
+                       atol=atol, templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls)

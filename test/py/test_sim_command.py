@@ -1,0 +1,63 @@
+"""``ditron sim`` / ``python -m ditron.sim``: the command-line face of the simulator."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import sim_programs as P
+from ditron.sim.command import main
+
+
+def _run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_clean_device_program(tmp_path):
+    f = tmp_path / "ag.mlir"
+    f.write_text(P.all_gather(4, 16, 8))
+    code, out, err = _run([str(f), "--seeds", "0,1", "--calls", "3"])
+    assert code == 0, out + err
+    assert out.count("OK: no deadlock, no race") == 2 and "4 rank(s)" in out and "3 call(s)" in out
+
+
+def test_a_deadlock_exits_1_with_the_location():
+    code, out, _ = _run([P.path("deadlock_ring"), "-W", "2"])
+    assert code == 1
+    assert "deadlock_ring.mlir:17:5: error: [deadlock] rank 0, call 1" in out
+
+
+def test_mutation_testing_from_the_command_line(tmp_path):
+    f = tmp_path / "ag.mlir"
+    f.write_text(P.all_gather(2, 16, 8))
+    code, out, err = _run([str(f), "--mutate"])
+    assert code == 0, out + err
+    assert "10/10 mutants caught" in out and "drop-wait #0" in out
+
+
+def test_a_task_level_program_is_lowered_and_checked_against_itself(tmp_path):
+    from ditron.passes.registry import PIPELINES
+
+    if "ditron-default" not in PIPELINES:
+        pytest.skip("ditron-default is not registered yet")
+    from test_sim_programs import _task_program
+
+    f = tmp_path / "gemm_rs.mlir"
+    f.write_text(_task_program("gemm_rs", 2, 128, 64, 64))
+    code, out, err = _run([str(f)])
+    assert code == 0, out + err
+    assert "outputs equal to the reference" in out
+
+
+def test_errors_are_one_line_without_a_traceback(tmp_path):
+    code, _, err = _run([str(tmp_path / "missing.mlir")])
+    assert code == 1 and err.startswith("error: cannot read")
+    f = tmp_path / "ag.mlir"
+    f.write_text(P.all_gather(2, 16, 8))
+    code, _, err = _run([str(f), "--seeds", "x"])
+    assert code == 1 and "--seeds expects comma-separated integers" in err
+    f.write_text("module {\n  func.func @f() {\n    \"ditron_device.nope\"() : () -> ()\n    return\n  }\n}\n")
+    code, _, err = _run([str(f), "-W", "1"])
+    assert code == 1 and "ag.mlir:3:5: error:" in err and "Traceback" not in err
