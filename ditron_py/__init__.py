@@ -13,6 +13,7 @@ _LAZY = {
     "compile": ("ditron.api", "compile"),
     "Executable": ("ditron.runtime.loader", "Executable"),
     "load": ("ditron.runtime.loader", "load_artifact"),
+    "World": ("ditron.runtime.world", "World"),
 }
 
 
@@ -31,4 +32,4 @@ def __dir__():
 
 
 __all__ = ["CompileError", "DitronError", "DitronRuntimeError", "Executable", "ParseError", "PassError",
-           "TargetError", "VerificationError", "WaitTimeoutError", "__version__", "compile", "load"]
+           "TargetError", "VerificationError", "WaitTimeoutError", "World", "__version__", "compile", "load"]

@@ -33,8 +33,10 @@ from .runtime.loader import Executable, load_artifact
 # The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
 TO_CORE_PIPELINE = "ditron-default"
 HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
-# kinds of the arguments ditron-lower-core-to-triton appends, as they appear in the ABI
-APPENDED_KINDS = ("rank", "num_ranks", "heap_bases")
+# kinds of the arguments ditron-lower-core-to-triton appends, as they appear in the ABI; wait_bound (i64, polls
+# before an in-kernel wait gives up), wait_err (*i32, the rank's error record) and wait_tag (i32, names the launch in
+# that record) are what the executor binds for bounded in-kernel waits (ditron.runtime.timeouts)
+APPENDED_KINDS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
 
 
 def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | None = None,  # noqa: A001
@@ -129,13 +131,15 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
         module = parse_module(text, source_name)
         try:
             verify(module)
-            host_program = _to_core_level(module)
+            host_program = _to_core_level(module, target)
             arg_names = kernel_arg_names(module)
-            kernels = list(lower_and_compile(module, target, options))
+            # a host program of copies alone (e.g. a one-rank all_gather) needs no kernel
+            copies_only = host_program is not None and not arg_names
+            kernels = [] if copies_only else list(lower_and_compile(module, target, options))
         finally:
             del module
             gc.collect()
-    if not kernels:
+    if not kernels and host_program is None:
         raise CompileError(f"{source_name}: no kernel to compile (the module has no tt.func)")
     entries = [(k, kernel_signature(k), kernel_abi(k, arg_names.get(k.name))) for k in kernels]
     write_artifact(directory, target=target, options=options, options_hash=options.hash(), kernels=entries,
@@ -143,9 +147,15 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
                    host_program=host_program, keep_stages=keep_stages)
 
 
-def _to_core_level(module: Any) -> dict[str, Any] | None:
-    """Run the task-level pipeline when the module is above core level; the host program (None for a
-    core-level module: its kernels are launched by the caller)."""
+def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
+    """Bring a task- or device-level module to core level and return its host program (None for a core-level
+    module: its kernels are launched by the caller).
+
+    Task-level ops, or launches of kernels not yet instantiated, run the pipeline ``ditron-default``; a device
+    program whose launched kernels are already tt.func kernels is taken as it is. The device function is then
+    serialised (``ditron.hostprog``) and removed, and the runtime kernels it needs (wait, signal) are added for
+    ``target``, so that what is compiled is core level only."""
+    from . import hostprog
     from .dialects.context import diagnostic_at
     from .dialects.opbase import walk_ops
     from .dialects.verify import verify
@@ -154,19 +164,36 @@ def _to_core_level(module: Any) -> dict[str, Any] | None:
     higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
     if not higher:
         return None
-    names = sorted({op.name for op in higher})
-    if TO_CORE_PIPELINE not in PIPELINES:
-        message = (f"the module has task- or device-level ops ({', '.join(names)}); compiling them needs the "
-                   f"pipeline '{TO_CORE_PIPELINE}', which this build does not register; give ditron.compile a "
-                   "core-level module (tt.func kernels with ditron_core primitives)")
-        raise PassError(message, [diagnostic_at(higher[0].location, message)])
-    for p in parse_pipeline(TO_CORE_PIPELINE):
-        p.run(module)
-        verify(module)
-    left = sorted({op.name for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS})
-    if left:
-        raise PassError(f"pipeline '{TO_CORE_PIPELINE}' left ops above core level: {', '.join(left)}")
-    return None  # the device-level host program (JSON) goes here once ditron-lower-device-to-core emits one
+    task_level = any(op.name.split(".")[0] == "ditron_task" for op in higher)
+    if task_level or not hostprog.device_functions(module) or not hostprog.kernels_ready(module):
+        names = sorted({op.name for op in higher})
+        if TO_CORE_PIPELINE not in PIPELINES:
+            message = (f"the module has task- or device-level ops ({', '.join(names)}); compiling them needs the "
+                       f"pipeline '{TO_CORE_PIPELINE}', which this build does not register; give ditron.compile a "
+                       "core-level module (tt.func kernels with ditron_core primitives), or a device-level "
+                       "program whose launched kernels are tt.func kernels")
+            raise PassError(message, [diagnostic_at(higher[0].location, message)])
+        if target is not None and "ditron.target" not in module.operation.attributes:
+            from mlir import ir  # tiling and kernel choices depend on the target: the pipeline reads it here
+            module.operation.attributes["ditron.target"] = ir.StringAttr.get(str(target))
+        for p in parse_pipeline(TO_CORE_PIPELINE):
+            p.run(module)
+            verify(module)
+
+    def left_above_core() -> None:
+        left = sorted({op.name for op in walk_ops(module.operation)
+                       if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS})
+        if left:
+            raise PassError(f"pipeline '{TO_CORE_PIPELINE}' left ops above core level: {', '.join(left)}")
+
+    if not hostprog.device_functions(module):
+        left_above_core()
+    program = hostprog.serialize(module)
+    hostprog.erase_device_functions(module)
+    left_above_core()  # outside the device function, nothing above core level may stay
+    if target is not None:
+        hostprog.add_runtime_kernels(module, program, target)
+    return program
 
 
 def kernel_signature(kernel: Any) -> tuple[str, ...]:

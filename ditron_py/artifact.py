@@ -40,7 +40,7 @@ MANIFEST = "manifest.json"
 
 BINARY_EXT = {"cuda": "cubin", "hip": "hsaco"}
 # ABI kinds: user-visible arguments, and the ones the primitive lowering appends.
-ARG_KINDS = ("pointer", "scalar", "rank", "num_ranks", "heap_bases")
+ARG_KINDS = ("pointer", "scalar", "rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
 # keys of a kernel's launch metadata that Triton's CompiledKernel reads whatever the backend
 LAUNCH_METADATA_KEYS = ("name", "target", "num_warps", "num_ctas", "shared")
 
@@ -225,8 +225,8 @@ def write_artifact(directory: str | os.PathLike, *, target: Any, options: Any, o
         entries.append(KernelEntry(name=name, binary=f"{name}.{binary_ext}",
                                    binary_sha256=hashlib.sha256(binary).hexdigest(), metadata=f"{name}.json",
                                    signature=tuple(signature), args=tuple(args), stages=stages))
-    if not entries:
-        raise ArtifactError("an artifact needs at least one kernel")
+    if not entries and host_program is None:  # a host program may consist of copies alone
+        raise ArtifactError("an artifact needs at least one kernel or a host program")
     host = None if host_program is None else {"format_version": HOST_PROGRAM_VERSION,
                                               "program": _jsonable(host_program)}
     manifest = Manifest(ditron_version=ditron_version, triton_version=triton_version, target=target_j,
@@ -294,7 +294,7 @@ def parse_manifest(data: Any, where: str = MANIFEST) -> Manifest:
             raise ArtifactVersionError(f"{where}: host program format version {got!r}, but this ditron reads "
                                        f"version {HOST_PROGRAM_VERSION}; recompile the artifact")
     kernels = tuple(_parse_kernel(k, where) for k in _need(data, "kernels", list, where))
-    if not kernels:
+    if not kernels and host is None:  # a host program may consist of copies alone
         raise ArtifactError(f"{where}: the artifact has no kernels")
     cache_key = data.get("cache_key")
     return Manifest(ditron_version=_need(data, "ditron_version", str, where),

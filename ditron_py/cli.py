@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ditron", description="ditron: compile core-level MLIR to GPU artifacts, inspect artifacts.",
+    p = _Parser(prog="ditron", description="ditron: compile MLIR to GPU artifacts, inspect artifacts, simulate programs.",
                 allow_abbrev=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     c = sub.add_parser("compile", help="compile a .mlir module into an artifact directory", allow_abbrev=False)
@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe an artifact directory", allow_abbrev=False)
     i.add_argument("artifact", help="artifact directory")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    sub.add_parser("sim", help="simulate a device-level (or task-level) program for W ranks on the CPU and check "
+                   "it (see ditron sim --help)", allow_abbrev=False)
     return p
 
 
@@ -122,16 +124,34 @@ def cmd_info(args, out: TextIO) -> int:
     return 0
 
 
+def run_sim(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
+    """`ditron sim ...`: its parser lives with the simulator, imported only here (`ditron info` must not load
+    mlir)."""
+    from .sim import command as sim_command
+    parser = _Parser(prog="ditron sim", description="Simulate a program for W ranks on the CPU and check it.",
+                     allow_abbrev=False)
+    sim_command.add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except _Usage as e:
+        stderr.write(f"error: {e} (see ditron sim --help)\n")
+        return 1
+    return sim_command.run(args, stdout, stderr)
+
+
 def run(argv: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
     from .errors import DitronError
+    argv = list(argv)
+    if argv[:1] == ["sim"]:
+        return run_sim(argv[1:], stdout, stderr)
     parser = build_parser()
     try:
-        args = parser.parse_args(list(argv))
+        args = parser.parse_args(argv)
     except _Usage as e:
         stderr.write(f"error: {e} (see ditron --help)\n")
         return 1
     if args.command is None:
-        stderr.write("error: give a command: compile or info (see ditron --help)\n")
+        stderr.write("error: give a command: compile, info or sim (see ditron --help)\n")
         return 1
     try:
         return {"compile": cmd_compile, "info": cmd_info}[args.command](args, stdout)

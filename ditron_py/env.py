@@ -27,6 +27,23 @@ def wait_timeout_s() -> float:
     return float(os.environ.get("DITRON_WAIT_TIMEOUT_S", "10"))
 
 
+def cuda_max_connections() -> int:
+    """$CUDA_DEVICE_MAX_CONNECTIONS (CUDA's own variable, read here only): how many hardware queues the GPU's
+    streams share (CUDA's default 8). A virtual world with more streams than queues can block a stream behind
+    another's spinning wait."""
+    try:
+        return int(os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "8"))
+    except ValueError:
+        return 8
+
+
 def traceback_enabled() -> bool:
     """$DITRON_TRACEBACK=1: command-line tools print the Python trace of an internal error."""
     return os.environ.get("DITRON_TRACEBACK", "0") not in ("", "0")
+
+
+def ops_dir() -> Path | None:
+    """$DITRON_OPS_DIR: where ``ditron.ops`` looks up (and, with the compiler present, writes) the prebuilt
+    artifacts of its ops, one directory per op signature; unset: compile into the compile cache."""
+    path = os.environ.get("DITRON_OPS_DIR")
+    return Path(path) if path else None

@@ -229,6 +229,7 @@ class Executable:
         self.kernels = kernels
         self.compile_info: dict[str, Any] = {}
         self._device_checked = False
+        self._executors: list[Any] = []
 
     @property
     def target(self) -> str:
@@ -255,6 +256,31 @@ class Executable:
         for kernel in self.kernels.values():
             kernel.warmup()
         return self
+
+    def executor(self, world: Any, **options: Any) -> Any:
+        """The Executor that runs this executable's host program in ``world`` (made once per world, on first
+        use: symmetric heap, streams, kernels loaded). ``options``: signal_via, timeout_s (first use only)."""
+        from .executor import Executor
+        for ex in self._executors:
+            if ex.world is world and not ex._closed:
+                return ex
+        ex = Executor(self, world, **options)
+        self._executors.append(ex)
+        return ex
+
+    def run(self, world: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None = None, *,
+            sync: bool = True) -> Any:
+        """Run the host program once in ``world`` (a ditron.runtime.world.World): ``inputs`` per rank in a virtual
+        world (``[[x0, ...], [x1, ...]]``), this rank's in a real one; returns the outputs in the same shape."""
+        return self.executor(world).run(inputs, outputs, sync=sync)
+
+    __call__ = run
+
+    def close(self) -> None:
+        """Close every executor of this executable (outstanding work is waited for, heaps are freed)."""
+        executors, self._executors = self._executors, []
+        for ex in executors:
+            ex.close()
 
     def __getitem__(self, name: str) -> Kernel:
         try:

@@ -1,0 +1,430 @@
+"""Host programs: a module's device-level function (docs/device_ir.md) as JSON, and the runtime kernels that the
+executor (ditron.runtime.executor) needs to run it. Compile time only: this module imports the MLIR bindings;
+running a host program needs torch and triton alone.
+
+    program = serialize(module)                  # the device function -> a JSON-able dict (format below)
+    erase_device_functions(module)               # what is left is core level: tt.func kernels
+    add_runtime_kernels(module, program, target) # wait / signal kernels, compiled with the rest
+
+Format (``FORMAT_VERSION`` 1; the manifest stores it as ``host_program = {format_version, program}``)::
+
+    {"name": "all_gather", "loc": "ag.mlir:12:3", "axis": "tp" | null, "mesh": {"axes": [...], "shape": [...]},
+     "args":   [{"index": 0, "io": "in", "shape": [128, 64], "dtype": "bf16", "value": 0}, ...,
+                {"index": 2, "io": "epoch", "value": 2}],
+     "allocs": [{"name": "ag_stage", "shape": [128, 64], "dtype": "bf16", "loc": "..."}, ...],
+     "streams": [0, 1],
+     "kernels": {"ag_gemm_kernel": {"args": ["a", "b", ...], "spins": true, "template": "gemm",
+                                    "wait": {"arg": "arrived", "value_arg": "epoch", ...} | null}},
+     "runtime": {"wait": "ditron_rt_wait", "signal": {"set:sys": "ditron_rt_signal_set_sys", ...}},
+     "body": [op, ...]}
+
+An op is ``{"op": <MLIR op name>, "in": [value ids], "out": [value ids], "loc": "file:line:col" | null, ...}``
+plus, per op: ``value`` (arith.constant), ``predicate`` (arith.cmpi), ``width``/``src_width`` (casts), ``regions``
+(scf.for / scf.if: ``[{"args": [ids], "body": [ops]}]``) and, for ditron_device ops, ``stream`` and
+``alloc`` (alloc_symmetric: index into allocs), ``engine``/``ndim`` (copy), ``kind``/``scope`` (signal),
+``where`` (wait), ``kernel``/``grid``/``sm_budget``/``tile_order`` (launch). Value ids are small integers, unique
+in the program; arguments come first.
+
+Runtime kernels (built here as generic TTIR, compiled with the program's kernels):
+
+* ``ditron_rt_wait(pad, first, count, value, max_iters, err, tag)`` — spin (acquire, system scope, the backend's
+  ``acquire_load``) until every slot ``pad[first .. first+count)`` (count <= WAIT_LANES) is >= value, at most
+  ``max_iters`` (i64) polls; on giving up it adds 1 to ``err[0]`` and writes ``tag`` to ``err[1]`` (the executor maps the
+  tag back to rank, slots and value and raises WaitTimeoutError).
+* ``ditron_rt_signal_<set|add>_<scope>(pad, slot, peer, value)`` — ``pad[slot]`` on rank ``peer`` := value /
+  += value with release semantics (``ditron_core.notify``); the executor uses it where the stream write-value
+  memop is not available, and for "add".
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from mlir import ir
+
+from .dialects import device
+from .dialects.context import diagnostic_at
+from .dialects.opbase import walk_ops
+from .errors import CompileError, PassError
+
+FORMAT_VERSION = 1
+LEVEL_ATTR = "ditron.level"
+IO_ATTR = "ditron.io"
+AXIS_ATTR = "ditron.axis"
+MESH_ATTR = "ditron.mesh"
+KERNEL_ATTR = "ditron.kernel"
+IO_ROLES = ("in", "out", "epoch")
+
+# arith/scf ops a host program may use (on index and integer values)
+ARITH_BINARY = ("arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi",
+                "arith.remui", "arith.ceildivsi", "arith.ceildivui", "arith.floordivsi", "arith.minsi",
+                "arith.minui", "arith.maxsi", "arith.maxui", "arith.andi", "arith.ori", "arith.xori",
+                "arith.shli", "arith.shrsi", "arith.shrui")
+ARITH_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
+HOST_OPS = frozenset(ARITH_BINARY + ARITH_CASTS + ("arith.constant", "arith.cmpi", "arith.select", "scf.for",
+                                                   "scf.if", "scf.yield", "func.return"))
+DEVICE_OPS = frozenset(w.op_name() for w in device.OPS)
+
+WAIT_KERNEL = "ditron_rt_wait"
+WAIT_LANES = 128          # slots one wait kernel checks at once (the executor splits longer runs)
+
+
+def signal_kernel_name(op: str, scope: str) -> str:
+    return f"ditron_rt_signal_{op}_{scope}"
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def _loc(op_or_loc) -> str | None:
+    loc = op_or_loc.location if hasattr(op_or_loc, "location") else op_or_loc
+    d = diagnostic_at(loc, "")
+    return None if d.file is None else f"{d.file}:{d.line}:{d.col}"
+
+
+def _error(where, message: str) -> PassError:
+    loc = where.location if hasattr(where, "location") else where
+    return PassError(message, [diagnostic_at(loc, message)])
+
+
+def _dtype(t: ir.Type) -> str:
+    """MLIR element type spelling ('bf16', 'f32', 'i32', 'f8E4M3FN', ...)."""
+    return str(t)
+
+
+def _width(t: ir.Type) -> int:
+    return 64 if isinstance(t, ir.IndexType) else ir.IntegerType(t).width
+
+
+def _memref(t: ir.Type) -> tuple[list[int], str] | None:
+    if not isinstance(t, ir.MemRefType):
+        return None
+    mt = ir.MemRefType(t)
+    dyn = ir.ShapedType.get_dynamic_size()
+    return [-1 if s == dyn else int(s) for s in mt.shape], _dtype(mt.element_type)
+
+
+def _sym_name(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
+
+
+def _py(attr: ir.Attribute) -> Any:
+    """A (nested) attribute as plain JSON-able data."""
+    if isinstance(attr, ir.DictAttr):
+        return {a.name: _py(a.attr) for a in attr}
+    if isinstance(attr, ir.ArrayAttr):
+        return [_py(a) for a in attr]
+    if isinstance(attr, ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return int(attr.value)
+    if isinstance(attr, ir.FloatAttr):
+        return float(attr.value)
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.FlatSymbolRefAttr):
+        return attr.value
+    if isinstance(attr, (ir.DenseI64ArrayAttr, ir.DenseI32ArrayAttr)):
+        return [int(v) for v in attr]
+    return str(attr)
+
+
+def device_functions(module: ir.Module) -> list[ir.Operation]:
+    """The device-level functions (func.func with ditron.level = "device") at the top of module."""
+    out = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and LEVEL_ATTR in op.attributes and \
+                ir.StringAttr(op.attributes[LEVEL_ATTR]).value == "device":
+            out.append(op)
+    return out
+
+
+def launched_kernels(func: ir.Operation) -> list[str]:
+    return sorted({device.Launch(op).kernel for op in walk_ops(func) if device.Launch.match(op) is not None})
+
+
+def kernels_ready(module: ir.Module) -> bool:
+    """Whether every kernel the device functions launch is a tt.func of module (core level already)."""
+    tt_funcs = {_sym_name(op.operation) for op in module.body.operations
+                if op.operation.name == "tt.func" and "sym_name" in op.operation.attributes}
+    return all(k in tt_funcs for f in device_functions(module) for k in launched_kernels(f))
+
+
+# ----------------------------------------------------------------------------------------------- serialize
+
+class _Serializer:
+    def __init__(self, module: ir.Module, func: ir.Operation):
+        self.module, self.func = module, func
+        self.fname = _sym_name(func)
+        self.ids: dict[ir.Value, int] = {}
+        self.allocs: list[dict[str, Any]] = []
+        self.streams: set[int] = set()
+        self.kernels: dict[str, dict[str, Any]] = {}
+        self.symbols = {_sym_name(op.operation): op.operation for op in module.body.operations
+                        if "sym_name" in op.operation.attributes}
+        self.enqueued = False
+
+    def vid(self, v: ir.Value, *, define: bool = False, user: ir.Operation | None = None) -> int:
+        i = self.ids.get(v)
+        if i is None:
+            if not define:  # used before defined: a value from outside the function
+                raise _error(user, f"'{user.name}' in @{self.fname} uses a value defined outside the device "
+                                   "function; host programs are self-contained")
+            i = self.ids[v] = len(self.ids)
+        return i
+
+    def program(self) -> dict[str, Any]:
+        func, fname = self.func, self.fname
+        entry = func.regions[0].blocks[0]
+        arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes else []
+        args = []
+        for i, v in enumerate(entry.arguments):
+            d = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else None
+            io = ir.StringAttr(d[IO_ATTR]).value if d is not None and IO_ATTR in d else None
+            if io not in IO_ROLES:
+                raise _error(func, f"argument {i} of @{fname} has no '{IO_ATTR}' attribute (\"in\", \"out\" or "
+                                   "\"epoch\"); device programs are in destination-passing style")
+            spec: dict[str, Any] = {"index": i, "io": io, "value": self.vid(v, define=True)}
+            if io == "epoch":
+                if not isinstance(v.type, ir.IndexType):
+                    raise _error(func, f"the epoch argument {i} of @{fname} must be an index, got {v.type}")
+            else:
+                mt = _memref(v.type)
+                if mt is None:
+                    raise _error(func, f"argument {i} of @{fname} is \"{io}\" but of type {v.type}, not a memref")
+                spec["shape"], spec["dtype"] = mt
+            args.append(spec)
+        if [a["io"] for a in args].count("epoch") != 1 or args[-1]["io"] != "epoch":
+            raise _error(func, f"@{fname}: the last argument must be the epoch (index, {IO_ATTR} = \"epoch\"), "
+                               "and only the last")
+        body = self.block_ops(entry)
+        mesh = None
+        if MESH_ATTR in self.module.operation.attributes:
+            m = _py(self.module.operation.attributes[MESH_ATTR])
+            if isinstance(m, dict):
+                mesh = {"axes": m.get("axes"), "shape": m.get("shape")}
+        axis = ir.StringAttr(func.attributes[AXIS_ATTR]).value if AXIS_ATTR in func.attributes else None
+        return {"name": fname, "loc": _loc(func), "axis": axis, "mesh": mesh, "args": args, "allocs": self.allocs,
+                "streams": sorted(self.streams) or [0], "kernels": self.kernels, "runtime": {}, "body": body}
+
+    def block_ops(self, block: ir.Block) -> list[dict[str, Any]]:
+        return [self.op(op.operation) for op in block.operations]
+
+    def op(self, op: ir.Operation) -> dict[str, Any]:
+        name = op.name
+        if name not in HOST_OPS and name not in DEVICE_OPS:
+            raise _error(op, f"'{name}' cannot run in a host program: device-level functions hold ditron_device "
+                             "ops and arith/scf on index values (docs/device_ir.md)")
+        out: dict[str, Any] = {"op": name, "in": [self.vid(v, user=op) for v in op.operands], "out": [],
+                               "loc": _loc(op)}
+        for r in op.results:
+            if not isinstance(r.type, (ir.IndexType, ir.IntegerType, ir.MemRefType)):
+                raise _error(op, f"'{name}' yields a {r.type}; host values are index, integer or memref")
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if not isinstance(attr, ir.IntegerAttr):
+                raise _error(op, f"arith.constant {attr} is not an integer; host programs compute on index and "
+                                 "integer values")
+            out["value"] = int(ir.IntegerAttr(attr).value)
+        elif name == "arith.cmpi":
+            out["predicate"] = int(ir.IntegerAttr(op.attributes["predicate"]).value)
+        elif name in ARITH_CASTS:
+            out["width"], out["src_width"] = _width(op.results[0].type), _width(op.operands[0].type)
+        elif name in ("scf.for", "scf.if"):
+            regions = []
+            for region in op.regions:
+                if not len(region.blocks):
+                    continue
+                block = region.blocks[0]
+                regions.append({"args": [self.vid(a, define=True) for a in block.arguments],
+                                "body": self.block_ops(block)})
+            out["regions"] = regions
+        if name in DEVICE_OPS:
+            self.device_op(op, out)
+        out["out"] = [self.vid(r, define=True) for r in op.results]
+        return out
+
+    def device_op(self, op: ir.Operation, out: dict[str, Any]) -> None:
+        if (al := device.AllocSymmetric.match(op)) is not None:
+            if self.enqueued:
+                raise _error(op, f"alloc_symmetric '{al.name}' comes after device work; every symmetric buffer is "
+                                 "allocated before the first copy, signal, wait or launch (docs/device_ir.md)")
+            if op.parent is None or op.parent.operation != self.func:
+                raise _error(op, f"alloc_symmetric '{al.name}' is nested in a region; allocations go at the top "
+                                 "of the device function")
+            mt = _memref(al.buffer.type)
+            if mt is None or -1 in mt[0]:
+                raise _error(op, f"alloc_symmetric '{al.name}' must have a static memref shape")
+            if any(a["name"] == al.name for a in self.allocs):
+                raise _error(op, f"two symmetric buffers are named '{al.name}'")
+            out["alloc"] = len(self.allocs)
+            self.allocs.append({"name": al.name, "shape": mt[0], "dtype": mt[1], "loc": _loc(op)})
+            return
+        if device.Rank.match(op) is not None or device.NumRanks.match(op) is not None:
+            return
+        self.enqueued = True
+        stream = int(ir.IntegerAttr(op.attributes["stream"]).value) if "stream" in op.attributes else 0
+        if stream < 0:
+            raise _error(op, f"'{op.name}' has stream = {stream}; streams are numbered from 0")
+        out["stream"] = stream
+        self.streams.add(stream)
+        if (c := device.Copy.match(op)) is not None:
+            out["engine"], out["ndim"] = c.engine, c.rank
+        elif (s := device.Signal.match(op)) is not None:
+            out["kind"], out["scope"] = s.kind, s.scope
+        elif (w := device.Wait.match(op)) is not None:
+            out["where"] = w.where
+        elif (ln := device.Launch.match(op)) is not None:
+            out["kernel"], out["grid"] = ln.kernel, [int(g) for g in ln.grid]
+            out["sm_budget"], out["tile_order"] = int(ln.sm_budget), ln.tile_order
+            self.kernel(op, ln.kernel, len(op.operands))
+
+    def kernel(self, launch: ir.Operation, name: str, n_operands: int) -> None:
+        if name in self.kernels:
+            return
+        target = self.symbols.get(name)
+        if target is None:
+            raise _error(launch, f"launch of '@{name}': no such symbol in the module")
+        if target.name != "tt.func":
+            raise _error(launch, f"launch of '@{name}': the kernel is a {target.name}, not a tt.func; run "
+                                 "ditron-lower-device-to-core first (it instantiates kernel templates)")
+        info: dict[str, Any] = {"spins": kernel_spins(target), "template": None, "wait": None}
+        n_args = len(target.regions[0].blocks[0].arguments)
+        if KERNEL_ATTR in target.attributes:
+            record = _py(target.attributes[KERNEL_ATTR])
+            info["template"] = record.get("template")
+            if isinstance(record.get("args"), list):
+                info["args"] = [str(a) for a in record["args"]]
+            if isinstance(record.get("wait"), dict):
+                info["wait"] = record["wait"]
+        if n_operands != n_args:
+            raise _error(launch, f"launch of '@{name}' passes {n_operands} operand(s); the kernel takes {n_args}")
+        self.kernels[name] = info
+
+
+def kernel_spins(kernel: ir.Operation) -> bool:
+    """Whether a kernel may spin-wait: it holds ditron_core.wait / barrier_all or an scf.while loop (every spin in
+    TTIR is one). Such a kernel's programs must all be resident at once."""
+    for op in walk_ops(kernel):
+        if op.name in ("ditron_core.wait", "ditron_core.barrier_all", "scf.while"):
+            return True
+    return False
+
+
+def serialize(module: ir.Module, function: str | None = None) -> dict[str, Any]:
+    """The device function of module (the only one, or the one named) as a host program (see the module doc)."""
+    funcs = device_functions(module)
+    names = [_sym_name(f) for f in funcs]
+    if function is not None:
+        if function not in names:
+            raise PassError(f"no device-level function '@{function}' in the module (device functions: "
+                            f"{', '.join('@' + n for n in names) or 'none'})")
+        func = funcs[names.index(function)]
+    elif len(funcs) == 1:
+        func = funcs[0]
+    elif not funcs:
+        raise PassError(f"the module has no device-level function (a func.func with {LEVEL_ATTR} = \"device\") "
+                        "to make a host program of")
+    else:
+        raise _error(funcs[1], f"the module has several device functions ({', '.join('@' + n for n in names)}); "
+                               "an executable runs one host program: compile them separately")
+    return _Serializer(module, func).program()
+
+
+def erase_device_functions(module: ir.Module) -> None:
+    """Drop the device functions and the func.func kernel declarations left beside them (after serialize)."""
+    for op in list(module.body.operations):
+        op = op.operation
+        if op.name != "func.func":
+            continue
+        if op in device_functions(module) or KERNEL_ATTR in op.attributes:
+            op.erase()
+
+
+# ------------------------------------------------------------------------------------------ runtime kernels
+
+def runtime_kernels_needed(program: dict[str, Any]) -> tuple[bool, list[tuple[str, str]]]:
+    """(whether a wait kernel is needed, the (op, scope) pairs of the signal kernels needed)."""
+    need_wait, signals = False, set()
+
+    def visit(ops):
+        nonlocal need_wait
+        for op in ops:
+            name = op["op"]
+            if name == device.Wait.op_name():
+                need_wait = True
+            elif name == device.Barrier.op_name():
+                need_wait = True
+                signals.add(("set", "sys"))
+            elif name == device.Signal.op_name():
+                signals.add((op["kind"], op["scope"]))
+            for region in op.get("regions", ()):
+                visit(region["body"])
+
+    visit(program["body"])
+    return need_wait, sorted(signals)
+
+
+def add_runtime_kernels(module: ir.Module, program: dict[str, Any], target: Any) -> None:
+    """Append the runtime kernels program needs to module (tt.func, core level) and record their names in
+    program["runtime"]. ``target``: a ditron Target (its backend supplies the acquire load)."""
+    from .backends import Target, get_backend
+
+    target = target if isinstance(target, Target) else Target.parse(str(target))
+    prims = get_backend(target).primitives
+    need_wait, signals = runtime_kernels_needed(program)
+    taken = {_sym_name(op.operation) for op in module.body.operations if "sym_name" in op.operation.attributes}
+    runtime: dict[str, Any] = {"signal": {}}
+    ip = ir.InsertionPoint(module.body)
+    with ir.Location.name("ditron.runtime", childLoc=ir.Location.unknown()):
+        if need_wait:
+            _check_free(WAIT_KERNEL, taken)
+            _wait_kernel(prims, ip)
+            runtime["wait"] = WAIT_KERNEL
+            runtime["wait_lanes"] = WAIT_LANES
+        for op, scope in signals:
+            name = signal_kernel_name(op, scope)
+            _check_free(name, taken)
+            _signal_kernel(name, op, scope, ip)
+            runtime["signal"][f"{op}:{scope}"] = name
+    program["runtime"] = runtime
+
+
+def _check_free(name: str, taken: set[str]) -> None:
+    if name in taken:
+        raise CompileError(f"the module defines '@{name}', a name ditron reserves for its runtime kernels; "
+                           "rename that symbol")
+
+
+def _wait_kernel(prims, ip: ir.InsertionPoint) -> None:
+    from .dialects import ttir as T
+
+    with ip:
+        f, (pad, first, count, value, max_iters, err, tag) = T.func(WAIT_KERNEL, [
+            ("pad", T.ptr("i32"), {"tt.divisibility": 4}), ("first", T.i32(), {}), ("count", T.i32(), {}),
+            ("value", T.i32(), {}), ("max_iters", T.i64(), {}), ("err", T.ptr("i32"), {"tt.divisibility": 16}),
+            ("tag", T.i32(), {})])
+    with ir.InsertionPoint(f.regions[0].blocks[0]):
+        lanes = T.make_range(0, WAIT_LANES)
+        idx = T.add(T.min_(lanes, T.sub(count, 1)), first)     # lanes past count re-read the last slot
+        ptrs = T.addptr(T.splat(pad, [WAIT_LANES]), idx)
+        T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(ptrs, scope="sys", semantic="acquire")), value,
+                       bound=max_iters, err=err, tag=tag)
+        T.ret()
+
+
+def _signal_kernel(name: str, op: str, scope: str, ip: ir.InsertionPoint) -> None:
+    from .dialects import core
+    from .dialects import ttir as T
+
+    with ip:
+        f, (pad, slot, peer, value) = T.func(name, [
+            ("pad", T.ptr("i32"), {"tt.divisibility": 4}), ("slot", T.i32(), {}), ("peer", T.i32(), {}),
+            ("value", T.i32(), {})])
+    with ir.InsertionPoint(f.regions[0].blocks[0]):
+        core.Notify.build(T.addptr(pad, slot), peer, value, op=op, scope=scope, semantic="release")
+        T.ret()
+
+
+__all__ = ["FORMAT_VERSION", "WAIT_KERNEL", "WAIT_LANES", "add_runtime_kernels", "device_functions",
+           "erase_device_functions", "kernel_spins", "kernels_ready", "runtime_kernels_needed", "serialize",
+           "signal_kernel_name"]

@@ -1,0 +1,256 @@
+"""ditron.ops on a real GPU: every op, compiled through ditron-default from its task program, against torch, in
+virtual worlds W in {1, 2, 4, 8} on one GPU (M = 128·W and 4091·W), with pipelined calls and given outputs; and a
+real two-process world on the same GPU through PyTorch symmetric memory.
+
+The GPU machine needs torch + triton only. Build the artifacts where the compiler is, then run there:
+
+    python test/py/test_ops_gpu.py build build/ops_arts                        # CPU machine (needs MLIR)
+    CUDA_DEVICE_MAX_CONNECTIONS=32 DITRON_OPS_DIR=build/ops_arts \\
+        python -m pytest -q -m gpu test/py/test_ops_gpu.py                      # GPU machine
+
+Run this file in its own pytest process (CUDA_DEVICE_MAX_CONNECTIONS is read when CUDA starts). Without
+DITRON_OPS_DIR the artifacts are built here (which needs the compiler).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # effective only if CUDA has not started yet
+
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from ditron import ops  # noqa: E402
+
+HERE = Path(__file__).resolve()
+CALLS = 3
+TARGET = "cuda:90"
+K, N = 256, 128
+
+
+def case_shapes(op: str, W: int, m: int, dim: int = 0) -> list[tuple[int, ...]]:
+    """Each rank's input shapes for an op at m rows per rank (the GEMM's M is W*m)."""
+    if op == "ag_gemm":
+        return [(m, K), (K, N)]
+    if op in ("gemm_rs", "gemm_ar"):
+        return [(W * m, N), (N, K)]
+    if op == "all_gather":
+        return [(m, K)] if dim == 0 else [(m, K // W)]
+    return [(W * m, K)]
+
+
+def _cases() -> dict[str, ops.Signature]:
+    out = {}
+
+    def add(name, op, W, m, virtual=True, **params):
+        out[name] = ops.signature_for(op, case_shapes(op, W, m, params.get("dim", 0)), "bf16", W, virtual, TARGET,
+                                      **params)
+    for W in (1, 2, 4, 8):
+        for m in (128, 4091):
+            for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
+                add(f"{op}_w{W}_m{m}", op, W, m)
+            if W > 1:
+                add(f"all_reduce1_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot")
+                add(f"all_reduce2_w{W}_m{m}", "all_reduce", W, m, algorithm="two_shot")
+        add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
+    for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
+        add(f"real_{op}_w2_m4091", op, 2, 4091, virtual=False)
+    add("real_all_reduce1_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="one_shot")
+    return out
+
+
+CASES = _cases()
+VIRTUAL = [name for name, s in CASES.items() if s.virtual]
+REAL = [name for name, s in CASES.items() if not s.virtual]
+
+
+def build(directory: str) -> None:
+    """Compile every case's artifact into directory (the CPU side of this test)."""
+    ops.build(CASES.values(), directory, log=print)
+
+
+# ------------------------------------------------------------------------------------------- torch side
+
+def make_inputs(s: ops.Signature, call: int):
+    """Every rank's inputs for one call (seeded by rank and call, so that a stale result shows)."""
+    import torch
+    out = []
+    for r in range(s.world_size):
+        g = torch.Generator(device="cuda").manual_seed(1000 * call + r)
+        out.append([torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+                    for shape in s.shapes])
+    return out
+
+
+def close_enough(got, want) -> bool:
+    import torch
+    scale = max(float(want.abs().max()), 1.0)
+    return got.shape == want.shape and torch.allclose(got.float(), want, rtol=2 ** -6, atol=2 ** -6 * scale)
+
+
+def max_error(got, want) -> float:
+    return float((got.float() - want).abs().max())
+
+
+def call_op(s: ops.Signature, world, inputs, lib, **kw):
+    fn = getattr(ops, s.op)
+    args = [list(col) for col in zip(*inputs)] if world.is_virtual else inputs
+    return fn(*args, world, **s.param, library=lib, **kw)
+
+
+# ------------------------------------------------------------------------------------------------ tests
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    given = os.environ.get("DITRON_OPS_DIR")
+    if given:
+        library = ops.Library(given, target=TARGET, compile=False)
+        missing = [name for name, s in CASES.items() if not (Path(given) / s.key / "op.json").exists()]
+        if missing:
+            pytest.fail(f"DITRON_OPS_DIR={given} lacks the artifacts of {missing[:4]} ({len(missing)} in all); build "
+                        f"them with: python {HERE.relative_to(HERE.parents[2])} build {given}")
+        return library
+    if not ops.compiler_available():
+        pytest.skip("no MLIR bindings here to build the artifacts: set DITRON_OPS_DIR to a directory built by "
+                    "`python test/py/test_ops_gpu.py build DIR`")
+    root = tmp_path_factory.mktemp("ops_arts")
+    build(str(root))
+    return ops.Library(root, target=TARGET, compile=False)
+
+
+def _gpu():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"the artifacts are built for {TARGET}; this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("name", VIRTUAL)
+def test_virtual_world_matches_torch(lib, name):
+    _gpu()
+    from ditron.runtime.world import World
+    s = CASES[name]
+    world = World.virtual(s.world_size)
+    for call in range(1, CALLS + 1):
+        xs = make_inputs(s, call)
+        got = call_op(s, world, xs, lib)
+        want = ops.reference(s, xs)
+        assert len(got) == s.world_size
+        for r, (g, w) in enumerate(zip(got, want)):
+            assert tuple(g.shape) == s.output_shape() and close_enough(g, w), \
+                f"{name} call {call}: rank {r} differs; max error {max_error(g, w)}"
+    exe = lib.executable(s)
+    ex = exe.executor(world)
+    assert ex.epoch == CALLS and ex.watch.done, "one executor per world, reused by every call"
+    lib.release(s)
+
+
+@pytest.mark.parametrize("name", ["ag_gemm_w4_m4091", "gemm_rs_w8_m4091", "all_reduce2_w8_m4091",
+                                  "gemm_ar_w2_m128", "all_gather_w8_m4091"])
+def test_pipelined_calls_and_given_outputs(lib, name):
+    """Calls enqueued back to back on the caller's stream (sync=False) into outputs the caller gave."""
+    _gpu()
+    import torch
+
+    from ditron.runtime.world import World
+    s = CASES[name]
+    world = World.virtual(s.world_size)
+    inputs = [make_inputs(s, call) for call in range(1, CALLS + 2)]
+    outs = [[torch.full(s.output_shape(), 7.0, dtype=torch.bfloat16, device="cuda") for _ in range(s.world_size)]
+            for _ in inputs]
+    results = [call_op(s, world, xs, lib, out=o, sync=False) for xs, o in zip(inputs, outs)]
+    lib.synchronize(world)
+    for xs, o, got in zip(inputs, outs, results):
+        assert all(g is given for g, given in zip(got, o))
+        for g, w in zip(got, ops.reference(s, xs)):
+            assert close_enough(g, w), f"{name}: max error {max_error(g, w)}"
+    lib.release(s)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_real_two_process_world_through_symmetric_memory(lib):
+    """W = 2 processes on this one GPU: the real rendezvous path (torch symmetric memory, CUDA IPC). Without MPS
+    the GPU time-slices between the two contexts: slow, but it must be correct."""
+    _gpu()
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", DITRON_WAIT_TIMEOUT_S="120",
+                   CUDA_DEVICE_MAX_CONNECTIONS="32")
+        procs.append(subprocess.Popen([sys.executable, str(HERE), "worker", str(lib.directory), *REAL], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("the two-process run did not finish in 900 s")
+        outputs.append(out)
+    for rank, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
+        for name in REAL:
+            assert f"rank {rank}: {name} ok" in out, out[-4000:]
+
+
+# ----------------------------------------------------------------------------------------- entry points
+
+def worker(directory: str, names: list[str]) -> int:
+    """One rank of the real world (launched by the test above): every rank builds every rank's inputs alike and
+    checks its own output."""
+    import torch
+    import torch.distributed as dist
+
+    from ditron.runtime.world import World
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; symmetric memory needs only the store
+    world = World.from_torch()
+    library = ops.Library(directory, target=TARGET, compile=False)
+    failed = 0
+    for name in names:
+        s = CASES[name]
+        failed_before = failed
+        for call in range(1, CALLS + 1):
+            xs = make_inputs(s, call)
+            got = call_op(s, world, xs[world.rank], library)
+            want = ops.reference(s, xs)[world.rank]
+            if not close_enough(got, want):
+                print(f"rank {world.rank}: {name} call {call} MISMATCH, max error {max_error(got, want)}", flush=True)
+                failed += 1
+        library.release(s)
+        if failed == failed_before:
+            print(f"rank {world.rank}: {name} ok", flush=True)
+    library.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "build":
+        build(argv[1])
+        return 0
+    if len(argv) >= 2 and argv[0] == "worker":
+        return worker(argv[1], argv[2:])
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE.parent))
+    sys.exit(main(sys.argv[1:]))
