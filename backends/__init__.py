@@ -14,7 +14,7 @@ Contract (implemented by backends/nvidia and backends/amd; everything else in di
     Backend.compile(ttir_text, options, dump_dir=None)     -> CompiledKernel
 
 ``CompiledKernel`` is plain data (name, binary bytes, asm per stage, JSON-able metadata) so that artifacts can be
-written and later loaded with torch + triton alone (``ditron.backends.launch.load_kernel``).
+written (``ditron.artifact``) and later loaded with torch + triton alone (``ditron.runtime.loader``).
 
 Supported targets: cuda:80, cuda:90 (sm_90a), hip:gfx942, hip:gfx950. Nothing here imports triton until a compile.
 """

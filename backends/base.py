@@ -90,38 +90,15 @@ class CompiledKernel:
     ``binary``: cubin or hsaco bytes. ``asm``: the text stages (ttir, ttgir, llir, ptx | amdgcn) as Triton produced
     them. ``metadata``: JSON-able; the same keys Triton's own ``<kernel>.json`` has (so ``triton.compiler.
     CompiledKernel`` loads it without recompiling) plus ``signature`` (Triton type string per kernel argument, in
-    order), ``arg_names`` and ``abi`` (the arguments ditron-lower-core-to-triton appended) and ``ditron_target``."""
+    order), ``arg_names`` and ``abi`` (the arguments ditron-lower-core-to-triton appended) and ``ditron_target``.
+    It reaches the disk, and a GPU, only as part of an artifact: ``ditron.artifact.write_artifact`` writes it,
+    ``ditron.runtime.loader`` loads it as Triton's own CompiledKernel."""
 
     name: str
     target: str
     binary: bytes
     asm: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def binary_ext(self) -> str:
-        return "cubin" if self.target.startswith("cuda") else "hsaco"
-
-    def write(self, directory: str | os.PathLike) -> dict[str, str]:
-        """Write ``<name>.<binary_ext>``, ``<name>.json`` and every asm stage under directory; returns Triton's
-        'metadata group' ({file name: path}) for those files."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        group = {}
-        for ext, text in self.asm.items():
-            group[f"{self.name}.{ext}"] = _atomic_write(directory / f"{self.name}.{ext}", text.encode())
-        group[f"{self.name}.{self.binary_ext}"] = _atomic_write(directory / f"{self.name}.{self.binary_ext}",
-                                                                self.binary)
-        group[f"{self.name}.json"] = _atomic_write(directory / f"{self.name}.json",
-                                                   json.dumps(self.metadata, sort_keys=True, indent=1).encode())
-        return group
-
-
-def _atomic_write(path: Path, data: bytes) -> str:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return str(path)
 
 
 # ------------------------------------------------------------------------------------------- capturing stderr

@@ -149,3 +149,38 @@ def launch_segments(n: int) -> ir.Attribute:
 
 
 OPS: tuple[type[DeviceOp], ...] = (Rank, NumRanks, AllocSymmetric, Copy, Signal, Wait, Barrier, Launch)
+
+# ------------------------------------------------------------------------- device-level programs (docs/device_ir.md)
+
+LEVEL_ATTR = "ditron.level"    # = "device" on a device-level func.func
+IO_ATTR = "ditron.io"          # per argument: "in", "out" or "epoch"
+# the arith/scf ops a device-level program may use beside ditron_device ops (on index and integer values)
+HOST_ARITH_BINARY = ("arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi",
+                     "arith.remui", "arith.ceildivsi", "arith.ceildivui", "arith.floordivsi", "arith.minsi",
+                     "arith.minui", "arith.maxsi", "arith.maxui", "arith.andi", "arith.ori", "arith.xori",
+                     "arith.shli", "arith.shrsi", "arith.shrui")
+HOST_ARITH_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
+HOST_OPS = frozenset(HOST_ARITH_BINARY + HOST_ARITH_CASTS + ("arith.constant", "arith.cmpi", "arith.select",
+                                                             "scf.for", "scf.if", "scf.yield", "func.return"))
+OP_NAMES = frozenset(w.op_name() for w in OPS)
+
+
+def arg_roles(func: ir.Operation) -> list[str | None]:
+    """The ``ditron.io`` role of each argument of a device function ("in", "out", "epoch"; None where absent)."""
+    arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes else []
+    roles: list[str | None] = []
+    for i in range(len(func.regions[0].blocks[0].arguments)):
+        d = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else None
+        roles.append(ir.StringAttr(d[IO_ATTR]).value if d is not None and IO_ATTR in d else None)
+    return roles
+
+
+def device_functions(module: ir.Module) -> list[ir.Operation]:
+    """The device-level functions (func.func with ditron.level = "device") at the top of module, in order."""
+    out = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and LEVEL_ATTR in op.attributes and \
+                ir.StringAttr(op.attributes[LEVEL_ATTR]).value == "device":
+            out.append(op)
+    return out

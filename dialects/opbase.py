@@ -79,6 +79,36 @@ def int_value(attr: ir.Attribute) -> int:
     return attr.value
 
 
+def attr_to_py(attr: ir.Attribute, *, strict: bool = False) -> Any:
+    """A (nested) dictionary / array / scalar attribute as plain JSON-able Python data (kernel records, host
+    programs); an attribute of another kind as its text, or TypeError when ``strict``."""
+    if isinstance(attr, ir.DictAttr):
+        return {a.name: attr_to_py(a.attr, strict=strict) for a in attr}
+    if isinstance(attr, ir.ArrayAttr):
+        return [attr_to_py(a, strict=strict) for a in attr]
+    if isinstance(attr, ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return int_value(attr)
+    if isinstance(attr, ir.FloatAttr):
+        return float(attr.value)
+    if isinstance(attr, (ir.StringAttr, ir.FlatSymbolRefAttr)):
+        return attr.value
+    if isinstance(attr, (ir.DenseI64ArrayAttr, ir.DenseI32ArrayAttr)):
+        return [int(v) for v in attr]
+    if strict:
+        raise TypeError(f"unexpected attribute {attr}")
+    return str(attr)
+
+
+def memref_shape(t: ir.Type) -> tuple[int, ...] | None:
+    """The shape of a memref type, -1 for each dynamic dim; None when t is not a memref."""
+    if not isinstance(t, ir.MemRefType):
+        return None
+    dyn = ir.ShapedType.get_dynamic_size()
+    return tuple(-1 if s == dyn else int(s) for s in ir.MemRefType(t).shape)
+
+
 class Attr:
     """An attribute, read as a Python value and written from one. Subclasses convert; ``to_py`` raises
     ValueError when the attribute is not of the expected kind (``expects`` says which)."""

@@ -130,8 +130,7 @@ def pointee_bytes(t: ir.Type) -> int | None:
         return 8
     if isinstance(e, ir.IntegerType):
         return max(1, (e.width + 7) // 8)
-    text = str(e)
-    if text == "tf32":
+    if str(e) == "tf32":
         return 4
     if isinstance(e, ir.FloatType):
         return max(1, e.width // 8)
@@ -358,14 +357,6 @@ def inline_asm(asm: str, constraints: str, operands: Sequence[Value], result: ir
               {"asm_string": asm, "constraints": constraints, "packed_element": packed_element, "pure": pure}).result
 
 
-def ptr_to_int(p: Value) -> Value:
-    return op("tt.ptr_to_int", [p], [like(p, i64())]).result
-
-
-def int_to_ptr(x: Value, t: ir.Type) -> Value:
-    return op("tt.int_to_ptr", [x], [t]).result
-
-
 def hint(value: Value, name: str, amount: int) -> Value:
     """Attach an AxisInfo hint (``tt.divisibility``/``tt.contiguity``/``tt.constancy``, one entry per dim) to the op
     defining value; Triton's axis analysis takes it over what it derives. Returns value."""
@@ -430,50 +421,30 @@ def coerce(a: Value | Num, b: Value | Num) -> tuple[Value, Value]:
     return a, b
 
 
-def add(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.addf(a, b) if is_float(elem(a)) else arith.addi(a, b)
+def _binary(name: str, int_op: Callable, float_op: Callable | None = None, doc: str = "") -> Callable[..., Value]:
+    """The helper ``name(a, b)``: a and b made alike (``coerce``), then int_op, or float_op for float operands."""
+    def build(a, b) -> Value:
+        a, b = coerce(a, b)
+        if not is_float(elem(a)):
+            return int_op(a, b)
+        if float_op is None:
+            raise TypeError(f"ttir.{name} takes integer operands, got {elem(a)}")
+        return float_op(a, b)
+
+    build.__name__ = build.__qualname__ = name
+    build.__doc__ = doc or f"arith.{int_op.__name__}" + (f" (arith.{float_op.__name__} for floats)" if float_op else "")
+    return build
 
 
-def sub(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.subf(a, b) if is_float(elem(a)) else arith.subi(a, b)
-
-
-def mul(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.mulf(a, b) if is_float(elem(a)) else arith.muli(a, b)
-
-
-def div(a, b) -> Value:
-    """Signed integer division (arith.divsi), or arith.divf."""
-    a, b = coerce(a, b)
-    return arith.divf(a, b) if is_float(elem(a)) else arith.divsi(a, b)
-
-
-def rem(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.remsi(a, b)
-
-
-def min_(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.minsi(a, b)
-
-
-def max_(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.maxsi(a, b)
-
-
-def and_(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.andi(a, b)
-
-
-def or_(a, b) -> Value:
-    a, b = coerce(a, b)
-    return arith.ori(a, b)
+add = _binary("add", arith.addi, arith.addf)
+sub = _binary("sub", arith.subi, arith.subf)
+mul = _binary("mul", arith.muli, arith.mulf)
+div = _binary("div", arith.divsi, arith.divf, "Signed integer division (arith.divsi), or arith.divf.")
+rem = _binary("rem", arith.remsi)
+min_ = _binary("min_", arith.minsi)
+max_ = _binary("max_", arith.maxsi)
+and_ = _binary("and_", arith.andi)
+or_ = _binary("or_", arith.ori)
 
 
 _CMP = {"eq": 0, "ne": 1, "slt": 2, "sle": 3, "sgt": 4, "sge": 5}

@@ -43,26 +43,16 @@ from mlir import ir
 
 from .dialects import device
 from .dialects.context import diagnostic_at
-from .dialects.opbase import walk_ops
+from .dialects.device import HOST_ARITH_CASTS, HOST_OPS, IO_ATTR, LEVEL_ATTR, device_functions
+from .dialects.opbase import attr_to_py, memref_shape, walk_ops
 from .errors import CompileError, PassError
+from .kernels import KERNEL_ATTR
 
 FORMAT_VERSION = 1
-LEVEL_ATTR = "ditron.level"
-IO_ATTR = "ditron.io"
 AXIS_ATTR = "ditron.axis"
 MESH_ATTR = "ditron.mesh"
-KERNEL_ATTR = "ditron.kernel"
 IO_ROLES = ("in", "out", "epoch")
-
-# arith/scf ops a host program may use (on index and integer values)
-ARITH_BINARY = ("arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi",
-                "arith.remui", "arith.ceildivsi", "arith.ceildivui", "arith.floordivsi", "arith.minsi",
-                "arith.minui", "arith.maxsi", "arith.maxui", "arith.andi", "arith.ori", "arith.xori",
-                "arith.shli", "arith.shrsi", "arith.shrui")
-ARITH_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
-HOST_OPS = frozenset(ARITH_BINARY + ARITH_CASTS + ("arith.constant", "arith.cmpi", "arith.select", "scf.for",
-                                                   "scf.if", "scf.yield", "func.return"))
-DEVICE_OPS = frozenset(w.op_name() for w in device.OPS)
+DEVICE_OPS = device.OP_NAMES
 
 WAIT_KERNEL = "ditron_rt_wait"
 WAIT_LANES = 128          # slots one wait kernel checks at once (the executor splits longer runs)
@@ -95,47 +85,13 @@ def _width(t: ir.Type) -> int:
 
 
 def _memref(t: ir.Type) -> tuple[list[int], str] | None:
-    if not isinstance(t, ir.MemRefType):
-        return None
-    mt = ir.MemRefType(t)
-    dyn = ir.ShapedType.get_dynamic_size()
-    return [-1 if s == dyn else int(s) for s in mt.shape], _dtype(mt.element_type)
+    """(shape with -1 for dynamic dims, element type spelling) of a memref type; None for other types."""
+    shape = memref_shape(t)
+    return None if shape is None else (list(shape), _dtype(ir.MemRefType(t).element_type))
 
 
 def _sym_name(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["sym_name"]).value
-
-
-def _py(attr: ir.Attribute) -> Any:
-    """A (nested) attribute as plain JSON-able data."""
-    if isinstance(attr, ir.DictAttr):
-        return {a.name: _py(a.attr) for a in attr}
-    if isinstance(attr, ir.ArrayAttr):
-        return [_py(a) for a in attr]
-    if isinstance(attr, ir.BoolAttr):
-        return bool(attr.value)
-    if isinstance(attr, ir.IntegerAttr):
-        return int(attr.value)
-    if isinstance(attr, ir.FloatAttr):
-        return float(attr.value)
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        return attr.value
-    if isinstance(attr, (ir.DenseI64ArrayAttr, ir.DenseI32ArrayAttr)):
-        return [int(v) for v in attr]
-    return str(attr)
-
-
-def device_functions(module: ir.Module) -> list[ir.Operation]:
-    """The device-level functions (func.func with ditron.level = "device") at the top of module."""
-    out = []
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and LEVEL_ATTR in op.attributes and \
-                ir.StringAttr(op.attributes[LEVEL_ATTR]).value == "device":
-            out.append(op)
-    return out
 
 
 def launched_kernels(func: ir.Operation) -> list[str]:
@@ -175,11 +131,8 @@ class _Serializer:
     def program(self) -> dict[str, Any]:
         func, fname = self.func, self.fname
         entry = func.regions[0].blocks[0]
-        arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes else []
         args = []
-        for i, v in enumerate(entry.arguments):
-            d = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else None
-            io = ir.StringAttr(d[IO_ATTR]).value if d is not None and IO_ATTR in d else None
+        for i, (v, io) in enumerate(zip(entry.arguments, device.arg_roles(func))):
             if io not in IO_ROLES:
                 raise _error(func, f"argument {i} of @{fname} has no '{IO_ATTR}' attribute (\"in\", \"out\" or "
                                    "\"epoch\"); device programs are in destination-passing style")
@@ -199,7 +152,7 @@ class _Serializer:
         body = self.block_ops(entry)
         mesh = None
         if MESH_ATTR in self.module.operation.attributes:
-            m = _py(self.module.operation.attributes[MESH_ATTR])
+            m = attr_to_py(self.module.operation.attributes[MESH_ATTR])
             if isinstance(m, dict):
                 mesh = {"axes": m.get("axes"), "shape": m.get("shape")}
         axis = ir.StringAttr(func.attributes[AXIS_ATTR]).value if AXIS_ATTR in func.attributes else None
@@ -227,7 +180,7 @@ class _Serializer:
             out["value"] = int(ir.IntegerAttr(attr).value)
         elif name == "arith.cmpi":
             out["predicate"] = int(ir.IntegerAttr(op.attributes["predicate"]).value)
-        elif name in ARITH_CASTS:
+        elif name in HOST_ARITH_CASTS:
             out["width"], out["src_width"] = _width(op.results[0].type), _width(op.operands[0].type)
         elif name in ("scf.for", "scf.if"):
             regions = []
@@ -290,7 +243,7 @@ class _Serializer:
         info: dict[str, Any] = {"spins": kernel_spins(target), "template": None, "wait": None}
         n_args = len(target.regions[0].blocks[0].arguments)
         if KERNEL_ATTR in target.attributes:
-            record = _py(target.attributes[KERNEL_ATTR])
+            record = attr_to_py(target.attributes[KERNEL_ATTR])
             info["template"] = record.get("template")
             if isinstance(record.get("args"), list):
                 info["args"] = [str(a) for a in record["args"]]

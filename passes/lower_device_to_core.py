@@ -26,13 +26,13 @@ from mlir import ir
 
 from ..dialects import device
 from ..dialects.opbase import walk_ops
-from ..errors import DitronError, PassError
+from ..errors import DitronError
 from ..kernels import KernelRecord
 from . import device_kernels as K
-from .device_builder import KERNEL_ATTR, KernelTable, str_attr
+from .device_builder import KERNEL_ATTR, KernelTable
 from .registry import Pass
 from .rewrite import constant_int
-from .tile import LEVEL_ATTR, functions, op_error
+from .tile import op_error, require_device_level
 
 COPY_KERNEL_ATTR = "ditron.copy_kernel"
 
@@ -62,14 +62,8 @@ class LowerDeviceToCorePass(Pass):
     summary = "Instantiate the core kernel templates a device program launches (tt.func + ditron_core)"
 
     def run(self, module: ir.Module) -> None:
-        device_funcs = [fn for fn in functions(module) if str_attr(fn, LEVEL_ATTR) == "device"]
-        for op in walk_ops(module.operation):
-            if op.name.startswith("ditron_task."):
-                raise op_error(self.name, op, "is task-level IR; lower it with ditron-lower-task-to-device (and "
-                                              "schedule it with ditron-schedule-overlap) first")
-        if not device_funcs:
-            raise PassError(f"{self.name}: the module has no device function (ditron.level = \"device\"); run "
-                            "ditron-lower-task-to-device first")
+        device_funcs = require_device_level(module, self.name, "lower it with ditron-lower-task-to-device (and "
+                                                               "schedule it with ditron-schedule-overlap) first")
         kernels = KernelTable(module)
         for fn in device_funcs:
             self._copy_kernels(fn, kernels)

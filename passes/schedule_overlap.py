@@ -36,7 +36,7 @@ from . import device_kernels as K
 from .device_builder import (GATHER_ATTR, KERNEL_ATTR, LANE_ATTR, ROLE_ATTR, KernelTable, int_attr, str_attr, tag)
 from .registry import Pass, option
 from .rewrite import constant_int
-from .tile import LEVEL_ATTR, TARGET_ATTR, functions, op_error
+from .tile import TARGET_ATTR, op_error, require_device_level
 
 STREAM_ATTR = "stream"
 PULL_ATTR = "ditron.pull"
@@ -364,14 +364,8 @@ class ScheduleOverlapPass(Pass):
             raise ValueError(f"engine must be copy_engine or sm, got '{self.engine}'")
 
     def run(self, module: ir.Module) -> None:
-        device_funcs = [fn for fn in functions(module) if str_attr(fn, LEVEL_ATTR) == "device"]
-        for op in walk_ops(module.operation):
-            if op.name.startswith("ditron_task."):
-                raise op_error(self.name, op, "is task-level IR; run ditron-lower-task-to-device before "
-                                              "ditron-schedule-overlap")
-        if not device_funcs:
-            raise PassError(f"{self.name}: the module has no device function (ditron.level = \"device\"); run "
-                            "ditron-lower-task-to-device first")
+        device_funcs = require_device_level(module, self.name, "run ditron-lower-task-to-device before "
+                                                               "ditron-schedule-overlap")
         kernels = KernelTable(module)
         for fn in device_funcs:
             _Scheduler(self, module, fn, kernels).run()

@@ -170,6 +170,19 @@ def require_task_level(module: ir.Module, pass_name: str) -> Mesh | None:
     return Mesh.of_module(module)
 
 
+def require_device_level(module: ir.Module, pass_name: str, task_level_hint: str) -> list[ir.Operation]:
+    """The device functions of module (ditron.level = "device"), for a pass that transforms device-level IR; raise
+    if the module still holds task-level ops (saying ``task_level_hint``) or has no device function."""
+    for op in walk_ops(module.operation):
+        if op.name.startswith(task.TaskOp.DIALECT + "."):
+            raise op_error(pass_name, op, f"is task-level IR; {task_level_hint}")
+    funcs = device.device_functions(module)
+    if not funcs:
+        raise PassError(f"{pass_name}: the module has no device function ({LEVEL_ATTR} = \"device\"); run "
+                        "ditron-lower-task-to-device first")
+    return funcs
+
+
 def axis_size(pass_name: str, mesh: Mesh | None, op: ir.Operation, axis: str) -> int:
     if mesh is None:
         raise op_error(pass_name, op, f"uses mesh axis '{axis}' but the module has no '{MESH_ATTR}' attribute")

@@ -129,25 +129,14 @@ class KernelRecord(dict):
 
     @classmethod
     def from_attr(cls, attr) -> "KernelRecord":
-        """Read a record back from its DictAttr."""
+        """Read a record back from its DictAttr (TypeError for an attribute a record cannot hold)."""
         from mlir import ir
 
-        def value(a):
-            if isinstance(a, ir.BoolAttr):
-                return a.value
-            if isinstance(a, ir.IntegerAttr):
-                return a.value
-            if isinstance(a, ir.FloatAttr):
-                return a.value
-            if isinstance(a, ir.StringAttr):
-                return a.value
-            if isinstance(a, ir.ArrayAttr):
-                return [value(x) for x in a]
-            if isinstance(a, ir.DictAttr):
-                return {n.name: value(n.attr) for n in a}
-            raise TypeError(f"unexpected attribute {a} in a kernel record")
-
-        return cls({n.name: value(n.attr) for n in ir.DictAttr(attr)})
+        from ..dialects.opbase import attr_to_py
+        try:
+            return cls(attr_to_py(ir.DictAttr(attr), strict=True))
+        except TypeError as err:
+            raise TypeError(f"{err} in a kernel record") from None
 
     @classmethod
     def of(cls, func_op) -> "KernelRecord":

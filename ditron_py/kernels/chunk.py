@@ -21,9 +21,9 @@ import math
 from mlir import ir
 
 from ..dialects import core
-from ..errors import VerificationError
-from . import SlotNotify
 from ..dialects import ttir as T
+from ..errors import VerificationError
+from . import KERNEL_ATTR, SlotNotify
 
 
 def err(template: str, message: str) -> VerificationError:
@@ -141,6 +141,24 @@ def program_notifies(rec, rank: int, num_ranks: int, scalars, dst_peer: int | No
 
 # ------------------------------------------------------------------------------------------------ IR side
 
+def build_kernel(rec, pointer_types, emit, *, ip, loc=None):
+    """The tt.func of a chunk-template record at ip, carrying the record. Its arguments, in record order: the
+    buffers ``pointer_types()`` names ({arg: !tt.ptr type}, called in the kernel's context) and the signal pads of
+    the optional 'wait' / 'notify' parts, as 16-byte aligned pointers; every other argument i32. The body is
+    ``emit(rec, {arg name: value})``."""
+    with (loc or ir.Location.unknown()), ip:
+        types = dict(pointer_types())
+        for part in ("wait", "notify"):
+            if part in rec:
+                types[rec[part]["arg"]] = T.ptr("i32")
+        args = [(a, types.get(a, T.i32()), {"tt.divisibility": 16} if a in types else {}) for a in rec["args"]]
+        f, values = T.func(rec["name"], args, attrs={KERNEL_ATTR: rec.to_attr()})
+        with ir.InsertionPoint(f.regions[0].blocks[0]):
+            emit(rec, dict(zip(rec["args"], values)))
+            T.ret()
+    return f
+
+
 class RegionEmitter:
     """IR helpers bound to one kernel's arguments (name -> value) and record."""
 
@@ -184,7 +202,7 @@ class RegionEmitter:
         return T.div(t, tn), T.rem(t, tn)
 
     def _wide(self, x):
-        return T.int_cast(x, T.i64()) if self.idx_t == T.i64() else x
+        return T.int_cast(x, self.idx_t)
 
     def tile_offsets(self, side: str, tm, tn):
         """(element offsets [BM, BN] into buffer side, mask or None, row index vector [BM] in side coordinates)."""

@@ -14,12 +14,10 @@ The peer's address comes from ``ditron_core.symm_at`` of the symmetric argument 
 """
 from __future__ import annotations
 
-from mlir import ir
-
 from ..dialects import core
-from . import KERNEL_ATTR, KernelRecord, Region, TileStep
-from . import chunk
 from ..dialects import ttir as T
+from . import KernelRecord, Region, TileStep
+from . import chunk
 
 name = "copy"
 _TEMPLATE = "copy"
@@ -112,17 +110,8 @@ def _copy(src, dst):
 def build(record, *, ip, loc=None):
     rec = KernelRecord(record)
     check(rec)
-    with (loc or ir.Location.unknown()), ip:
-        elem = T.dtype(rec["dtype"])
-        types = {"src": T.ptr(elem), "dst": T.ptr(elem)}
-        if "notify" in rec:
-            types[rec["notify"]["arg"]] = T.ptr("i32")
-        args = [(a, types.get(a, T.i32()), {"tt.divisibility": 16} if a in types else {}) for a in rec["args"]]
-        f, values = T.func(rec["name"], args, attrs={KERNEL_ATTR: rec.to_attr()})
-        with ir.InsertionPoint(f.regions[0].blocks[0]):
-            _emit(rec, dict(zip(rec["args"], values)))
-            T.ret()
-    return f
+    return chunk.build_kernel(rec, lambda: {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["dtype"])}, _emit, ip=ip,
+                              loc=loc)
 
 
 def _emit(rec, args):

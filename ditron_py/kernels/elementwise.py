@@ -20,9 +20,9 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, math as math_d
 
+from ..dialects import ttir as T
 from ..errors import VerificationError
 from . import KERNEL_ATTR, KernelRecord, Region, TileStep
-from ..dialects import ttir as T
 from .numerics import round_to
 
 name = "elementwise"
@@ -215,8 +215,7 @@ def _emit(rec):
             r = T.add(T.expand_dims(T.make_range(0, bm), 1), T.mul(T.div(t, tn), bm))
             c = T.add(T.expand_dims(T.make_range(0, bn), 0), T.mul(T.rem(t, tn), bn))
             mask = T.and_(T.broadcast(T.lt(r, rows), [bm, bn]), T.broadcast(T.lt(c, cols), [bm, bn]))
-            if idx != T.i32():
-                r, c = T.int_cast(r, idx), T.int_cast(c, idx)
+            r, c = T.int_cast(r, idx), T.int_cast(c, idx)
             offs = T.add(T.broadcast(T.mul(r, T.c(cols, idx)), [bm, bn]), T.broadcast(c, [bm, bn]))
             ins = [T.cast(T.load(T.addptr(ptrs[a], offs), mask), "fp32") for a in rec["args"][:-1]]
             y = _fn_ir(rec["fn"], *ins)

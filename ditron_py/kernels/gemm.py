@@ -55,9 +55,9 @@ import numpy as np
 from mlir import ir
 
 from ..dialects import core
+from ..dialects import ttir as T
 from ..errors import VerificationError
 from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep
-from ..dialects import ttir as T
 from .numerics import round_to
 
 name = "gemm"
@@ -635,7 +635,7 @@ class _Emitter:
         return loop.results[2]
 
     def _wide(self, x):
-        return T.int_cast(x, T.i64()) if self.idx_t == T.i64() else x
+        return T.int_cast(x, self.idx_t)
 
     # -- epilogues
     def _tile_ptrs(self, base, m0, n0, ld, row_shift=None):

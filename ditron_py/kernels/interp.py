@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from mlir import ir
 
+from ..dialects import ttir as T
 from .numerics import round_to, storage_dtype
 
 _MLIR_TO_DTYPE = {"bf16": "bf16", "f16": "fp16", "f32": "fp32", "f8E4M3FN": "fp8e4m3", "f8E5M2": "fp8e5m2",
                   "i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64"}
-_PTR_RE = re.compile(r"^!tt\.ptr<(.+?)(?:,\s*\d+)?>$")
 SPIN_LIMIT = 10_000
 
 
@@ -32,9 +32,8 @@ class Blocked(RuntimeError):
 
 
 def dtype_name(t: ir.Type) -> str:
-    t = t.element_type if isinstance(t, ir.RankedTensorType) else t
-    m = _PTR_RE.match(str(t))
-    if m:
+    t = T.elem(t)
+    if T.is_ptr(t):
         return "ptr"
     if str(t) not in _MLIR_TO_DTYPE:
         raise NotImplementedError(f"interp: element type {t}")
@@ -42,11 +41,7 @@ def dtype_name(t: ir.Type) -> str:
 
 
 def pointee_name(t: ir.Type) -> str:
-    t = t.element_type if isinstance(t, ir.RankedTensorType) else t
-    m = _PTR_RE.match(str(t))
-    if not m:
-        raise TypeError(f"not a pointer type: {t}")
-    return _MLIR_TO_DTYPE[m.group(1)]
+    return _MLIR_TO_DTYPE[str(T.pointee(T.elem(t)))]
 
 
 @dataclass
@@ -79,8 +74,8 @@ class Event:
     sem: str | None = None
 
 
-_RMW = {1: "and", 2: "or", 3: "xor", 4: "add", 5: "fadd", 6: "max", 7: "min", 8: "umax", 9: "umin", 10: "xchg"}
-_SEM = {1: "relaxed", 2: "acquire", 3: "release", 4: "acq_rel"}
+_RMW = {v: k for k, v in T.RMW.items()}    # Triton's enum value -> kind
+_SEM = {v: k for k, v in T.SEM.items()}
 
 
 def _int_attr(op, name, default=None):
@@ -363,7 +358,7 @@ def run(func_op, memory: dict, *, grid: int, rank: int = 0, num_ranks: int = 1, 
         arg_names = KernelRecord.of(func)["args"]
     args: dict[str, Any] = {"__names__": arg_names}
     for a, n in zip(block.arguments, arg_names):
-        if _PTR_RE.match(str(a.type)):
+        if T.is_ptr(a.type):
             args[n] = Ptr((n, rank), 0, pointee_name(a.type))
         else:
             if scalars is None or n not in scalars:

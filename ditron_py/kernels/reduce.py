@@ -17,12 +17,11 @@ Arguments: src (symmetric), dst, the wait pad and value, the notify pad, then th
 from __future__ import annotations
 
 import numpy as np
-from mlir import ir
 
 from ..dialects import core
-from . import KERNEL_ATTR, KernelRecord, Region, SlotWait, TileStep
-from . import chunk
 from ..dialects import ttir as T
+from . import KernelRecord, Region, SlotWait, TileStep
+from . import chunk
 from .numerics import round_to
 
 name = "reduce"
@@ -132,18 +131,8 @@ def _sum(srcs, dst, out_dtype):
 def build(record, *, ip, loc=None):
     rec = KernelRecord(record)
     check(rec)
-    with (loc or ir.Location.unknown()), ip:
-        types = {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["out_dtype"])}
-        if "wait" in rec:
-            types[rec["wait"]["arg"]] = T.ptr("i32")
-        if "notify" in rec:
-            types[rec["notify"]["arg"]] = T.ptr("i32")
-        args = [(a, types.get(a, T.i32()), {"tt.divisibility": 16} if a in types else {}) for a in rec["args"]]
-        f, values = T.func(rec["name"], args, attrs={KERNEL_ATTR: rec.to_attr()})
-        with ir.InsertionPoint(f.regions[0].blocks[0]):
-            _emit(rec, dict(zip(rec["args"], values)))
-            T.ret()
-    return f
+    return chunk.build_kernel(rec, lambda: {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["out_dtype"])}, _emit, ip=ip,
+                              loc=loc)
 
 
 def _emit(rec, args):

@@ -49,7 +49,7 @@ def _world_size(module, requested: int | None) -> int:
     from mlir import ir
 
     from ..dialects.sharding import Mesh
-    from .program import device_functions
+    from ..dialects.device import device_functions
 
     if requested is not None:
         return requested
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from ..passes.registry import parse_pipeline
     from . import simulate, task_reference
     from .mutate import run_mutants
-    from .program import device_functions
+    from ..dialects.device import device_functions
 
     try:
         seeds = _seeds(args.seeds)

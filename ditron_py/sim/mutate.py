@@ -25,8 +25,10 @@ from mlir import ir
 
 from ..dialects import device
 from ..dialects.context import ditron_context, parse_module
+from ..dialects.device import device_functions
 from ..dialects.opbase import walk_ops
-from .program import KERNEL_ATTR, device_functions, loc_of
+from ..kernels import KERNEL_ATTR
+from .program import loc_of
 from .report import Loc, SimResult, SimulationError
 
 OP_KINDS = ("drop-wait", "drop-signal", "drop-barrier", "shift-src", "shift-dst", "shift-launch")

@@ -14,22 +14,13 @@ from mlir import ir
 
 from ..dialects import device
 from ..dialects.context import diagnostic_at
-from ..dialects.opbase import walk_ops
+from ..dialects.device import HOST_OPS, IO_ATTR, LEVEL_ATTR, device_functions
+from ..dialects.opbase import memref_shape, walk_ops
+from ..kernels import KERNEL_ATTR
 from .report import Loc, SimulationError
 
-LEVEL_ATTR = "ditron.level"
-IO_ATTR = "ditron.io"
-KERNEL_ATTR = "ditron.kernel"
-
-# Host ops the interpreter runs (device ops aside).
-HOST_OPS = frozenset({
-    "arith.constant", "arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi",
-    "arith.remui", "arith.ceildivsi", "arith.ceildivui", "arith.floordivsi", "arith.minsi", "arith.minui",
-    "arith.maxsi", "arith.maxui", "arith.andi", "arith.ori", "arith.xori", "arith.shli", "arith.shrsi",
-    "arith.shrui", "arith.cmpi", "arith.select", "arith.index_cast", "arith.index_castui", "arith.extsi",
-    "arith.extui", "arith.trunci", "scf.for", "scf.if", "scf.yield", "func.return",
-})
-DEVICE_OPS = frozenset(w.op_name() for w in device.OPS)
+# Host ops the interpreter runs (HOST_OPS), device ops aside.
+DEVICE_OPS = device.OP_NAMES
 
 
 @dataclass
@@ -110,45 +101,14 @@ def loc_of(op: ir.Operation) -> Loc:
 
 
 def memref_type(t: ir.Type) -> MemrefType | None:
-    if not isinstance(t, ir.MemRefType):
-        return None
-    mt = ir.MemRefType(t)
-    dyn = ir.ShapedType.get_dynamic_size()
-    return MemrefType(tuple(-1 if s == dyn else s for s in mt.shape), str(mt.element_type))
-
-
-def attr_to_py(attr: ir.Attribute) -> Any:
-    """A dictionary/array/scalar attribute as plain Python data (for kernel records)."""
-    if isinstance(attr, ir.DictAttr):
-        return {a.name: attr_to_py(a.attr) for a in attr}
-    if isinstance(attr, ir.ArrayAttr):
-        return [attr_to_py(a) for a in attr]
-    if isinstance(attr, ir.BoolAttr):
-        return bool(attr.value)
-    if isinstance(attr, ir.IntegerAttr):
-        return int(attr.value)
-    if isinstance(attr, ir.FloatAttr):
-        return float(attr.value)
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    if isinstance(attr, ir.FlatSymbolRefAttr):
-        return attr.value
-    if isinstance(attr, ir.DenseI64ArrayAttr):
-        return [int(v) for v in attr]
-    if isinstance(attr, ir.DenseI32ArrayAttr):
-        return [int(v) for v in attr]
-    return str(attr)
+    shape = memref_shape(t)
+    return None if shape is None else MemrefType(shape, str(ir.MemRefType(t).element_type))
 
 
 def read_record(attr: ir.Attribute) -> Any:
-    """A kernel record: ``ditron.kernels.KernelRecord.from_attr`` when the kernels package defines it, else the
-    attribute as a plain dictionary."""
-    from .. import kernels
-
-    record_cls = getattr(kernels, "KernelRecord", None)
-    if record_cls is not None and hasattr(record_cls, "from_attr"):
-        return record_cls.from_attr(attr)
-    return attr_to_py(attr)
+    """A kernel record, as ``ditron.kernels.KernelRecord.from_attr`` reads it."""
+    from ..kernels import KernelRecord
+    return KernelRecord.from_attr(attr)
 
 
 def _int_attr(op: ir.Operation, key: str, default: int) -> int:
@@ -256,11 +216,8 @@ class _Loader:
         fname = ir.StringAttr(func.attributes["sym_name"]).value
         floc = loc_of(func)
         entry = func.regions[0].blocks[0]
-        arg_attrs = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes else []
         args = []
-        for i, v in enumerate(entry.arguments):
-            d = ir.DictAttr(arg_attrs[i]) if i < len(arg_attrs) else None
-            io = ir.StringAttr(d[IO_ATTR]).value if d is not None and IO_ATTR in d else None
+        for i, (v, io) in enumerate(zip(entry.arguments, device.arg_roles(func))):
             mt = memref_type(v.type)
             if io not in ("in", "out", "epoch"):
                 raise SimulationError.at(floc, f"argument {i} of @{fname} has no '{IO_ATTR}' attribute (\"in\", "
@@ -278,16 +235,6 @@ class _Loader:
                                            f"\"epoch\"), and only the last")
         body = self.block(entry)
         return Program(fname, floc, args, body, self.allocs, self.kernels, self.types, self.late_allocs)
-
-
-def device_functions(module: ir.Module) -> list[ir.Operation]:
-    out = []
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and LEVEL_ATTR in op.attributes and \
-                ir.StringAttr(op.attributes[LEVEL_ATTR]).value == "device":
-            out.append(op)
-    return out
 
 
 def load(module: ir.Module, function: str | None = None) -> Program:

@@ -1,4 +1,5 @@
-"""Backends: targets, options, the stage driver into Triton, compiled-kernel metadata, the launch helpers (CPU only)."""
+"""Backends: targets, options, the stage driver into Triton, compiled-kernel metadata (CPU only). Loading and
+launching compiled kernels is the loader's (test_artifact.py, test_loader_no_mlir.py)."""
 from __future__ import annotations
 
 import json
@@ -123,14 +124,19 @@ def test_cluster_option_on_hopper():
 def test_ttir_enum_values_match_triton():
     from triton._C.libtriton import ir as tir
 
-    from ditron.backends import ttir
-    for name, value in ttir.RMW_OPS.items():
-        assert int(getattr(tir.ATOMIC_OP, name.upper().replace("EXCH", "XCHG"))) == value
-    for name, value in ttir.MEM_SEMANTICS.items():
+    from ditron.dialects import ttir
+    for name, value in ttir.RMW.items():
+        assert int(getattr(tir.ATOMIC_OP, name.upper())) == value
+    for name, value in ttir.SEM.items():
         assert int(getattr(tir.MEM_SEMANTIC, name.upper().replace("ACQ_REL", "ACQUIRE_RELEASE"))) == value
     assert {k: int(v) for k, v in tir.MEM_SYNC_SCOPE.__members__.items()} == {"GPU": 1, "CTA": 2, "SYSTEM": 3}
-    assert ttir.MEM_SCOPES == {"gpu": 1, "cta": 2, "sys": 3}
-    assert int(tir.CACHE_MODIFIER.NONE) == ttir.CACHE_NONE and int(tir.EVICTION_POLICY.NORMAL) == ttir.EVICT_NORMAL
+    assert ttir.SCOPE == {"gpu": 1, "cta": 2, "sys": 3}
+    assert {k: int(v) for k, v in tir.CACHE_MODIFIER.__members__.items()} == {
+        (name.upper() or "NONE"): value for name, value in ttir.CACHE.items()}
+    assert {k: int(v) for k, v in tir.EVICTION_POLICY.__members__.items()} == {
+        (name.upper() or "NORMAL"): value for name, value in ttir.EVICT.items()}
+    for name, value in ttir.PRECISION.items():
+        assert int(getattr(tir.INPUT_PRECISION, name.upper().replace("X3", "x3"))) == value
 
 
 # ---------------------------------------------------------------------------------------------------- compiling
@@ -166,37 +172,13 @@ def test_metadata_is_what_triton_launches_with(compiled, target):
     assert md["name"] == "copy_flag" and isinstance(md["shared"], int)
 
 
-def test_triton_loads_the_metadata_without_recompiling(compiled, tmp_path):
-    """Triton's own CompiledKernel accepts what ditron wrote (no GPU needed until the first launch)."""
-    from ditron.backends.launch import load_kernel, load_kernel_dir, read_compiled
-    k = compiled["cuda:90"]
-    tk = load_kernel(k, tmp_path)
-    assert tk.name == "copy_flag" and tk.kernel == k.binary
-    assert tk.packed_metadata == (4, 1, k.metadata["shared"])
-    assert tk.metadata.signature == ["*bf16", "*bf16", "*i32"]
-    again = read_compiled(tmp_path, "copy_flag")
-    assert again == k
-    assert load_kernel_dir(tmp_path, "copy_flag").asm["ptx"] == k.asm["ptx"]
-    hip = load_kernel(compiled["hip:gfx942"], tmp_path / "hip")
-    assert hip.kernel[:4] == b"\x7fELF"
-
-
-def test_launch_module_does_not_import_mlir():
-    code = ("import sys, ditron.backends.launch, ditron.backends; "
-            "bad = [m for m in sys.modules if m == 'mlir' or m.startswith('mlir.')]; "
+def test_backends_import_no_mlir():
+    """Nothing in ditron.backends imports the MLIR bindings (nor triton) until a compile or a primitive lowering."""
+    code = ("import sys, ditron.backends; "
+            "bad = [m for m in sys.modules if m == 'mlir' or m.startswith('mlir.') or m == 'triton']; "
             "assert not bad, bad; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-
-
-def test_abi_args_order_and_errors():
-    from ditron.backends.launch import abi_args
-    from ditron.errors import DitronRuntimeError
-    md = {"name": "k", "abi": [["rank", "i32"], ["num_ranks", "i32"], ["heap_bases", "*i64"]]}
-    assert abi_args(md, rank=1, num_ranks=2, heap_bases="T") == [1, 2, "T"]
-    assert abi_args({"name": "k"}) == []
-    with pytest.raises(DitronRuntimeError, match="needs the argument 'heap_bases'"):
-        abi_args(md, rank=1, num_ranks=2)
 
 
 def test_dump_dir_has_every_stage(tmp_path):
