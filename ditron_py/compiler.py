@@ -6,9 +6,11 @@ one module per kernel, hand each to the backend's stage driver.
     kernel_ttir(module) -> [(name, generic TTIR text), ...]                  (what Triton is given)
 
 The module is lowered in place when it still holds ditron_core ops. This module imports the MLIR bindings; loading
-and launching compiled kernels does not (see ditron.backends.launch).
+and launching compiled kernels does not (see ditron.runtime.loader).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from typing import Any
 
@@ -109,10 +111,26 @@ def lower_and_compile(module: ir.Module, target: "Target | str | None",
     abis = {_sym_name(k): abi_of(k) for k in kernels(module)}
     if not abis:
         raise CompileError("the module has no kernel (public tt.func) to compile")
+    per_kernel = {_sym_name(k): kernel_launch_options(k, options) for k in kernels(module)}
     out = []
     for name, text in kernel_ttir(module):
-        out.append(backend.compile(text, options, dump_dir=dump_dir, metadata={"abi": abis[name]}))
+        out.append(backend.compile(text, per_kernel[name], dump_dir=dump_dir, metadata={"abi": abis[name]}))
     return out
+
+
+# launch options a kernel template chooses per kernel (its tile config needs them: a 128x256 GEMM tile with the
+# default 4 warps spills and ran 7x slower on the H200); they override the module-wide options for that kernel
+RECORD_LAUNCH_OPTIONS = ("num_warps", "num_stages")
+
+
+def kernel_launch_options(kernel: ir.Operation, options: BackendOptions) -> BackendOptions:
+    """options, with num_warps/num_stages taken from the kernel's ditron.kernel record when it has them."""
+    if "ditron.kernel" not in kernel.attributes:
+        return options
+    record = ir.DictAttr(kernel.attributes["ditron.kernel"])
+    chosen = {key: ir.IntegerAttr(record[key]).value for key in RECORD_LAUNCH_OPTIONS
+              if key in record and isinstance(record[key], ir.IntegerAttr)}
+    return dataclasses.replace(options, **chosen) if chosen else options
 
 
 def emit_stage(module: ir.Module, emit: str, target: "Target | str | None") -> str:

@@ -326,3 +326,19 @@ def test_ditron_opt_emit(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     assert run([str(src), "--emit=amdgcn", "--target=cuda:90"], io.StringIO(), out, err) == 1
     assert err.getvalue().startswith("error: --emit=amdgcn is not a stage of cuda:90")
+
+
+@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
+def test_kernel_record_sets_its_launch_options(target):
+    """A template's tile config needs its own num_warps/num_stages (a 128x256 GEMM tile with the module-wide default
+    of 4 warps spilled and ran 7x slower on the H200): the ditron.kernel record overrides the module options."""
+    from ditron.kernels import get_template
+    from ditron.kernels.gemm import make_record
+    with ditron_context():
+        module = ir.Module.create()
+        record = make_record(m=256, n=256, k=128, num_warps=8, num_stages=2, loads="pointer", store="pointer",
+                             persistent=False)
+        get_template("gemm").build(record, ip=ir.InsertionPoint(module.body))
+        (kernel,) = lower_and_compile(module, target, {"num_warps": 4, "num_stages": 3})
+        del module
+    assert (kernel.metadata["num_warps"], kernel.metadata["num_stages"]) == (8, 2)
