@@ -346,12 +346,15 @@ def build(signatures: Iterable[Signature], directory: str | os.PathLike, *, forc
 
 def build_one(sig: Signature, directory: str | os.PathLike, *, force: bool = False,
               keep_stages: bool = False) -> Path:
-    """Compile one signature into ``directory/<key>``, atomically (a build racing another keeps the first)."""
+    """Compile one signature into ``directory/<key>``, atomically (a build racing another keeps the first). An
+    artifact already there is kept when it was built from the same ditron sources (else it is rebuilt)."""
     from .api import compile as ditron_compile
     root = Path(directory)
     final = root / sig.key
     if not force and _read_op_file(final) == sig:
-        return final
+        if _built_from(final) == _source_hash():
+            return final
+        force = True
     text, choices = lower(sig)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f"{TMP_PREFIX}{sig.key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -393,6 +396,13 @@ def _read_op_file(path: Path) -> Signature | None:
             return None
         return Signature.from_json(data["signature"])
     except (OSError, ValueError, KeyError, TypeError, DitronError):
+        return None
+
+
+def _built_from(path: Path) -> str | None:
+    try:
+        return json.loads((path / OP_FILE).read_text(encoding="utf-8")).get("source_hash")
+    except (OSError, ValueError, AttributeError):
         return None
 
 
@@ -476,10 +486,7 @@ class Library:
     def _check_source(self, path: Path) -> None:
         if self._warned_source:
             return
-        try:
-            built = json.loads((path / OP_FILE).read_text(encoding="utf-8")).get("source_hash")
-        except (OSError, ValueError):
-            return
+        built = _built_from(path)
         if built and built != _source_hash():
             import warnings
             self._warned_source = True

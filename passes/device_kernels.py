@@ -49,12 +49,32 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
                                                "num_stages", "persistent") if getattr(t, key) is not None}
     if t.sm_budget is not None:
         config["num_sms"] = t.sm_budget
+    if "block_m" in config and "block_n" in config and "block_k" in config:
+        config["split_k"] = _fitting_split_k(m, n, k, a_type, c_type, t, config, fused=bool(wait or notify))
     try:
         return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
                                 tile_order=tile_order, rows_per_rank=rows_per_rank, wait=wait, notify=notify,
                                 target=t.target, **config)
     except VerificationError as err:
         raise _template_error(err) from None
+
+
+def _fitting_split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,
+                     fused: bool) -> int:
+    """The template's split-K for this problem, lowered until it fits the tiles ditron-tile chose: the template
+    picks split-K for its own tile sizes, and every program of a split-K GEMM must be resident (<= num_sms), with
+    no empty K slice; persistent kernels do not split."""
+    from ..kernels import gemm
+    if config.get("persistent"):
+        return 1
+    base = gemm.choose_config(m, n, k, dtype_name(a_type), t.target, out_dtype=dtype_name(c_type), fused=fused,
+                              num_sms=config.get("num_sms"))
+    split, sms = base.get("split_k", 1), config.get("num_sms", base["num_sms"])
+    tiles = math.ceil(m / config["block_m"]) * math.ceil(n / config["block_n"])
+    k_tiles = math.ceil(k / config["block_k"])
+    while split > 1 and (tiles * split > sms or math.ceil(k_tiles / split) * (split - 1) >= k_tiles):
+        split -= 1
+    return split
 
 
 # ----------------------------------------------------------------------------------------------- elementwise

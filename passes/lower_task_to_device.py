@@ -113,8 +113,10 @@ class _FunctionLowering:
         self._write_outputs(outs)
         self.b.prune_entry_fork(fork)
         if self.cross_rank:
+            # one slot per rank: the simulator's barrier counts in slot 0, the GPU executor's sets slot <rank>
+            world = self.mesh.axis_size(self.axis) if self.mesh is not None and self.axis in self.mesh.axes else 1
             with self.b.located(ret.location):
-                self.b.barrier(self.b.pad(1, "barrier"))
+                self.b.barrier(self.b.pad(world, "barrier"))
         self.b.finish()
         self.new.attributes[EPOCH_LIMIT_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                                    I32_MAX // self.slot_step)

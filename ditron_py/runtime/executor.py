@@ -20,7 +20,8 @@ current stream, then enqueues each local rank's trace (``HostProgram.trace``) in
 * ``wait`` -> the runtime wait kernel (one program spinning with acquire loads, bounded, see ``timeouts``).
 * ``barrier`` -> arrival n: every rank's slot <rank> := n, then wait for slots 0..W-1 >= n.
 * ``launch`` -> the kernel through Triton's launcher, operands bound positionally to its ABI (memrefs as
-  pointers, index values as i32), then rank / num_ranks / heap_bases by kind.
+  pointers, index values as i32), then rank / num_ranks / heap_bases / wait_bound / wait_err / wait_tag by kind
+  (a kernel that spins in-kernel gives up after max_iters polls and records it like the wait kernel).
 
 Then the caller's stream waits for every stream, so results are ordered before later work on it. ``sync=True``
 (default) also waits on the host, with the watchdog, and checks the error records.

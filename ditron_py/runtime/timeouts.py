@@ -13,8 +13,10 @@ Two guards, both bounded by ``ditron.env.wait_timeout_s()``:
   to the rank's error record, which the executor checks after synchronising. This bounds stream waits even when no
   host is watching (``sync=False``).
 
-Kernels of the compute templates that spin in-kernel (``ditron_core.wait``) are only bounded by the watchdog until
-their lowering takes a bound too (see the report of issue 5).
+Kernels that spin in-kernel (``ditron_core.wait``, ``barrier_all``, split-K's lock wait) are bounded the same way:
+ditron-lower-core-to-triton appends ``wait_bound`` (i64), ``wait_err`` (the rank's error record) and ``wait_tag``
+(i32) to them, every spin stops after ``wait_bound`` polls and records its give-up there, and the executor binds
+max_iters, the record and a fresh tag per launch (a tag names the launch).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -323,10 +324,14 @@ class View:
 
 
 class FakeProgram:
-    """One program (CTA) of a template kernel, running its TileSteps; blocks on waits."""
+    """One program (CTA) of a template kernel, running its TileSteps; blocks on waits. ``bound``: (wait_bound,
+    wait_err, wait_tag) of a kernel whose waits are bounded: a wait still false after wait_bound polls (scheduler
+    passes) gives up as the lowered kernel does -- err[0] += 1, err[1] = tag, err[2] = the value seen -- and the
+    program goes on."""
 
-    def __init__(self, gpu, steps, resolve):
+    def __init__(self, gpu, steps, resolve, bound=None):
         self.steps, self.resolve, self.i = steps, resolve, 0
+        self.bound, self.polls = bound, 0
         gpu.entities.append(self)
 
     @property
@@ -338,7 +343,14 @@ class FakeProgram:
         while not self.done:
             st = self.steps[self.i]
             if not all(self.resolve(w.arg, w.rank)[w.slot] >= w.value for w in st.waits):
-                return progressed
+                self.polls += 1
+                if self.bound is None or self.polls <= self.bound[0]:
+                    return progressed
+                _, err, tag = self.bound
+                err[0] += 1
+                err[1] = tag
+                err[2] = min(int(self.resolve(w.arg, w.rank)[w.slot]) for w in st.waits)
+            self.polls = 0
             if st.compute is not None:
                 st.compute(lambda region: View(self.resolve(region.arg, region.rank)[
                     tuple(slice(o, o + s) for o, s in zip(region.offsets, region.sizes))]))
@@ -463,7 +475,8 @@ class FakeLauncher:
             def launch():
                 if "programs" not in state:
                     tiles = get_template(rec["template"]).tiles(rec, rank=rank, num_ranks=gpu.ex.W, scalars=scalars)
-                    state["programs"] = [FakeProgram(gpu, steps, lambda arg, r: gpu.peer(v[arg], r))
+                    bound = (v["wait_bound"], v["wait_err"], v["wait_tag"]) if "wait_bound" in v else None
+                    state["programs"] = [FakeProgram(gpu, steps, lambda arg, r: gpu.peer(v[arg], r), bound)
                                          for steps in tiles]
                 return all(p.done for p in state["programs"])
             stream.push(launch)
@@ -719,6 +732,30 @@ def test_bounded_in_kernel_waits_get_their_bound_record_and_tag(monkeypatch, tmp
     assert ("rank 1, stream 0: kernel @ag_gemm_kernel waits in-kernel (gave up in-kernel; 1 wait(s) of this rank "
             "did) for signal pad 'ag_arrived'") in str(err.value)
     assert "'ag_arrived' a slot >= 1 (now 0), call 1" in str(err.value)
+
+
+def test_a_stuck_in_kernel_wait_gives_up_and_names_the_kernel(monkeypatch, tmp_path_factory):
+    """AG+GEMM whose rows never arrive (its signals of 'ag_arrived' dropped): the GEMM's bounded waits give up after
+    max_iters polls and record it; the executor raises naming the kernel's wait, before its watchdog would."""
+    case = small("ag_gemm", 2)
+    exe = compiled(tmp_path_factory, case)
+    gpu = FakeGPU(monkeypatch, EP.program(case)[1])
+    fake = gpu.executable(exe)
+    fake.host_program = EP.without_signals_to(exe.host_program, "ag_arrived")
+    ex = X.Executor(fake, World.virtual(2, device="cpu"), timeout_s=60)
+    gpu.ex = ex
+    ex.max_iters = 20
+    with pytest.raises(WaitTimeoutError) as err:
+        ex.run(EP.make_inputs(case, 1, device="cpu"))
+    message = str(err.value)
+    assert message.startswith("wait timed out after 60 s: rank 0 waits for signal pad 'ag_arrived' a slot >= 1 "
+                              "(observed 0)"), message
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank}, stream 0: kernel @ag_gemm_kernel waits in-kernel \(gave up in-kernel; "
+                         r"\d+ wait\(s\) of this rank did\) for signal pad 'ag_arrived' a slot >= 1 \(now 0\), call 1 "
+                         r"at ag_gemm_w2_m40\.mlir:", message), message
+    with pytest.raises(DitronRuntimeError, match="cannot run again"):
+        ex.run(EP.make_inputs(case, 2, device="cpu"))
 
 
 def _np_reference(case, xs):

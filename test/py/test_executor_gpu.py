@@ -23,6 +23,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -189,6 +190,32 @@ def test_the_in_kernel_bound_fires_without_a_watching_host(artifacts):
     with pytest.raises(WaitTimeoutError, match="gave up in-kernel"):
         ex.synchronize()  # the wait kernels give up on their own, long before the watchdog's 20 s
     assert time.monotonic() - start < 10
+    exe.close()
+
+
+def test_a_stuck_in_kernel_wait_gives_up_and_names_the_kernel(artifacts):
+    """AG+GEMM whose rows never arrive (the program's signals of 'ag_arrived' dropped): the GEMM's bounded
+    in-kernel waits give up on their own (the lowering appended wait_bound / wait_err / wait_tag, the executor
+    bound them), the kernel finishes, and the executor names the kernel's wait -- long before the watchdog."""
+    case = EP.CASES["ag_gemm_w2_m4091"]
+    exe = ditron.load(artifacts / case.name)
+    kinds = [a.kind for a in exe.kernels["ag_gemm_kernel"].args]
+    assert kinds[-3:] == ["wait_bound", "wait_err", "wait_tag"]
+    stuck = SimpleNamespace(host_program=EP.without_signals_to(exe.host_program, "ag_arrived"), kernels=exe.kernels,
+                            path=exe.path, warmup=exe.warmup)
+    from ditron.runtime.executor import Executor
+    ex = Executor(stuck, World.virtual(2), timeout_s=20)
+    ex.max_iters = 20_000  # a few milliseconds of polling per wait
+    start = time.monotonic()
+    with pytest.raises(WaitTimeoutError) as err:
+        ex.run(EP.make_inputs(case, 1))
+    assert time.monotonic() - start < 10, "the watchdog fired, not the in-kernel bound"
+    message = str(err.value)
+    assert "kernel @ag_gemm_kernel waits in-kernel (gave up in-kernel;" in message, message
+    assert "signal pad 'ag_arrived' a slot >= 1" in message, message
+    torch.cuda.synchronize()  # nothing spins any more
+    assert float(torch.ones(1000, device="cuda").sum()) == 1000.0
+    ex.close()
     exe.close()
 
 

@@ -287,11 +287,18 @@ def _grid(op, host) -> int:
     return math.prod(op.get("grid", [1]))
 
 
-def test_build_skips_what_is_there(library_dir):
-    s = sig("ag_gemm", [(64, 32), (32, 16)], 2)
-    stamp = (library_dir / s.key / "manifest.json").stat().st_mtime_ns
-    ops.build_one(s, library_dir)
-    assert (library_dir / s.key / "manifest.json").stat().st_mtime_ns == stamp
+def test_build_skips_what_is_there_unless_the_sources_changed(tmp_path):
+    s = sig("all_gather", [(64, 32)], 2)
+    path = ops.build_one(s, tmp_path)
+    stamp = (path / "manifest.json").stat().st_mtime_ns
+    assert ops.build_one(s, tmp_path) == path and (path / "manifest.json").stat().st_mtime_ns == stamp
+    data = json.loads((path / "op.json").read_text())
+    (path / "op.json").write_text(json.dumps(dict(data, source_hash="0" * 64)))
+    with pytest.warns(RuntimeWarning, match="built from other ditron sources"):
+        ops.Library(tmp_path, target="cuda:90", compile=False).executable(s)
+    ops.build_one(s, tmp_path)
+    assert json.loads((path / "op.json").read_text())["source_hash"] == data["source_hash"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_library_loads_once_per_signature(library_dir):
@@ -359,12 +366,20 @@ class _FakeWorld:
         self.world_size, self.is_virtual = W, virtual
 
 
+def _two(t, shape):
+    return [t(shape), t(shape)]
+
+
 @pytest.mark.parametrize("call,message", [
-    (lambda t, w, lib: ops.ag_gemm(t((8, 4)), [t((4, 2))] * 2, w, library=lib), "argument 0 is a list of one tensor per rank; got a tensor"),
-    (lambda t, w, lib: ops.ag_gemm([t((8, 4))] * 3, [t((4, 2))] * 2, w, library=lib), "got 3 item"),
-    (lambda t, w, lib: ops.ag_gemm([t((8, 4)), t((6, 4))], [t((4, 2))] * 2, w, library=lib), "argument 0 of rank 1 is \\(6, 4\\)"),
-    (lambda t, w, lib: ops.all_reduce([t((8, 4), "int32")] * 2, w, library=lib), "tensors of torch.int32 are not supported"),
-    (lambda t, w, lib: ops.gemm_rs([t((7, 4))] * 2, [t((4, 2))] * 2, w, library=lib), "the 7 rows of a @ b do not split over 2"),
+    (lambda t, w, lib: ops.ag_gemm(t((8, 4)), _two(t, (4, 2)), w, library=lib),
+     "argument 0 is a list of one tensor per rank; got a tensor"),
+    (lambda t, w, lib: ops.ag_gemm([t((8, 4))] * 3, _two(t, (4, 2)), w, library=lib), "got 3 item"),
+    (lambda t, w, lib: ops.ag_gemm([t((8, 4)), t((6, 4))], _two(t, (4, 2)), w, library=lib),
+     "argument 0 of rank 1 is \\(6, 4\\)"),
+    (lambda t, w, lib: ops.all_reduce([t((8, 4), "int32")] * 2, w, library=lib),
+     "tensors of torch.int32 are not supported"),
+    (lambda t, w, lib: ops.gemm_rs(_two(t, (7, 4)), _two(t, (4, 2)), w, library=lib),
+     "the 7 rows of a @ b do not split over 2"),
 ])
 def test_call_arguments_are_checked_before_anything_runs(call, message):
     import torch
@@ -389,3 +404,153 @@ def test_a_call_goes_to_the_executor(library_dir):
     with pytest.raises(DitronRuntimeError, match="needs a GPU"):
         ops.ag_gemm(a, b, world, library=lib)
     assert list(lib._executables) == [sig("ag_gemm", [(64, 32), (32, 16)], 2)]
+
+
+# ------------------------------------------------------------------------------------- the benchmark's cases
+
+def _bench():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_dist", REPO / "benchmarks" / "bench_dist.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_dist"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_cases_are_valid_signatures():
+    bench = _bench()
+    for W in (1, 2, 4, 8):
+        for size in ("quick", "default", "full"):
+            cs = bench.cases(W, size)
+            assert cs and len({c.label for c in cs}) == len(cs)
+            for c in cs:
+                s = c.signature(W, True)
+                assert s.world_size == W and s.op == c.op
+        assert {c.label for c in bench.cases(W, "quick")} <= {c.label for c in bench.cases(W, "default")}
+
+
+def test_benchmark_ideal_is_design_section_7():
+    from ditron.cost_model import ag_gemm_ideal, gemm_rs_ideal
+    bench = _bench()
+    p = peaks_for("cuda:90")
+    for W in (2, 8):
+        ag = bench.Case("ag_gemm", 8192, 28672, 8192)
+        assert bench.ideal_us(ag, W, p.gemm_flops, p.link_bw, False) == pytest.approx(
+            ag_gemm_ideal(8192, 28672, 8192, W, p) * 1e6)
+        rs = bench.Case("gemm_rs", 8192, 8192, 28672)
+        assert bench.ideal_us(rs, W, p.gemm_flops, p.link_bw, False) == pytest.approx(
+            gemm_rs_ideal(8192, 8192, 28672, W, p) * 1e6)
+        # a virtual world: W ranks share one GPU's F and B
+        t_comp = 2 * 8192 * 28672 * 8192 / p.gemm_flops
+        t_comm = (W - 1) * 8192 * 8192 * 2 / p.link_bw
+        assert bench.ideal_us(ag, W, p.gemm_flops, p.link_bw, True) == pytest.approx(
+            max(t_comp, t_comm + t_comp / W) * 1e6)
+
+
+# --------------------------------------------------------- the ops through the executor, on a stand-in GPU
+
+class _FakeExecutable:
+    """An op's compiled artifact whose kernels run on test_executor.FakeGPU (the executor itself is the real one)."""
+
+    def __init__(self, monkeypatch, s: ops.Signature, path: Path):
+        import ditron
+        from test_executor import FakeGPU
+        self.gpu = FakeGPU(monkeypatch, _kernel_records(ops.lower(s)[0]))
+        self.inner = self.gpu.executable(ditron.load(path))
+        self._executors = []
+
+    def executor(self, world):
+        from ditron.runtime import executor as X
+        for ex in self._executors:
+            if ex.world is world:
+                return ex
+        ex = self.gpu.ex = X.Executor(self.inner, world)
+        self._executors.append(ex)
+        return ex
+
+    def run(self, world, inputs, outputs=None, *, sync=True):
+        return self.executor(world).run(inputs, outputs, sync=sync)
+
+    def close(self):
+        for ex in self._executors:
+            ex.close()
+
+
+def _kernel_records(text: str) -> list[dict]:
+    from mlir import ir
+
+    from ditron.dialects import ditron_context, parse_module
+    from ditron.kernels import KernelRecord
+    with ditron_context():
+        module = parse_module(text)
+        out = [dict(KernelRecord.from_attr(op.operation.attributes["ditron.kernel"]),
+                    name=ir.StringAttr(op.operation.attributes["sym_name"]).value)
+               for op in module.body.operations
+               if op.operation.name == "tt.func" and "ditron.kernel" in op.operation.attributes]
+        del module
+    return out
+
+
+FAKE = [("ag_gemm", [(40, 32), (32, 16)], {}, (1, 2, 3)), ("gemm_rs", [("R", 32), (32, 16)], {}, (1, 2, 4)),
+        ("gemm_ar", [("R", 32), (32, 16)], {}, (2, 3)), ("all_gather", [(40, 24)], {}, (1, 3)),
+        ("all_gather", [(16, 8)], {"dim": 1}, (2,)), ("reduce_scatter", [("R", 24)], {}, (1, 4)),
+        ("all_reduce", [("R", 24)], {"algorithm": "one_shot"}, (3,)),
+        ("all_reduce", [("R", 24)], {"algorithm": "two_shot"}, (2, 4)), ("all_reduce", [(20, 24)], {}, (1, 2))]
+
+
+@pytest.mark.parametrize("op,shapes,params,worlds", FAKE, ids=[f"{o}-{'-'.join(map(str, p.values())) or 'default'}"
+                                                               for o, _, p, _ in FAKE])
+def test_ops_run_through_the_executor(monkeypatch, tmp_path, op, shapes, params, worlds):
+    """The public ops, each compiled by ditron-default, run by the real executor (binding, streams, signals, waits,
+    barriers) on a CPU stand-in for the GPU: three calls reuse one executor, then pipelined calls into given
+    outputs."""
+    import torch
+
+    from ditron.runtime.world import World
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # the executor warns about fewer queues than streams
+    for W in worlds:
+        s = sig(op, _shapes(shapes, W, 20), W, **params)
+        lib = ops.Library(tmp_path / "lib", target="cuda:90")
+        fake = _FakeExecutable(monkeypatch, s, ops.build_one(s, tmp_path / "lib"))
+        monkeypatch.setattr(lib, "_load", lambda got, fake=fake, s=s: fake if got == s else pytest.fail(got.key))
+        world = World.virtual(W, device="cpu")
+        fn = getattr(ops, op)
+
+        def inputs(call):
+            g = torch.Generator().manual_seed(call)
+            return [[torch.randn(shape, generator=g).to(torch.bfloat16) for shape in s.shapes] for _ in range(W)]
+
+        def args(xs):
+            return [list(col) for col in zip(*xs)]
+        for call in (1, 2, 3):
+            xs = inputs(call)
+            got = fn(*args(xs), world, library=lib, **params)
+            for r, (g, w) in enumerate(zip(got, ops.reference(s, xs))):
+                assert g.shape == s.output_shape() and torch.allclose(
+                    g.float(), w, rtol=2 ** -6, atol=2 ** -6 * float(w.abs().max())), (W, call, r)
+        assert fake.executor(world).epoch == 3 and len(fake._executors) == 1
+        batches = [inputs(call) for call in (4, 5)]
+        outs = [[torch.zeros(s.output_shape(), dtype=torch.bfloat16) for _ in range(W)] for _ in batches]
+        results = [fn(*args(xs), world, library=lib, out=o, sync=False, **params) for xs, o in zip(batches, outs)]
+        lib.synchronize(world)
+        for xs, o, got in zip(batches, outs, results):
+            assert all(g is given for g, given in zip(got, o))
+            assert all(torch.allclose(g.float(), w, rtol=2 ** -6, atol=2 ** -6 * float(w.abs().max()))
+                       for g, w in zip(got, ops.reference(s, xs)))
+        lib.close()
+
+
+@pytest.mark.parametrize("W,shapes", [(1, [(128, 14336), (14336, 4096)]), (1, [(128, 28672), (28672, 8192)]),
+                                      (2, [(128, 7168), (7168, 4096)])])
+def test_small_m_gemms_get_a_resident_split_k(W, shapes):
+    """Decode-sized GEMMs with a long K (the benchmark's M = 128 rows): the split-K the template picks must fit the
+    tiles ditron-tile chose (every program of a split-K GEMM resident)."""
+    import math
+    s = sig("gemm_rs", shapes, W)
+    text, _ = ops.lower(s)
+    gemms = [rec for rec in _kernel_records(text) if rec["template"] == "gemm"]
+    assert gemms
+    for rec in gemms:
+        tiles = math.ceil(rec["m"] / rec["block_m"]) * math.ceil(rec["n"] / rec["block_n"])
+        assert rec["split_k"] == 1 or tiles * rec["split_k"] <= rec["num_sms"]
+        assert rec["num_sms"] <= (s.cta_budget() or 132)

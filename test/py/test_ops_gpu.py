@@ -127,7 +127,8 @@ def _gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip(f"the artifacts are built for {TARGET}; this GPU is sm_{''.join(map(str, torch.cuda.get_device_capability()))}")
+        major, minor = torch.cuda.get_device_capability()
+        pytest.skip(f"the artifacts are built for {TARGET}; this GPU is sm_{major}{minor}")
 
 
 pytestmark = pytest.mark.gpu

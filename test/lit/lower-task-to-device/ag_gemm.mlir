@@ -10,7 +10,7 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // CHECK-NEXT: %[[G:.*]] = "ditron_device.alloc_symmetric"() {name = "ag_gather"} : () -> memref<256x32xbf16>
   // CHECK-NEXT: %[[READY:.*]] = "ditron_device.alloc_symmetric"() {name = "ag_ready"} : () -> memref<8xi32>
   // CHECK-NEXT: %[[AVAIL:.*]] = "ditron_device.alloc_symmetric"() {name = "ag_avail"} : () -> memref<8xi32>
-  // CHECK-NEXT: %[[BAR:.*]] = "ditron_device.alloc_symmetric"() {name = "barrier"} : () -> memref<1xi32>
+  // CHECK-NEXT: %[[BAR:.*]] = "ditron_device.alloc_symmetric"() {name = "barrier"} : () -> memref<4xi32>
   // CHECK-NEXT: %[[R:.*]] = "ditron_device.rank"() : () -> index
   // CHECK: %[[NR:.*]] = "ditron_device.num_ranks"() : () -> index
   // The side lane starts after stream 0 (the previous call's barrier).

@@ -359,6 +359,32 @@ def build_all(outdir: str | Path, names=None, *, target: str = "cuda:90") -> dic
     return built
 
 
+def without_signals_to(program: dict, pad_name: str) -> dict:
+    """A copy of a host program (JSON, ditron.hostprog) whose signals to the symmetric buffer pad_name are dropped:
+    whatever waits for them is stuck (the executor's timeout tests)."""
+    import json
+    program = json.loads(json.dumps(program))
+    alloc = [a["name"] for a in program["allocs"]].index(pad_name)
+    pad_values = set()
+
+    def strip(ops):
+        kept = []
+        for op in ops:
+            if op["op"] == "ditron_device.alloc_symmetric" and op["alloc"] == alloc:
+                pad_values.update(op["out"])
+            if op["op"] == "ditron_device.signal" and op["in"][0] in pad_values:
+                continue
+            for region in op.get("regions", ()):
+                region["body"] = strip(region["body"])
+            kept.append(op)
+        return kept
+
+    program["body"] = strip(program["body"])
+    if not pad_values:
+        raise KeyError(f"the program allocates no '{pad_name}'")
+    return program
+
+
 # ------------------------------------------------------------------------------------------- GPU side
 
 def make_inputs(case: Case, call: int, device: str = "cuda") -> list[list[Any]]:
