@@ -17,12 +17,11 @@ import os
 
 os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # effective only if CUDA has not started yet
 
-import socket  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from two_ranks import run_two_ranks  # noqa: E402
 
 from ditron import ops  # noqa: E402
 
@@ -176,37 +175,11 @@ def test_pipelined_calls_and_given_outputs(lib, name):
     lib.release(s)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_real_two_process_world_through_symmetric_memory(lib):
     """W = 2 processes on this one GPU: the real rendezvous path (torch symmetric memory, CUDA IPC). Without MPS
     the GPU time-slices between the two contexts: slow, but it must be correct."""
     _gpu()
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", DITRON_WAIT_TIMEOUT_S="120",
-                   CUDA_DEVICE_MAX_CONNECTIONS="32")
-        procs.append(subprocess.Popen([sys.executable, str(HERE), "worker", str(lib.directory), *REAL], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("the two-process run did not finish in 900 s")
-        outputs.append(out)
-    for rank, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
-        for name in REAL:
-            assert f"rank {rank}: {name} ok" in out, out[-4000:]
+    run_two_ranks([str(HERE), "worker", str(lib.directory), *REAL], REAL)
 
 
 # ----------------------------------------------------------------------------------------- entry points
