@@ -250,6 +250,21 @@ def gemm_rs_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_s
     return max(t_gemm + tail, t_gemm / (world * chunks_per_shard) + t_red) + t_sync
 
 
+def gemm_rs_epilogue_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int,
+                              peaks: TargetPeaks) -> float:
+    """GEMM+RS with the reduction in the GEMM's epilogue: every rank computes the other ranks' rows first (peer
+    r-d computes this rank's rows during [(d-1)/W, d/W] of its GEMM) and its own rows last; the copy engine pulls
+    the W-1 partials of each chunk as they complete; an own tile waits for its chunk and reads W-1 staged tiles."""
+    if world == 1:
+        return t_gemm
+    t_pull = copy_time((world - 1) * shard_bytes, peaks, engine="copy_engine", peers=world - 1,
+                       chunks=(world - 1) * chunks_per_shard)
+    per_chunk = t_gemm / (world * chunks_per_shard)
+    staged_last = max((world - 1) / world * t_gemm + t_pull / ((world - 1) * chunks_per_shard), per_chunk + t_pull)
+    extra = (world - 1) * shard_bytes / peaks.hbm_copy_bw + peaks.signal_latency * chunks_per_shard
+    return max(t_gemm, staged_last + per_chunk) + extra
+
+
 def all_reduce_estimates(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
                          sms: int | None = None) -> dict[str, float]:
     """Modelled time of each all-reduce algorithm: one_shot (every rank reduces everything: W-1 full reads),

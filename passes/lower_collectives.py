@@ -386,9 +386,57 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     out = lw.dest(rs.output, "rs")
     counts = lw.b.pad(t.world * ch.count, "rs_count")
     lw.cross_rank = True
+    if t.algorithm == "epilogue":
+        if not _fusable(t, ch):
+            raise lw.error(g.consumer, f"GEMM+RS with the epilogue reduction needs chunks of whole row tiles "
+                                       f"(chunk_rows {ch.rows}, BLOCK_M {t.block_m}, shard {ch.shard} rows); run "
+                                       "ditron-tile, or use the reduce_kernel algorithm")
+        _epilogue_rs(lw, g, t, p, ch, counts, out)
+        return
     red = _counted_gemm(lw, g, t, p, ch, counts)
     reduce_chunks(lw, red, out, owner_rows=True, t=t)
     lw.b.sync("reduce", "compute", "rs.join")
+
+
+def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, counts: ir.Value,
+                 out: ir.Value) -> None:
+    """GEMM+RS with the reduction in the GEMM's epilogue. Each rank's GEMM visits the next ranks' rows first
+    (writing P, adding per tile to the owner's ``counts``) and its own rows last. The comm lane pulls, chunk by
+    chunk as the peers complete them, the W-1 peer partials of this rank's rows into the staging buffer (copy
+    engine) and sets ``staged``; the GEMM's own tiles wait on ``staged``, add the staged partials and store the
+    sums to the output. No SM is spent on communication."""
+    from ..kernels import gemm
+    b, w = lw.b, t.world
+    mm = task.Matmul(g.producer)
+    n = shape_of(mm.result)[1]
+    mt = ir.MemRefType(p.type)
+    stage = b.alloc([(w - 1) * ch.shard, n], mt.element_type, "rs_stage")
+    lw.symmetric.add(stage)
+    staged = b.pad(w * ch.count, "rs_staged")
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+                        notify={"arg": "counts", "rows_per_slot": ch.rows, "peer": "slot_owner"},
+                        reduce_own={"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1},
+                        rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1)
+    per_slot = set(gemm.notify_counts(rec).values())
+    if len(per_slot) != 1:
+        raise lw.error(g.consumer, "the GEMM's tiles do not count every chunk the same; use chunk rows that are a "
+                                   "multiple of BLOCK_M")
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, staged, b.epoch, stage, out], lane="compute",
+              role="rs.gemm", group=g.group, tile_order="rank_rotated")
+    per = per_slot.pop() * (w - 1)  # every peer's tiles of a chunk add to its slot; the owner's own do not
+    lw.slot_step = max(lw.slot_step, per)
+    expected = b.mul(per, b.epoch) if per != 1 else b.epoch
+    with b.loop(0, ch.count, role="rs.stage_loop", group=g.group) as c:
+        slot = b.add(b.mul(b.rank, ch.count), c)
+        off = b.mul(c, ch.rows)
+        b.wait(counts, [slot], value=b.v(expected), lane="comm", role="rs.await", group=g.group)
+        with b.loop(1, w, role="rs.pull_loop", group=g.group) as d:
+            q = b.peer(b.sub(w, d))
+            b.copy(p, stage, src_rank=q, dst_rank=b.rank, src_offsets=[b.add(b.mul(b.rank, ch.shard), off), 0],
+                   dst_offsets=[b.add(b.mul(b.sub(d, 1), ch.shard), off), 0], sizes=[ch.rows, n],
+                   engine="copy_engine", lane="comm", role="rs.pull", group=g.group)
+        b.signal(staged, target=b.rank, slot=slot, lane="comm", role="rs.staged", group=g.group)
+    b.sync("comm", "compute", "rs.join")
 
 
 def _counted_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, counts: ir.Value) -> Reduction:

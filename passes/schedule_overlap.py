@@ -214,6 +214,15 @@ class _Scheduler:
             if rec.get("template") != "gemm":
                 continue
             want = self.o.tile_order
+            if "reduce_own" in rec and not self.o.streams:
+                raise self.error(op, "reduces its own rows in the epilogue from partials the comm lane stages while "
+                                     "it runs; streams=false would queue that staging behind the GEMM (deadlock). "
+                                     "Tile it with reduce-scatter=reduce_kernel for a serial schedule")
+            if "reduce_own" in rec:  # the epilogue reduction is safe only in the order it was built with
+                if want not in ("auto", rec["tile_order"]):
+                    raise self.error(op, f"reduces its own rows in the epilogue, which needs them visited last "
+                                         f"(tile_order '{rec['tile_order']}'); tile-order={want} would deadlock")
+                continue
             if want == "auto":
                 rotated = str_attr(op, ROLE_ATTR) in ROTATED_ROLES and rec.get("rows_per_rank", 0) > 0
                 want = "rank_rotated" if rotated else rec.get("tile_order", "grouped")

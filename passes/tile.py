@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from ..cost_model import (GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates, copy_time, gemm_candidates,
+                          gemm_rs_epilogue_estimate,
                           gemm_rs_estimate, gemm_time, local_copy_time, peaks_for, reduce_time)
 from ..dialects import device, task
 from ..dialects.context import diagnostic_at
@@ -48,6 +49,8 @@ OVERLAP_KINDS = {  # kind -> (producer wrapper, consumer wrapper)
 DEFERRED_KINDS = ("a2a_grouped_matmul",)
 ENGINES = ("copy_engine", "sm")
 ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot")
+# GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
+REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel")
 MAX_CHUNKS_PER_SHARD = 16
 
 
@@ -317,6 +320,9 @@ class TilePass(Pass):
     engine: str = option("", "copy engine for chunk copies: copy_engine or sm (default: the model's choice)")
     comm_sms: int | None = option(None, "SMs given to communication kernels (copies on SMs, reductions)")
     all_reduce: str = option("", "all-reduce algorithm: one_shot or two_shot (default: the model's choice)")
+    reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
+                                     "added in the GEMM's epilogue) or reduce_kernel (reduction kernels on SMs "
+                                     "beside the GEMM) (default: the model's choice)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
 
     def __post_init__(self):
@@ -338,6 +344,9 @@ class TilePass(Pass):
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
         if self.all_reduce and self.all_reduce not in ALL_REDUCE_ALGORITHMS:
             raise ValueError(f"all-reduce must be one of {', '.join(ALL_REDUCE_ALGORITHMS)}, got '{self.all_reduce}'")
+        if self.reduce_scatter and self.reduce_scatter not in REDUCE_SCATTER_ALGORITHMS:
+            raise ValueError(f"reduce-scatter must be one of {', '.join(REDUCE_SCATTER_ALGORITHMS)}, got "
+                             f"'{self.reduce_scatter}'")
 
     def run(self, module: ir.Module) -> None:
         peaks = self._peaks(module)
@@ -444,6 +453,15 @@ class _Planner:
         cap = self.peaks.num_sms // 2
         return sorted({max(1, min(s, cap)) for s in (4, 8, 16, 24, 32, 48)})
 
+    def reduce_scatter_algorithms(self, rows: int, w: int) -> list[str]:
+        """GEMM+RS: the epilogue reduction needs W > 1 and row tiles that do not straddle two ranks' rows (checked
+        per chunking by the caller)."""
+        if self.o.reduce_scatter:
+            return [self.o.reduce_scatter]
+        if self.o.comm_sms:  # SMs set aside for communication: the reduction kernels get them
+            return ["reduce_kernel"]
+        return list(REDUCE_SCATTER_ALGORITHMS) if w > 1 and rows % w == 0 else ["reduce_kernel"]
+
     def all_reduce_algorithms(self, op: ir.Operation, rows: int, w: int) -> list[str]:
         """two_shot scatters whole rows over the ranks, so it needs rows divisible by the world size."""
         if self.o.all_reduce == "two_shot" and rows % w:
@@ -491,12 +509,23 @@ class _Planner:
         m, k = shape_of(mm.lhs)
         n = shape_of(mm.rhs)[1]
         eb = elem_bytes(mm.lhs)
-        algorithms = ["reduce_scatter"]
+        algorithms = self.reduce_scatter_algorithms(m, w)
         if g.kind == "matmul_ar":
             algorithms = self.all_reduce_algorithms(g.consumer, m, w)
         best = None
         for algorithm in algorithms:
             shard_rows = m if algorithm == "one_shot" else math.ceil(m / w)
+            if algorithm == "epilogue":
+                cfg = self.gemm_config(g.producer, m, n, k, self.peaks.num_sms, eb)
+                t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=self.peaks.num_sms, elem_bytes=eb)
+                for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
+                    if rows % cfg.block_m or shard_rows % rows:
+                        continue
+                    chunks = shard_rows // rows
+                    t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks)
+                    if best is None or t < best[0] * 0.999:
+                        best = (t, algorithm, 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
+                continue
             for comm in self.reduce_sm_options():
                 sms = self.peaks.num_sms - comm
                 cfg = self.gemm_config(g.producer, m, n, k, sms, eb)
@@ -510,10 +539,14 @@ class _Planner:
                                        peers=w - 1, chunks=(w - 1) * chunks)
                     if best is None or t < best[0] * 0.999:
                         best = (t, algorithm, comm, sms, cfg, shard_rows, rows, chunks)
+        if best is None:
+            raise op_error(self.o.name, g.consumer, f"reduce-scatter=epilogue needs the {shard_rows} rows of a "
+                                                    "shard to split into chunks of whole GEMM row tiles; use "
+                                                    "reduce_kernel")
         t, algorithm, comm, sms, cfg, shard_rows, rows, chunks = best
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
-                      num_chunks=chunks, engine="sm", comm_sms=comm, est_us=t * 1e6,
-                      algorithm=None if g.kind == "matmul_rs" else algorithm,
+                      num_chunks=chunks, engine="copy_engine" if algorithm == "epilogue" else "sm", comm_sms=comm,
+                      est_us=t * 1e6, algorithm=algorithm,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
 
     def single(self, op: ir.Operation) -> Tiling | None:

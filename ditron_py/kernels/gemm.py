@@ -17,7 +17,7 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     max_imprecise_acc       fp8 only: K elements the tensor cores may accumulate in their reduced precision
                             before adding into the fp32 accumulator (default block_k: fp32 accumulation per K
                             step; 2**30 is Triton's fast default)
-    tile_order              'row_major' | 'grouped' | 'rank_rotated' (+ rows_per_rank)
+    tile_order              'row_major' | 'grouped' | 'rank_rotated' (+ rows_per_rank, rank_shift)
     wait    (optional)      {arg, value_arg, rows_per_slot, scope}: before a tile's A loads, wait until every
                             slot of signal pad ``arg`` covering the tile's rows [m0, m0+BM) is >= the scalar
                             argument ``value_arg`` (ditron_core.wait per slot, then consume_token on A)
@@ -25,6 +25,15 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             slot of ``arg`` covering its rows, on rank ``peer``: 'rank' (own), 'rank+<d>'
                             ((rank+d) mod num_ranks), 'arg:<name>' (an i32 argument) or 'slot_owner'
                             (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_counts``.
+    reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, scope}: the reduce-scatter epilogue.
+                            A tile of the launching rank's own rows [rank*R, (rank+1)*R) (R = rows_per_rank)
+                            waits until the slots of ``arg`` covering its rows are >= ``value_arg``, adds the
+                            ``parts`` partial tiles staged in ``src`` ([parts*R, n]: part j at rows j*R + the row
+                            within the shard) to its accumulator and stores the sum to ``dst`` ([R, n], at the row
+                            within the shard) instead of ``c``; it does not notify. Other tiles store to ``c`` and
+                            notify as usual. The own tiles must come last in every program (else two ranks could
+                            each spin on a tile the other has not reached): tile_order 'rank_rotated' with
+                            rank_shift 1 and group_m dividing R / block_m.
 
 Arguments (``record["args"]``): a, b, c, then the wait pad and value, the notify pad (if another one) and peer
 argument, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j holds rows j*M ...) and ``locks``
@@ -32,7 +41,8 @@ argument, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j 
 
 Tile order: tile t -> (pid_m, pid_n). row_major: t // tiles_n, t % tiles_n. grouped: GROUP_M m-blocks share a
 column sweep (Triton's swizzle). rank_rotated: grouped, then pid_m shifted by the m-block holding row
-``rank * rows_per_rank`` (mod tiles_m), so each rank starts on its own rows. Orders are registered in
+``(rank + rank_shift) * rows_per_rank`` (mod tiles_m), so each rank starts on its own rows (rank_shift 0) or on
+the next rank's and ends on its own (rank_shift 1). Orders are registered in
 ``TILE_ORDER_FNS``, each written once for both the IR and tiles(). A persistent program p visits tiles
 p, p + grid, p + 2*grid, ...; a non-persistent program p does tile p % tiles (split index p // tiles).
 
@@ -82,23 +92,29 @@ def _pow2(x: int) -> bool:
 
 def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "bf16", out_dtype: str | None = None,
                 b_trans: bool = False, lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
-                tile_order: str = "grouped", rows_per_rank: int = 0, wait: dict | None = None,
-                notify: dict | None = None, target: str = "cuda:90", **config) -> KernelRecord:
+                tile_order: str = "grouped", rows_per_rank: int = 0, rank_shift: int = 0, wait: dict | None = None,
+                notify: dict | None = None, reduce_own: dict | None = None, target: str = "cuda:90",
+                **config) -> KernelRecord:
     """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``."""
     out_dtype = out_dtype or ("bf16" if in_dtype.startswith("fp8") else in_dtype)
     unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
     if unknown:
         raise _err(f"unknown field(s) {sorted(unknown)}; known tuning fields: {', '.join(CONFIG_FIELDS)}")
     chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
-                           out_dtype=out_dtype, fused=bool(wait or notify), num_sms=config.get("num_sms"))
+                           out_dtype=out_dtype, fused=bool(wait or notify or reduce_own),
+                           num_sms=config.get("num_sms"))
     chosen.update(config)
     rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),
                        ldc=ldc or n, in_dtype=in_dtype, out_dtype=out_dtype, b_trans=b_trans, tile_order=tile_order,
                        rows_per_rank=rows_per_rank, **chosen)
+    if rank_shift:
+        rec["rank_shift"] = rank_shift
     if wait:
         rec["wait"] = {"value_arg": "wait_value", "scope": "sys", **wait}
     if notify:
         rec["notify"] = {"peer": "rank", "value": 1, "scope": "sys", **notify}
+    if reduce_own:
+        rec["reduce_own"] = {"value_arg": "own_value", "src": "stage", "dst": "out", "scope": "sys", **reduce_own}
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -114,6 +130,9 @@ def _arg_names(rec) -> list[str]:
         peer = rec["notify"]["peer"]
         if peer.startswith("arg:") and peer[4:] not in args:
             args.append(peer[4:])
+    if "reduce_own" in rec:
+        spec = rec["reduce_own"]
+        args += [a for a in (spec["arg"], spec["value_arg"], spec["src"], spec["dst"]) if a not in args]
     if rec.get("split_k", 1) > 1:
         args += ["workspace", "locks"]
     return args
@@ -151,7 +170,7 @@ def check(rec) -> None:
                    f"{rec['in_dtype']}); use loads='pointer'")
     if rec["store"] == "tma" and rec["ldc"] * T.DTYPE_BYTES[rec["out_dtype"]] % 16:
         raise _err(f"store='tma' needs 16-byte aligned rows of C (ldc={rec['ldc']}); use store='pointer'")
-    for part in ("wait", "notify"):
+    for part in ("wait", "notify", "reduce_own"):
         if part in rec:
             spec = rec[part]
             if not isinstance(spec.get("arg"), str) or not isinstance(spec.get("rows_per_slot"), int) \
@@ -166,9 +185,11 @@ def check(rec) -> None:
         if peer == "slot_owner" and (rec.get("rows_per_rank", 0) < 1
                                      or rec["rows_per_rank"] % rec["notify"]["rows_per_slot"]):
             raise _err("notify.peer 'slot_owner' needs rows_per_rank, a multiple of notify.rows_per_slot")
+    if "reduce_own" in rec:
+        _check_reduce_own(rec)
     g = geometry(rec)
     if rec["split_k"] > 1:
-        if rec["persistent"] or "wait" in rec or "notify" in rec:
+        if rec["persistent"] or "wait" in rec or "notify" in rec or "reduce_own" in rec:
             raise _err("split_k > 1 works with non-persistent kernels without wait/notify only")
         if g.grid > rec["num_sms"]:
             raise _err(f"split_k={rec['split_k']} gives {g.grid} programs > num_sms={rec['num_sms']}: the last "
@@ -179,6 +200,23 @@ def check(rec) -> None:
                        f"{rec['block_k']}); lower split_k")
     if len(set(rec["args"])) != len(rec["args"]):
         raise _err(f"argument names collide: {rec['args']}")
+
+
+def _check_reduce_own(rec) -> None:
+    spec, rpr, bm = rec["reduce_own"], rec.get("rows_per_rank", 0), rec["block_m"]
+    parts = spec.get("parts")
+    if not isinstance(parts, int) or parts < 1:
+        raise _err("reduce_own.parts must be the number of peers (>= 1)")
+    if rpr < 1 or rpr % bm or rec["m"] != (parts + 1) * rpr:
+        raise _err(f"reduce_own needs m = (parts + 1) * rows_per_rank with block_m dividing rows_per_rank (m="
+                   f"{rec['m']}, parts={parts}, rows_per_rank={rpr}, block_m={bm})")
+    if rpr % spec["rows_per_slot"]:
+        raise _err("reduce_own.rows_per_slot must divide rows_per_rank")
+    if "wait" in rec or rec["store"] != "pointer" or rec["b_trans"]:
+        raise _err("reduce_own works without 'wait', with store='pointer' and B not transposed")
+    if rec["tile_order"] != "rank_rotated" or rec.get("rank_shift", 0) != 1 or (rpr // bm) % rec["group_m"]:
+        raise _err("reduce_own needs the own rows' tiles last: tile_order 'rank_rotated', rank_shift 1 and group_m "
+                   f"dividing rows_per_rank / block_m = {rpr // bm}")
 
 
 def _rank_shift(peer: str) -> int | None:
@@ -331,7 +369,8 @@ def _grouped(o, t, rec, g, rank):
 def _rank_rotated(o, t, rec, g, rank):
     """Grouped, then the m-blocks rotated so that tile 0 is the block holding row rank * rows_per_rank."""
     pid_m, pid_n = _grouped(o, t, rec, g, rank)
-    start = o.div(o.mul(rank, rec["rows_per_rank"]), rec["block_m"])
+    first_rank = o.add(rank, rec["rank_shift"]) if rec.get("rank_shift", 0) else rank
+    start = o.div(o.mul(first_rank, rec["rows_per_rank"]), rec["block_m"])
     return o.rem(o.add(pid_m, start), g.tiles_m), pid_n
 
 
@@ -409,6 +448,18 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if "wait" in rec:
                 w = rec["wait"]
                 step.waits = [SlotWait(w["arg"], sl, int(scalars[w["value_arg"]])) for sl in _slots(m0, rows, w)]
+            own = _own_rows(rec, m0, rank)
+            if own is not None:
+                ro = rec["reduce_own"]
+                step.waits = [SlotWait(ro["arg"], sl, int(scalars[ro["value_arg"]])) for sl in _slots(m0, rows, ro)]
+                parts = [Region(ro["src"], (j * rec["rows_per_rank"] + own, n0), (rows, cols))
+                         for j in range(ro["parts"])]
+                step.reads += parts
+                dst = Region(ro["dst"], (own, n0), (rows, cols))
+                step.writes = [dst]
+                step.compute = _gemm_compute(a_reg, b_reg, dst, parts, rec)
+                steps.append(step)
+                continue
             if S == 1:
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec)
@@ -431,6 +482,14 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             steps.append(step)
         out.append(steps)
     return out
+
+
+def _own_rows(rec, m0: int, rank: int) -> int | None:
+    """With reduce_own: the row within the rank's shard where a tile at row m0 starts, if the rank owns it."""
+    if "reduce_own" not in rec:
+        return None
+    own = m0 - rank * rec["rows_per_rank"]
+    return own if 0 <= own < rec["rows_per_rank"] else None
 
 
 def _gemm_compute(a_reg, b_reg, c_reg, parts, rec, out_dtype=None):
@@ -474,11 +533,14 @@ class _Emitter:
         rec = self.rec
         types = {"a": T.ptr(self.in_t), "b": T.ptr(self.in_t), "c": T.ptr(self.out_t),
                  "workspace": T.ptr("fp32"), "locks": T.ptr("i32")}
-        for part in ("wait", "notify"):
+        for part in ("wait", "notify", "reduce_own"):
             if part in rec:
                 types[rec[part]["arg"]] = T.ptr("i32")
-        if "wait" in rec:
-            types[rec["wait"]["value_arg"]] = T.i32()
+        for part in ("wait", "reduce_own"):
+            if part in rec:
+                types[rec[part]["value_arg"]] = T.i32()
+        if "reduce_own" in rec:
+            types[rec["reduce_own"]["src"]] = types[rec["reduce_own"]["dst"]] = T.ptr(self.out_t)
         if "notify" in rec and rec["notify"]["peer"].startswith("arg:"):
             types[rec["notify"]["peer"][4:]] = T.i32()
         return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
@@ -489,7 +551,8 @@ class _Emitter:
         self.arg = dict(zip(rec["args"], values))
         with ir.InsertionPoint(f.regions[0].blocks[0]):
             self.rank = None
-            if rec["tile_order"] in ORDERS_USING_RANK or ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
+            if rec["tile_order"] in ORDERS_USING_RANK or "reduce_own" in rec or \
+                    ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
                 self.rank = core.Rank.build().rank
             if rec["loads"] == "tma" or rec["store"] == "tma":
                 self._make_descs()
@@ -536,7 +599,7 @@ class _Emitter:
         m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
         a_base, a_row = self.arg["a"], m0
         if "wait" in rec:
-            token = self._wait(m0)
+            token = self._wait(m0, rec["wait"])
             if rec["loads"] == "tma":
                 a_row = core.ConsumeToken.build(m0, token).result
             else:
@@ -548,18 +611,41 @@ class _Emitter:
             m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
         if split is not None:
             self._split_epilogue(acc, t, split, m0, n0)
+        elif "reduce_own" in rec:
+            self._reduce_own_epilogue(acc, m0, n0)
+            return
         else:
             self.store_c(acc, m0, n0)
         if "notify" in rec:
             self._notify(m0)
+
+    def _reduce_own_epilogue(self, acc, m0, n0):
+        """Own rows: wait for the staged peer partials, add them, store to dst. Others: store to c, notify."""
+        rec, spec = self.rec, self.rec["reduce_own"]
+        rpr = rec["rows_per_rank"]
+        lo = T.mul(self.rank, rpr)
+        hi = T.add(lo, rpr)
+        with T.if_(T.and_(T.ge(m0, lo), T.lt(m0, hi))):
+            src = core.ConsumeToken.build(self.arg[spec["src"]], self._wait(m0, spec)).result
+            own = T.sub(m0, lo)
+            total = acc
+            for j in range(spec["parts"]):
+                ptrs, mask = self._tile_ptrs(src, own, n0, self.n, row_shift=j * rpr)
+                part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
+                total = T.add(total, T.cast(part, "fp32"))
+            ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], own, n0, self.n)
+            T.store(ptrs, T.cast(total, self.out_t), mask)
+        with T.if_(T.or_(T.lt(m0, lo), T.ge(m0, hi))):
+            self.store_c(acc, m0, n0)
+            if "notify" in rec:
+                self._notify(m0)
 
     def _row_slots(self, m0, spec):
         rps = spec["rows_per_slot"]
         last_row = T.sub(T.min_(T.add(m0, self.bm), self.m), 1) if self.m % self.bm else T.add(m0, self.bm - 1)
         return T.div(m0, rps), T.add(T.div(last_row, rps), 1)
 
-    def _wait(self, m0):
-        spec = self.rec["wait"]
+    def _wait(self, m0, spec):
         lo, hi = self._row_slots(m0, spec)
         with T.For(lo, hi, 1, [T.c(0)]) as loop:
             slot = T.addptr(self.arg[spec["arg"]], loop.iv)

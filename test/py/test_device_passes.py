@@ -209,8 +209,12 @@ def test_default_pipeline_on_the_examples(example):
         assert rec.get("tile_order", order) == order
     if example in ("ag_gemm", "mlp"):
         assert any(order == "rank_rotated" for _, _, _, order, _ in info)
-    if example in ("gemm_rs", "mlp"):
-        assert {stream for *_, stream in info} >= {0, 2}
+    if example in ("gemm_rs", "mlp"):  # the model reduces in the GEMM's epilogue: no reduce kernel, all SMs
+        rs = [records[k] for k, *_ in info if "reduce_own" in records[k]]
+        assert rs and all(r["num_sms"] == 132 and r["reduce_own"]["parts"] == r["m"] // r["rows_per_rank"] - 1
+                          for r in rs)
+        assert not any(records[k]["template"] == "reduce" for k, *_ in info)
+        assert "rs.pull" in out and "stream = 1 : i64" in out
 
 
 def test_default_pipeline_kernels_compile_with_triton():
@@ -285,8 +289,9 @@ SCHEDULES = [("ag_gemm", "num-chunks=4", "pull=ring"), ("ag_gemm", "num-chunks=2
              ("all_gather", "engine=copy_engine num-chunks=2", "pull=ring"),
              ("all_reduce", "all-reduce=two_shot num-chunks=2", "pull=ring"),
              ("gemm_ar", "all-reduce=two_shot block-m=32 num-chunks=4", "copy-streams=2"),
-             ("gemm_rs", "block-m=32 num-chunks=4", "tile-order=row_major"),
-             ("gemm_rs", "", "streams=false")]
+             ("gemm_rs", "block-m=32 num-chunks=4 reduce-scatter=reduce_kernel", "tile-order=row_major"),
+             ("gemm_rs", "reduce-scatter=reduce_kernel", "streams=false"),
+             ("gemm_rs", "block-m=32 num-chunks=2 reduce-scatter=epilogue", "")]
 
 
 @pytest.mark.parametrize("kind,tile,sched", SCHEDULES)

@@ -208,6 +208,66 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     assert [w.slot for w in first.waits] == [4, 5]
 
 
+@pytest.mark.parametrize("W", [2, 3])
+def test_gemm_reduce_own_epilogue_matches_tiles(W):
+    """GEMM+RS epilogue: each rank computes the next ranks' rows first (into c, notifying their owner) and its own
+    rows last, adding the staged peer partials and storing the sum to out."""
+    R = 32
+    rec = gemm.make_record(W * R, 40, 32, name="gemm_rs", tile_order="rank_rotated", rows_per_rank=R, rank_shift=1,
+                           notify={"arg": "counts", "rows_per_slot": 16, "peer": "slot_owner"},
+                           reduce_own={"arg": "staged", "rows_per_slot": 16, "parts": W - 1},
+                           loads="pointer", store="pointer", persistent=True, epilogue_split=1, flatten=False,
+                           **dict(SMALL, block_m=16, group_m=2, num_sms=3))
+    assert rec["args"] == ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"]
+    rng = np.random.default_rng(RNG_SEED)
+    mem, ref = gemm_memory(rec, rng)
+    stage = random("bf16", ((W - 1) * R, 40), rng)
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)] = mem[("a", 0)], mem[("b", 0)]
+        mem[("c", r)] = np.zeros_like(mem[("c", 0)])
+        mem[("counts", r)] = np.zeros(W * R // 16, np.int32)
+        mem[("staged", r)] = np.full(W * R // 16, 5, np.int32)
+        mem[("stage", r)] = stage.ravel().copy()
+        mem[("out", r)] = np.zeros(R * 40, mem[("c", 0)].dtype)
+    lds = gemm_lds(rec) | {"counts": None, "staged": None, "stage": 40, "out": 40}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W, scalars={"own_value": 5})
+    parts = sum(stage[j * R:(j + 1) * R].astype(np.float32) for j in range(W - 1))
+    for r in range(W):
+        own = slice(r * R, (r + 1) * R)
+        close(mem_ir[("out", r)].reshape(R, 40), round_to("bf16", ref[own] + parts))
+        close(mem_tiles[("out", r)].reshape(R, 40), mem_ir[("out", r)].reshape(R, 40))
+        c = mem_ir[("c", r)].reshape(W * R, 40)
+        assert not c[own].any(), "own rows must go to out, not c"
+        others = [q for q in range(W) if q != r]
+        close(np.concatenate([c[q * R:(q + 1) * R] for q in others]),
+              round_to("bf16", np.concatenate([ref[q * R:(q + 1) * R] for q in others])))
+        np.testing.assert_array_equal(mem_ir[("counts", r)], mem_tiles[("counts", r)])
+    # every slot of rank q's rows got one count per tile from each of the W-1 other ranks, none from q itself
+    total = sum(mem_ir[("counts", r)] for r in range(W))
+    for slot, expected in gemm.notify_counts(rec).items():
+        assert total[slot] == (W - 1) * expected
+    # own tiles come last in every program
+    for r in range(W):
+        for prog in gemm.tiles(rec, rank=r, num_ranks=W, scalars={"own_value": 5}):
+            kinds = [bool(s.waits) for s in prog]
+            assert kinds == sorted(kinds), "a program reaches an own (waiting) tile before a peer tile"
+    triton_parse(emit(rec, lower="cuda:90"))
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(rank_shift=0), "own rows' tiles last"),
+    (dict(group_m=4), "own rows' tiles last"),
+    (dict(rows_per_rank=24), "block_m dividing rows_per_rank"),
+    (dict(store="tma"), "store='pointer'"),
+])
+def test_gemm_reduce_own_rejects_unsafe_records(change, match):
+    fields = dict(tile_order="rank_rotated", rows_per_rank=32, rank_shift=1, loads="pointer", store="pointer",
+                  persistent=True, epilogue_split=1, flatten=False, **dict(SMALL, block_m=16, group_m=2))
+    fields.update(change)
+    with pytest.raises(VerificationError, match=match):
+        gemm.make_record(64, 40, 32, reduce_own={"arg": "staged", "rows_per_slot": 16, "parts": 1}, **fields)
+
+
 def test_gemm_wait_blocks_until_slot_reaches_value():
     rec = gemm.make_record(64, 32, 32, wait={"arg": "sig", "rows_per_slot": 32}, loads="pointer",
                            store="pointer", persistent=False, epilogue_split=1, flatten=False,

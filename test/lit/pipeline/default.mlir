@@ -10,12 +10,11 @@
 // MLP: "ditron_device.launch"({{.*}}ditron.role = "ag.gemm"{{.*}}kernel = @[[G1:[a-z_0-9]+]],{{.*}}tile_order = "rank_rotated"
 // MLP: "ditron_device.launch"({{.*}}ditron.role = "elementwise"{{.*}}kernel = @[[EW:[a-z_0-9]+]],
 // MLP: "ditron_device.launch"({{.*}}ditron.role = "rs.gemm"{{.*}}kernel = @[[G2:[a-z_0-9]+]],
-// MLP: "ditron_device.launch"({{.*}}ditron.role = "rs.reduce"{{.*}}kernel = @[[RED:[a-z_0-9]+]],
+// MLP: "ditron_device.copy"({{.*}}ditron.role = "rs.pull"
 // MLP: "ditron_device.barrier"
 // MLP-DAG: sym_name = "[[G1]]"
 // MLP-DAG: sym_name = "[[EW]]"
 // MLP-DAG: sym_name = "[[G2]]"
-// MLP-DAG: sym_name = "[[RED]]"
 // MLP-NOT: func.func private
 
 // AG-LABEL: func.func @ag_gemm(%arg0: memref<2048x4096xbf16> {{.*}}, %arg1: memref<4096x3584xbf16> {{.*}}, %arg2: memref<8192x3584xbf16> {ditron.io = "out", ditron.layout = {dims = {{\[}}[], ["tp"]]}}, %arg3: index {ditron.io = "epoch"})
@@ -24,8 +23,15 @@
 // AG: sym_name = "[[K]]"
 
 // RS-LABEL: func.func @gemm_rs
-// RS: "ditron_device.launch"({{.*}}ditron.role = "rs.gemm"{{.*}}stream = 0 : i64, tile_order = "rank_rotated"
-// RS: "ditron_device.launch"({{.*}}ditron.role = "rs.reduce"{{.*}}stream = 2 : i64
+// The model puts the reduction in the GEMM's epilogue: the copy engine pulls peers' partials on stream 1 as they
+// complete, and the GEMM's own tiles (visited last) wait for them; no reduce kernel, no SMs for communication.
+// RS: "ditron_device.launch"({{.*}}ditron.role = "rs.gemm"{{.*}}kernel = @[[G:[a-z_0-9]+]],{{.*}}sm_budget = 132 : i64, stream = 0 : i64, tile_order = "rank_rotated"
+// RS: "ditron_device.wait"({{.*}}ditron.role = "rs.await", stream = 1 : i64
+// RS: "ditron_device.copy"({{.*}}ditron.role = "rs.pull", engine = "copy_engine", stream = 1 : i64
+// RS: "ditron_device.signal"({{.*}}ditron.role = "rs.staged"{{.*}}stream = 1 : i64
+// RS-NOT: rs.reduce
+// RS: "ditron_device.barrier"
+// RS: ditron.kernel = {args = ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"]{{.*}}rank_shift = 1 : i64, reduce_own = {arg = "staged", dst = "out", parts = 3 : i64{{.*}}sym_name = "[[G]]"
 
 // AR-LABEL: func.func @gemm_ar
 // AR: ditron.role = "rs.reduce"

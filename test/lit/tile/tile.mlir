@@ -15,10 +15,11 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
 
 // -----
 
-// GEMM+RS: the reduction runs on comm_sms SMs beside the GEMM, which keeps the rest.
+// GEMM+RS: the model puts the reduction in the GEMM's epilogue (the copy engine moves the partials), so the GEMM
+// keeps every SM; chunks are whole row tiles.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 8>}} {
   // CHECK-LABEL: func.func @gemm_rs
-  // CHECK: "ditron_task.matmul"{{.*}}ditron.tiling = {{{.*}}comm_sms = [[C:[0-9]+]] : i64, engine = "sm"{{.*}}kind = "matmul_rs"{{.*}}shard_rows = 1024 : i64
+  // CHECK: "ditron_task.matmul"{{.*}}ditron.tiling = {algorithm = "epilogue", {{.*}}block_m = 128 : i64{{.*}}comm_sms = 0 : i64, engine = "copy_engine"{{.*}}kind = "matmul_rs"{{.*}}shard_rows = 1024 : i64, sm_budget = 132 : i64
   // CHECK: "ditron_task.reduce_scatter"{{.*}}kind = "matmul_rs"
   func.func @gemm_rs(%a: tensor<8192x1792xbf16>, %w: tensor<1792x4096xbf16>) -> tensor<1024x4096xbf16> attributes {ditron.view = "local"} {
     %p = "ditron_task.matmul"(%a, %w) {ditron.overlap = {group = 0 : i64, kind = "matmul_rs", role = "producer"}} : (tensor<8192x1792xbf16>, tensor<1792x4096xbf16>) -> tensor<8192x4096xbf16>
