@@ -398,8 +398,27 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     lw.b.sync("reduce", "compute", "rs.join")
 
 
+def _epilogue_ar(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, out: ir.Value) -> None:
+    """GEMM+AR = the epilogue GEMM+RS writing each rank's reduced rows into the symmetric gather buffer G at their
+    global rows and counting them (``ar_reduced``), then the gather pattern on the comm lane: each reduced chunk is
+    offered to the peers as soon as the GEMM counted it, and the peers' chunks are pulled (copy engine)."""
+    b = lw.b
+    ga = gather_setup(lw, out, t, 0, ch.shard, group=g.group)
+    reduced = b.pad(t.world * ch.count, "ar_reduced")
+    rec = _epilogue_rs(lw, g, t, p, ch, b.pad(t.world * ch.count, "ar_count"), ga.g, done=reduced)
+    per = (ch.rows // rec["block_m"]) * math.ceil(rec["n"] / rec["block_n"])  # own tiles per chunk
+    lw.slot_step = max(lw.slot_step, per)
+    expected = b.v(b.mul(per, b.epoch) if per != 1 else b.epoch)
+    with b.loop(0, ch.count, role="ar.offer_loop", group=g.group) as c:
+        b.wait(reduced, [b.add(b.mul(b.rank, ch.count), c)], value=expected, lane="comm", role="ar.reduced",
+               group=g.group)
+        gather_offer(lw, ga, c, x=None, lane="comm")
+    gather_pull(lw, ga)
+    b.wait(ga.ready, ga.slots, lane="compute", role="ar.join", group=g.group)
+
+
 def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, counts: ir.Value,
-                 out: ir.Value) -> None:
+                 out: ir.Value, *, done: ir.Value | None = None) -> KernelRecord:
     """GEMM+RS with the reduction in the GEMM's epilogue. Each rank's GEMM visits the next ranks' rows first
     (writing P, adding per tile to the owner's ``counts``) and its own rows last. The comm lane pulls, chunk by
     chunk as the peers complete them, the W-1 peer partials of this rank's rows into the staging buffer (copy
@@ -413,16 +432,19 @@ def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, coun
     stage = b.alloc([(w - 1) * ch.shard, n], mt.element_type, "rs_stage")
     lw.symmetric.add(stage)
     staged = b.pad(w * ch.count, "rs_staged")
+    reduce_own = {"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1}
+    if done is not None:  # GEMM+AR: the sums go to the gather buffer's global rows, counted for the gather
+        reduce_own.update(dst_rows="global", done="done")
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
                         notify={"arg": "counts", "rows_per_slot": ch.rows, "peer": "slot_owner"},
-                        reduce_own={"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1},
-                        rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1)
+                        reduce_own=reduce_own, rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1)
     per_slot = set(gemm.notify_counts(rec).values())
     if len(per_slot) != 1:
         raise lw.error(g.consumer, "the GEMM's tiles do not count every chunk the same; use chunk rows that are a "
                                    "multiple of BLOCK_M")
-    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, staged, b.epoch, stage, out], lane="compute",
-              role="rs.gemm", group=g.group, tile_order="rank_rotated")
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, staged, b.epoch, stage, out] +
+              ([done] if done is not None else []), lane="compute", role="rs.gemm", group=g.group,
+              tile_order="rank_rotated")
     per = per_slot.pop() * (w - 1)  # every peer's tiles of a chunk add to its slot; the owner's own do not
     lw.slot_step = max(lw.slot_step, per)
     expected = b.mul(per, b.epoch) if per != 1 else b.epoch
@@ -436,7 +458,9 @@ def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, coun
                    dst_offsets=[b.add(b.mul(b.sub(d, 1), ch.shard), off), 0], sizes=[ch.rows, n],
                    engine="copy_engine", lane="comm", role="rs.pull", group=g.group)
         b.signal(staged, target=b.rank, slot=slot, lane="comm", role="rs.staged", group=g.group)
-    b.sync("comm", "compute", "rs.join")
+    if done is None:
+        b.sync("comm", "compute", "rs.join")
+    return rec
 
 
 def _counted_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, counts: ir.Value) -> Reduction:
@@ -461,6 +485,15 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     lw.buffers[mm.result] = p
     out = lw.dest(ar.output, "ar")
     lw.cross_rank = True
+    if t.algorithm == "epilogue":
+        ch = Chunking.of(t, rows // t.world)
+        _check_rows(lw, g.consumer, rows, t.world, ch)
+        if not _fusable(t, ch):
+            raise lw.error(g.consumer, f"GEMM+AR with the epilogue reduction needs chunks of whole row tiles "
+                                       f"(chunk_rows {ch.rows}, BLOCK_M {t.block_m}, shard {ch.shard} rows); run "
+                                       "ditron-tile, or use all-reduce=two_shot")
+        _epilogue_ar(lw, g, t, p, ch, out)
+        return
     if t.algorithm == "two_shot":
         ch = Chunking.of(t, rows // t.world)
         _check_rows(lw, g.consumer, rows, t.world, ch)

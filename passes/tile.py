@@ -49,6 +49,8 @@ OVERLAP_KINDS = {  # kind -> (producer wrapper, consumer wrapper)
 DEFERRED_KINDS = ("a2a_grouped_matmul",)
 ENGINES = ("copy_engine", "sm")
 ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot")
+# GEMM+AR may also reduce in the GEMM's epilogue (as GEMM+RS does), then all-gather the reduced rows
+GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
 REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel")
 MAX_CHUNKS_PER_SHARD = 16
@@ -319,7 +321,8 @@ class TilePass(Pass):
     num_chunks: int | None = option(None, "chunks per shard (alternative to chunk-rows)")
     engine: str = option("", "copy engine for chunk copies: copy_engine or sm (default: the model's choice)")
     comm_sms: int | None = option(None, "SMs given to communication kernels (copies on SMs, reductions)")
-    all_reduce: str = option("", "all-reduce algorithm: one_shot or two_shot (default: the model's choice)")
+    all_reduce: str = option("", "all-reduce algorithm: one_shot or two_shot, or for GEMM+AR also epilogue "
+                                 "(default: the model's choice)")
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue) or reduce_kernel (reduction kernels on SMs "
                                      "beside the GEMM) (default: the model's choice)")
@@ -342,8 +345,8 @@ class TilePass(Pass):
             raise ValueError("give chunk-rows or num-chunks, not both")
         if self.engine and self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
-        if self.all_reduce and self.all_reduce not in ALL_REDUCE_ALGORITHMS:
-            raise ValueError(f"all-reduce must be one of {', '.join(ALL_REDUCE_ALGORITHMS)}, got '{self.all_reduce}'")
+        if self.all_reduce and self.all_reduce not in GEMM_AR_ALGORITHMS:
+            raise ValueError(f"all-reduce must be one of {', '.join(GEMM_AR_ALGORITHMS)}, got '{self.all_reduce}'")
         if self.reduce_scatter and self.reduce_scatter not in REDUCE_SCATTER_ALGORITHMS:
             raise ValueError(f"reduce-scatter must be one of {', '.join(REDUCE_SCATTER_ALGORITHMS)}, got "
                              f"'{self.reduce_scatter}'")
@@ -462,14 +465,20 @@ class _Planner:
             return ["reduce_kernel"]
         return list(REDUCE_SCATTER_ALGORITHMS) if w > 1 and rows % w == 0 else ["reduce_kernel"]
 
-    def all_reduce_algorithms(self, op: ir.Operation, rows: int, w: int) -> list[str]:
-        """two_shot scatters whole rows over the ranks, so it needs rows divisible by the world size."""
-        if self.o.all_reduce == "two_shot" and rows % w:
-            raise op_error(self.o.name, op, f"all-reduce=two_shot needs the {rows} rows divisible by the {w} ranks; "
-                                            "use one_shot")
+    def all_reduce_algorithms(self, op: ir.Operation, rows: int, w: int, *, fused: bool = False) -> list[str]:
+        """two_shot (and epilogue) scatter whole rows over the ranks, so they need rows divisible by the world size;
+        epilogue (the reduction in the GEMM's epilogue) is for GEMM+AR only."""
+        if self.o.all_reduce in ("two_shot", "epilogue") and rows % w:
+            raise op_error(self.o.name, op, f"all-reduce={self.o.all_reduce} needs the {rows} rows divisible by the "
+                                            f"{w} ranks; use one_shot")
+        if self.o.all_reduce == "epilogue" and not fused:
+            raise op_error(self.o.name, op, "all-reduce=epilogue reduces in a GEMM's epilogue; this all-reduce does "
+                                            "not follow a GEMM (use one_shot or two_shot)")
         if self.o.all_reduce:
             return [self.o.all_reduce]
-        return list(ALL_REDUCE_ALGORITHMS) if rows % w == 0 else ["one_shot"]
+        if rows % w:
+            return ["one_shot"]
+        return list(GEMM_AR_ALGORITHMS if fused and w > 1 and not self.o.comm_sms else ALL_REDUCE_ALGORITHMS)
 
     def world(self, op: ir.Operation) -> int:
         return axis_size(self.o.name, self.mesh, op, ir.StringAttr(op.attributes["axis"]).value)
@@ -511,7 +520,7 @@ class _Planner:
         eb = elem_bytes(mm.lhs)
         algorithms = self.reduce_scatter_algorithms(m, w)
         if g.kind == "matmul_ar":
-            algorithms = self.all_reduce_algorithms(g.consumer, m, w)
+            algorithms = self.all_reduce_algorithms(g.consumer, m, w, fused=True)
         best = None
         for algorithm in algorithms:
             shard_rows = m if algorithm == "one_shot" else math.ceil(m / w)
@@ -523,6 +532,10 @@ class _Planner:
                         continue
                     chunks = shard_rows // rows
                     t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks)
+                    if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
+                        t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
+                                         peers=w - 1, chunks=(w - 1) * chunks)
+                        t += max(t_ag / chunks, t_ag - t_gemm / w) + local_copy_time(m * n * eb, self.peaks) / chunks
                     if best is None or t < best[0] * 0.999:
                         best = (t, algorithm, 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
                 continue
@@ -540,9 +553,10 @@ class _Planner:
                     if best is None or t < best[0] * 0.999:
                         best = (t, algorithm, comm, sms, cfg, shard_rows, rows, chunks)
         if best is None:
-            raise op_error(self.o.name, g.consumer, f"reduce-scatter=epilogue needs the {shard_rows} rows of a "
-                                                    "shard to split into chunks of whole GEMM row tiles; use "
-                                                    "reduce_kernel")
+            other = "reduce-scatter=reduce_kernel" if g.kind == "matmul_rs" else "all-reduce=two_shot"
+            raise op_error(self.o.name, g.consumer, f"the epilogue reduction needs the {shard_rows} rows of a "
+                                                    f"shard to split into chunks of whole GEMM row tiles; use "
+                                                    f"{other}")
         t, algorithm, comm, sms, cfg, shard_rows, rows, chunks = best
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
                       num_chunks=chunks, engine="copy_engine" if algorithm == "epilogue" else "sm", comm_sms=comm,

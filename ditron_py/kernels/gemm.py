@@ -25,13 +25,15 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             slot of ``arg`` covering its rows, on rank ``peer``: 'rank' (own), 'rank+<d>'
                             ((rank+d) mod num_ranks), 'arg:<name>' (an i32 argument) or 'slot_owner'
                             (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_counts``.
-    reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, scope}: the reduce-scatter epilogue.
-                            A tile of the launching rank's own rows [rank*R, (rank+1)*R) (R = rows_per_rank)
-                            waits until the slots of ``arg`` covering its rows are >= ``value_arg``, adds the
-                            ``parts`` partial tiles staged in ``src`` ([parts*R, n]: part j at rows j*R + the row
-                            within the shard) to its accumulator and stores the sum to ``dst`` ([R, n], at the row
-                            within the shard) instead of ``c``; it does not notify. Other tiles store to ``c`` and
-                            notify as usual. The own tiles must come last in every program (else two ranks could
+    reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, dst_rows, done, scope}: the
+                            reduce-scatter epilogue. A tile of the launching rank's own rows [rank*R, (rank+1)*R)
+                            (R = rows_per_rank) waits until the slots of ``arg`` covering its rows are >=
+                            ``value_arg``, adds the ``parts`` partial tiles staged in ``src`` ([parts*R, n]: part j
+                            at rows j*R + the row within the shard) to its accumulator and stores the sum to ``dst``
+                            instead of ``c`` — at the row within the shard (dst_rows 'shard', dst [R, n]) or at the
+                            tile's own row (dst_rows 'global', dst [m, n]) — then, with ``done`` (a pad argument),
+                            adds 1 to its slots of ``done`` on its own rank (release); it does not notify. Other
+                            tiles store to ``c`` and notify as usual. The own tiles must come last in every program (else two ranks could
                             each spin on a tile the other has not reached): tile_order 'rank_rotated' with
                             rank_shift 1 and group_m dividing R / block_m.
 
@@ -114,7 +116,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
     if notify:
         rec["notify"] = {"peer": "rank", "value": 1, "scope": "sys", **notify}
     if reduce_own:
-        rec["reduce_own"] = {"value_arg": "own_value", "src": "stage", "dst": "out", "scope": "sys", **reduce_own}
+        rec["reduce_own"] = {"value_arg": "own_value", "src": "stage", "dst": "out", "dst_rows": "shard",
+                             "scope": "sys", **reduce_own}
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -132,7 +135,8 @@ def _arg_names(rec) -> list[str]:
             args.append(peer[4:])
     if "reduce_own" in rec:
         spec = rec["reduce_own"]
-        args += [a for a in (spec["arg"], spec["value_arg"], spec["src"], spec["dst"]) if a not in args]
+        args += [a for a in (spec["arg"], spec["value_arg"], spec["src"], spec["dst"], spec.get("done"))
+                 if a is not None and a not in args]
     if rec.get("split_k", 1) > 1:
         args += ["workspace", "locks"]
     return args
@@ -212,6 +216,8 @@ def _check_reduce_own(rec) -> None:
                    f"{rec['m']}, parts={parts}, rows_per_rank={rpr}, block_m={bm})")
     if rpr % spec["rows_per_slot"]:
         raise _err("reduce_own.rows_per_slot must divide rows_per_rank")
+    if spec.get("dst_rows", "shard") not in ("shard", "global"):
+        raise _err(f"reduce_own.dst_rows '{spec.get('dst_rows')}' is not 'shard' or 'global'")
     if "wait" in rec or rec["store"] != "pointer" or rec["b_trans"]:
         raise _err("reduce_own works without 'wait', with store='pointer' and B not transposed")
     if rec["tile_order"] != "rank_rotated" or rec.get("rank_shift", 0) != 1 or (rpr // bm) % rec["group_m"]:
@@ -455,9 +461,11 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 parts = [Region(ro["src"], (j * rec["rows_per_rank"] + own, n0), (rows, cols))
                          for j in range(ro["parts"])]
                 step.reads += parts
-                dst = Region(ro["dst"], (own, n0), (rows, cols))
+                dst = Region(ro["dst"], (m0 if ro["dst_rows"] == "global" else own, n0), (rows, cols))
                 step.writes = [dst]
                 step.compute = _gemm_compute(a_reg, b_reg, dst, parts, rec)
+                if ro.get("done"):
+                    step.notifies = [SlotNotify(ro["done"], sl, 1, rank, op="add") for sl in _slots(m0, rows, ro)]
                 steps.append(step)
                 continue
             if S == 1:
@@ -541,6 +549,8 @@ class _Emitter:
                 types[rec[part]["value_arg"]] = T.i32()
         if "reduce_own" in rec:
             types[rec["reduce_own"]["src"]] = types[rec["reduce_own"]["dst"]] = T.ptr(self.out_t)
+            if rec["reduce_own"].get("done"):
+                types[rec["reduce_own"]["done"]] = T.ptr("i32")
         if "notify" in rec and rec["notify"]["peer"].startswith("arg:"):
             types[rec["notify"]["peer"][4:]] = T.i32()
         return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
@@ -633,8 +643,14 @@ class _Emitter:
                 ptrs, mask = self._tile_ptrs(src, own, n0, self.n, row_shift=j * rpr)
                 part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
                 total = T.add(total, T.cast(part, "fp32"))
-            ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], own, n0, self.n)
+            ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], m0 if spec["dst_rows"] == "global" else own, n0,
+                                         self.n)
             T.store(ptrs, T.cast(total, self.out_t), mask)
+            if spec.get("done"):
+                slo, shi = self._row_slots(m0, spec)
+                with T.For(slo, shi, 1) as loop:
+                    core.Notify.build(T.addptr(self.arg[spec["done"]], loop.iv), self.rank, T.c(1), op="add",
+                                      scope=spec["scope"], semantic="release")
         with T.if_(T.or_(T.lt(m0, lo), T.ge(m0, hi))):
             self.store_c(acc, m0, n0)
             if "notify" in rec:

@@ -160,8 +160,24 @@ def test_tile_rejects_bad_options():
         parse_pipeline("ditron-tile{block-q=4}")
     with pytest.raises(PassError, match="num-warps must be 1, 2, 4, 8 or 16, got 3"):
         parse_pipeline("ditron-tile{num-warps=3}")
-    with pytest.raises(PassError, match="all-reduce must be one of one_shot, two_shot"):
+    with pytest.raises(PassError, match="all-reduce must be one of one_shot, two_shot, epilogue"):
         parse_pipeline("ditron-tile{all-reduce=three_shot}")
+    with pytest.raises(PassError, match="reduce-scatter must be one of epilogue, reduce_kernel"):
+        parse_pipeline("ditron-tile{reduce-scatter=tree}")
+
+
+def test_tile_epilogue_all_reduce_needs_a_gemm():
+    with pytest.raises(PassError, match="all-reduce=epilogue reduces in a GEMM's epilogue; this all-reduce does not "
+                                        "follow a GEMM"):
+        lower(local_program("all_reduce", 2, 256, k=64), "ditron-tile{all-reduce=epilogue}")
+
+
+@pytest.mark.parametrize("kind,algorithm", [("gemm_rs", "epilogue"), ("gemm_ar", "epilogue")])
+def test_tile_model_reduces_large_gemms_in_the_epilogue(kind, algorithm):
+    """At LLaMA-70B sizes the model keeps every SM on the GEMM and moves partials with the copy engine."""
+    text = lower(local_program(kind, 2, 4096, k=14336, n=8192), "ditron-tile")
+    for t in _tilings(text):
+        assert t["algorithm"] == algorithm and t["comm_sms"] == 0 and t["sm_budget"] == 132
 
 
 # ----------------------------------------------------------------------------------------- the registry
@@ -291,7 +307,8 @@ SCHEDULES = [("ag_gemm", "num-chunks=4", "pull=ring"), ("ag_gemm", "num-chunks=2
              ("gemm_ar", "all-reduce=two_shot block-m=32 num-chunks=4", "copy-streams=2"),
              ("gemm_rs", "block-m=32 num-chunks=4 reduce-scatter=reduce_kernel", "tile-order=row_major"),
              ("gemm_rs", "reduce-scatter=reduce_kernel", "streams=false"),
-             ("gemm_rs", "block-m=32 num-chunks=2 reduce-scatter=epilogue", "")]
+             ("gemm_rs", "block-m=32 num-chunks=2 reduce-scatter=epilogue", ""),
+             ("gemm_ar", "block-m=32 num-chunks=2 all-reduce=epilogue", "")]
 
 
 @pytest.mark.parametrize("kind,tile,sched", SCHEDULES)

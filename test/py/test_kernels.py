@@ -208,17 +208,21 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     assert [w.slot for w in first.waits] == [4, 5]
 
 
-@pytest.mark.parametrize("W", [2, 3])
-def test_gemm_reduce_own_epilogue_matches_tiles(W):
+@pytest.mark.parametrize("W,dst_rows", [(2, "shard"), (3, "shard"), (2, "global")])
+def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows):
     """GEMM+RS epilogue: each rank computes the next ranks' rows first (into c, notifying their owner) and its own
-    rows last, adding the staged peer partials and storing the sum to out."""
+    rows last, adding the staged peer partials and storing the sum to out (GEMM+AR: at the global rows, counting
+    the reduced tiles on 'done')."""
     R = 32
+    done = {"done": "done"} if dst_rows == "global" else {}
     rec = gemm.make_record(W * R, 40, 32, name="gemm_rs", tile_order="rank_rotated", rows_per_rank=R, rank_shift=1,
                            notify={"arg": "counts", "rows_per_slot": 16, "peer": "slot_owner"},
-                           reduce_own={"arg": "staged", "rows_per_slot": 16, "parts": W - 1},
+                           reduce_own={"arg": "staged", "rows_per_slot": 16, "parts": W - 1, "dst_rows": dst_rows,
+                                       **done},
                            loads="pointer", store="pointer", persistent=True, epilogue_split=1, flatten=False,
                            **dict(SMALL, block_m=16, group_m=2, num_sms=3))
-    assert rec["args"] == ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"]
+    assert rec["args"] == ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"] + list(done)
+    out_rows = R if dst_rows == "shard" else W * R
     rng = np.random.default_rng(RNG_SEED)
     mem, ref = gemm_memory(rec, rng)
     stage = random("bf16", ((W - 1) * R, 40), rng)
@@ -228,14 +232,22 @@ def test_gemm_reduce_own_epilogue_matches_tiles(W):
         mem[("counts", r)] = np.zeros(W * R // 16, np.int32)
         mem[("staged", r)] = np.full(W * R // 16, 5, np.int32)
         mem[("stage", r)] = stage.ravel().copy()
-        mem[("out", r)] = np.zeros(R * 40, mem[("c", 0)].dtype)
-    lds = gemm_lds(rec) | {"counts": None, "staged": None, "stage": 40, "out": 40}
+        mem[("out", r)] = np.zeros(out_rows * 40, mem[("c", 0)].dtype)
+        mem[("done", r)] = np.zeros(W * R // 16, np.int32)
+    lds = gemm_lds(rec) | {"counts": None, "staged": None, "stage": 40, "out": 40, "done": None}
     mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W, scalars={"own_value": 5})
     parts = sum(stage[j * R:(j + 1) * R].astype(np.float32) for j in range(W - 1))
     for r in range(W):
         own = slice(r * R, (r + 1) * R)
-        close(mem_ir[("out", r)].reshape(R, 40), round_to("bf16", ref[own] + parts))
-        close(mem_tiles[("out", r)].reshape(R, 40), mem_ir[("out", r)].reshape(R, 40))
+        out = mem_ir[("out", r)].reshape(out_rows, 40)
+        close(out[own] if dst_rows == "global" else out, round_to("bf16", ref[own] + parts))
+        close(mem_tiles[("out", r)].reshape(out_rows, 40), out)
+        if dst_rows == "global":
+            assert not np.delete(out, np.s_[r * R:(r + 1) * R], axis=0).any(), "wrote rows it does not own"
+            want = np.zeros(W * R // 16, np.int32)
+            want[r * R // 16:(r + 1) * R // 16] = math.ceil(40 / 32)  # one per column tile of the slot's rows
+            np.testing.assert_array_equal(mem_ir[("done", r)], want)
+            np.testing.assert_array_equal(mem_tiles[("done", r)], want)
         c = mem_ir[("c", r)].reshape(W * R, 40)
         assert not c[own].any(), "own rows must go to out, not c"
         others = [q for q in range(W) if q != r]

@@ -26,9 +26,9 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // CHECK-NOT: rs.reduce
   // CHECK: "ditron_device.barrier"
   // CHECK: func.func private @gemm({{.*}}notify = {arg = "counts", peer = "slot_owner", rows_per_slot = 128 : i64
-  // CHECK-SAME: rank_shift = 1 : i64, reduce_own = {arg = "staged", dst = "out", parts = 1 : i64, rows_per_slot = 128 : i64
+  // CHECK-SAME: rank_shift = 1 : i64, reduce_own = {arg = "staged", dst = "out", dst_rows = "shard", parts = 1 : i64, rows_per_slot = 128 : i64
   // CHECK-SAME: rows_per_rank = 256 : i64
-  // ERR: error: ditron-tile: {{.*}}reduce-scatter=epilogue needs the 256 rows of a shard to split into chunks of whole GEMM row tiles; use reduce_kernel
+  // ERR: error: ditron-tile: {{.*}}the epilogue reduction needs the 256 rows of a shard to split into chunks of whole GEMM row tiles; use reduce-scatter=reduce_kernel
   // SERIAL: error: {{.*}}streams=false would queue that staging behind the GEMM (deadlock)
   // ORDER: error: {{.*}}reduces its own rows in the epilogue, which needs them visited last (tile_order 'rank_rotated'); tile-order=grouped would deadlock
   func.func @gemm_rs(%a: tensor<512x64xbf16>, %w: tensor<64x96xbf16>) -> tensor<256x96xbf16> attributes {ditron.view = "local"} {

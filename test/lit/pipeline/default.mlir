@@ -31,11 +31,20 @@
 // RS: "ditron_device.signal"({{.*}}ditron.role = "rs.staged"{{.*}}stream = 1 : i64
 // RS-NOT: rs.reduce
 // RS: "ditron_device.barrier"
-// RS: ditron.kernel = {args = ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"]{{.*}}rank_shift = 1 : i64, reduce_own = {arg = "staged", dst = "out", parts = 3 : i64{{.*}}sym_name = "[[G]]"
+// RS: ditron.kernel = {args = ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"]{{.*}}rank_shift = 1 : i64, reduce_own = {arg = "staged", dst = "out", dst_rows = "shard", parts = 3 : i64{{.*}}sym_name = "[[G]]"
 
 // AR-LABEL: func.func @gemm_ar
-// AR: ditron.role = "rs.reduce"
+// For GEMM+AR the epilogue reduction writes each rank's summed rows into the gather buffer and counts them; the comm
+// lane offers each counted chunk to the peers and pulls theirs.
+// AR: ditron.role = "rs.gemm"
+// AR: ditron.role = "rs.staged"
+// AR: ditron.role = "ar.reduced"
+// AR: ditron.role = "ag.offer_signal"
+// AR: ditron.role = "ag.pull"
+// AR: ditron.role = "ar.join"
+// AR-NOT: rs.reduce
 // AR: "ditron_device.barrier"
+// AR: dst_rows = "global"
 
 // One rank: the same pipeline gives a plain GEMM, no communication at all.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
