@@ -6,7 +6,7 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
 
     python benchmarks/bench_dist.py --build DIR --world 1 2 4 8 [--mode virtual|real|both] [--quick|--full]
         CPU box with ditron + MLIR: compile every case's artifact into DIR (ditron.ops.build)
-    python benchmarks/bench_dist.py --run DIR --virtual W [--quick|--full]
+    python benchmarks/bench_dist.py --run DIR --virtual W [--quick|--full] [--no-graph] [--only OP[,OP]]
         one GPU: W ranks in this process (ditron.World.virtual)
     torchrun --nproc-per-node W benchmarks/bench_dist.py --run DIR [--quick|--full]
         one process per GPU (ditron.World.from_torch)
@@ -34,6 +34,11 @@ same-GPU copy bandwidth):
   all-gather / reduce-scatter / all-reduce: (W−1)/W · bytes · (1 | 1 | 2) / B, bytes = the whole tensor
 In a virtual world the W ranks share one GPU: each gets F/W and B/W (so T_comp is the whole GEMM's time on the GPU
 and T_comm all ranks' traffic over the copy bandwidth). W = 1: ideal = T_comp.
+
+ditron runs in CUDA-graph mode (``graph=True``: one graph replay per call, see ditron.runtime.graphs) unless
+``--no-graph``; the column ditron_eager_us times the same op in eager mode (the executor interpreting the host
+program every call) in the same run. ``--only OP[,OP]`` runs the rows of those ops (or whose label contains a
+given text, e.g. ``--only 8.0KB``).
 
 Timing: CUDA events around a FIXED number of iterations (the same on every rank, derived from the case's size;
 ``--iters`` forces one), after warm-up; real worlds report the max over ranks. Output: a table on stdout,
@@ -175,6 +180,7 @@ class Env:
     rank: int
     device: object
     nccl: bool = False            # a real world whose group is NCCL (one GPU per rank)
+    graph: bool = True            # ditron in CUDA-graph mode (ditron_eager_us: eager, measured too)
     group_name: str | None = None
     notes: list = field(default_factory=list)
 
@@ -216,7 +222,7 @@ def make_env(virtual: int | None) -> Env:
     dist.init_process_group("nccl" if nccl else "gloo", device_id=torch.device("cuda", torch.cuda.current_device())
                             if nccl else None)
     world = World.from_torch()
-    env = Env(world, False, world.world_size, world.rank, world.device, nccl, dist.group.WORLD.group_name)
+    env = Env(world, False, world.world_size, world.rank, world.device, nccl, group_name=dist.group.WORLD.group_name)
     if not nccl:
         env.notes.append(f"{W} ranks on {torch.cuda.device_count()} GPU(s): gloo group, no NCCL baseline")
     return env
@@ -479,14 +485,22 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
     except ops.ArtifactMissingError as err:
         env.log(f"{case.label}: skipped, {str(err).split('. Build')[0]}")
         return None
-    # correctness once, then the timed loop into fixed outputs
-    first = fn(*args, env.world, library=lib, **kw)
-    outs = first
+    # correctness once, then the timed loop into fixed outputs (graph mode: one graph per tensor set, captured in
+    # the warm-up calls of both pad parities)
+    first = [t.clone() for t in fn(*args, env.world, library=lib, graph=env.graph, **kw)] if env.virtual else \
+        fn(*args, env.world, library=lib, graph=env.graph, **kw).clone()
+    outs = [t.clone() for t in first] if env.virtual else first.clone()
 
     def ditron_call():
-        fn(*args, env.world, out=outs, sync=False, library=lib, **kw)
+        fn(*args, env.world, out=outs, sync=False, library=lib, graph=env.graph, **kw)
+    row["graph"] = env.graph
     row["ditron_us"] = timed(env, ditron_call, iters)
     lib.synchronize(env.world)
+    if env.graph:
+        def eager_call():
+            fn(*args, env.world, out=outs, sync=False, library=lib, **kw)
+        row["ditron_eager_us"] = timed(env, eager_call, iters)
+        lib.synchronize(env.world)
     row["choices"] = summarize_choices(lib.path(sig)) if lib.path(sig) else ""
     # cuBLAS alone: the rank's GEMM; F
     g = case.gemm_shape(W)
@@ -539,7 +553,8 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
     return row
 
 
-FIELDS = ["mode", "world", "op", "model", "M", "N", "K", "bytes", "iters", "ditron_us", "cublas_us", "baseline",
+FIELDS = ["mode", "world", "op", "model", "M", "N", "K", "bytes", "iters", "graph", "ditron_us", "ditron_eager_us",
+          "cublas_us", "baseline",
           "baseline_us", "fused", "fused_us", "ideal_us", "frac_of_ideal", "vs_baseline", "vs_fused",
           "overhead_vs_cublas", "gemm_tflops", "link_gbs", "rel_err", "choices"]
 
@@ -552,11 +567,13 @@ def report(env: Env, rows: list[dict], link_how: str, out_dir: Path, size: str) 
     mode = "virtual" if env.virtual else "real"
     stem = f"dist_{mode}_w{env.W}" + ("_quick" if size == "quick" else "_full" if size == "full" else "")
     print(f"\n{mode} world, W = {env.W}; B = {rows[0]['link_gbs'] if rows else 0:.0f} GB/s ({link_how})")
-    print(f"{'case':<34} {'ditron':>9} {'cuBLAS':>9} {'baseline':>9} {'fused':>9} {'ideal':>9} {'of ideal':>8} "
-          f"{'vs base':>8} {'vs fused':>8} {'err':>8}   (µs per call, per rank)")
+    print(f"{'case':<34} {'ditron':>9} {'eager':>9} {'cuBLAS':>9} {'baseline':>9} {'fused':>9} {'ideal':>9} "
+          f"{'of ideal':>8} {'vs base':>8} {'vs fused':>8} {'err':>8}   (µs per call, per rank; ditron "
+          f"{'graph' if env.graph else 'eager'} mode)")
     for r in rows:
         label = Case(r["op"], r["M"], r["N"], r["K"], r["model"]).label
-        print(f"{label:<34} {fmt(r.get('ditron_us')):>9} {fmt(r.get('cublas_us')):>9} {fmt(r.get('baseline_us')):>9} "
+        print(f"{label:<34} {fmt(r.get('ditron_us')):>9} {fmt(r.get('ditron_eager_us')):>9} "
+              f"{fmt(r.get('cublas_us')):>9} {fmt(r.get('baseline_us')):>9} "
               f"{fmt(r.get('fused_us')):>9} {fmt(r.get('ideal_us')):>9} {fmt(r.get('frac_of_ideal'), '.3f'):>8} "
               f"{fmt(r.get('vs_baseline'), '.2f'):>8} {fmt(r.get('vs_fused'), '.2f'):>8} "
               f"{fmt(r.get('rel_err'), '.1e'):>8}   {r.get('choices', '')}")
@@ -608,28 +625,38 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def selected(case: Case, only: list[str] | None) -> bool:
+    """Whether --ops/--only keep a case: its op is named, or its label contains one of the texts given."""
+    return not only or case.op in only or any(t not in OPS_NAMES and t in case.label for t in only)
+
+
+OPS_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce")
+
+
 def run(directory: Path, virtual: int | None, size: str, out_dir: Path, forced_iters: int | None,
-        only: list[str] | None) -> None:
+        only: list[str] | None, graph: bool = True) -> None:
     import torch
 
     from ditron import ops
     if not torch.cuda.is_available():
         sys.exit("bench_dist --run needs a CUDA GPU")
     env = make_env(virtual)
+    env.graph = graph
     lib = ops.Library(directory)
     start = time.perf_counter()
     B, link_how = measure_link(env)
     env.log(f"{'virtual' if env.virtual else 'real'} world of {env.W} rank(s); link {B / 1e9:.0f} GB/s ({link_how})")
     rows, F_cache = [], {}
     for case in cases(env.W, size):
-        if only and case.op not in only:
+        if not selected(case, only):
             continue
         t0 = time.perf_counter()
         row = run_case(env, lib, case, F_cache, B, forced_iters)
         torch.cuda.empty_cache()  # the case's tensors are gone: give their memory back before the next one
         if row is not None:
             rows.append(row)
-            env.log(f"  {case.label:<34} ditron {row['ditron_us']:9.1f} µs   "
+            eager = f" (eager {row['ditron_eager_us']:9.1f} µs)" if "ditron_eager_us" in row else ""
+            env.log(f"  {case.label:<34} ditron {row['ditron_us']:9.1f} µs{eager}   "
                     f"({time.perf_counter() - t0:.1f} s)")
     lib.close()
     if env.rank == 0:
@@ -655,6 +682,10 @@ def main(argv=None) -> None:
     size.add_argument("--quick", action="store_const", dest="size", const="quick", help="a subset of the cases")
     size.add_argument("--full", action="store_const", dest="size", const="full", help="also Qwen2-72B and GPT-3")
     p.add_argument("--ops", nargs="+", help="with --run: only these ops")
+    p.add_argument("--only", metavar="OP[,OP]", help="with --run: only these rows: op names, or texts that the case "
+                   "labels contain (comma-separated)")
+    p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --run: ditron in CUDA-graph mode (default; --no-graph: eager only)")
     p.add_argument("--iters", type=int, help="with --run: iterations per measurement (default: from the size)")
     p.add_argument("--out", default=str(RESULTS), help="where the CSV and PNG go")
     args = p.parse_args(argv)
@@ -665,7 +696,8 @@ def main(argv=None) -> None:
         modes = ["virtual", "real"] if args.mode == "both" else [args.mode]
         build(Path(args.build), args.world, modes, size_name, args.target)
     if args.run:
-        run(Path(args.run), args.virtual, size_name, Path(args.out), args.iters, args.ops)
+        only = (args.ops or []) + [t.strip() for t in (args.only or "").split(",") if t.strip()]
+        run(Path(args.run), args.virtual, size_name, Path(args.out), args.iters, only or None, args.graph)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ class TargetPeaks:
     sm_copy_bw_per_sm: float   # bytes/s one SM moves over the link in a copy/reduce kernel
     link_topology: str = "switch"
     links: int = 1
-    copy_latency: float = 2e-6     # per chunk copy enqueued on a stream (DMA setup + completion)
+    copy_latency: float = 3e-6     # per chunk copy enqueued on a stream (DMA setup + completion; H200: a 512 KB
+                                   # peer pull took 4.5 us in a CUDA graph, 1.4 us of it at the link's rate)
     signal_latency: float = 1e-6   # a stream signal/wait pair
     launch_latency: float = 4e-6   # a kernel launch
     source: str = ""
@@ -251,15 +252,20 @@ def gemm_rs_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_s
 
 
 def gemm_rs_epilogue_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int,
-                              peaks: TargetPeaks) -> float:
+                              peaks: TargetPeaks, *, engine: str = "copy_engine") -> float:
     """GEMM+RS with the reduction in the GEMM's epilogue: every rank computes the other ranks' rows first (peer
-    r-d computes this rank's rows during [(d-1)/W, d/W] of its GEMM) and its own rows last; the copy engine pulls
-    the W-1 partials of each chunk as they complete; an own tile waits for its chunk and reads W-1 staged tiles."""
+    r-d computes this rank's rows during [(d-1)/W, d/W] of its GEMM) and its own rows last. copy_engine: the copy
+    engine pulls the W-1 partials of each chunk as they complete (a stream wait, the copy and a signal per chunk)
+    and an own tile reads W-1 staged tiles; sm: an own tile waits for the peers' counts itself and reads their
+    partial tiles over the link (no hop, but the SMs stall on the remote reads)."""
     if world == 1:
         return t_gemm
-    t_pull = copy_time((world - 1) * shard_bytes, peaks, engine="copy_engine", peers=world - 1,
-                       chunks=(world - 1) * chunks_per_shard)
     per_chunk = t_gemm / (world * chunks_per_shard)
+    if engine == "sm":
+        remote = (world - 1) * shard_bytes / peaks.sm_link_bw(peaks.num_sms, world - 1)
+        return max(t_gemm, (world - 1) / world * t_gemm + per_chunk) + remote + peaks.signal_latency
+    t_pull = copy_time((world - 1) * shard_bytes, peaks, engine="copy_engine", peers=world - 1,
+                       chunks=(world - 1) * chunks_per_shard) + peaks.signal_latency * chunks_per_shard
     staged_last = max((world - 1) / world * t_gemm + t_pull / ((world - 1) * chunks_per_shard), per_chunk + t_pull)
     extra = (world - 1) * shard_bytes / peaks.hbm_copy_bw + peaks.signal_latency * chunks_per_shard
     return max(t_gemm, staged_last + per_chunk) + extra

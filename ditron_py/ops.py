@@ -437,6 +437,8 @@ class Library:
         self.target = None if target is None else _target_name(target)
         self.compile = compile
         self._executables: dict[Signature, Any] = {}
+        self._fast: dict[tuple, Any] = {}          # ops._call: repeated calls skip building the Signature
+        self._fast_worlds: dict[int, Any] = {}     # id(world) -> world, so a reused id cannot alias another
         self._warned_source = False
 
     def __repr__(self) -> str:
@@ -504,6 +506,7 @@ class Library:
         """Close sig's executors (freeing their symmetric heaps) and forget its executable."""
         exe = self._executables.pop(sig, None)
         if exe is not None:
+            self._fast = {k: v for k, v in self._fast.items() if v is not exe}
             exe.close()
 
     def close(self) -> None:
@@ -558,17 +561,35 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
     return ranks
 
 
-def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes):
+def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes,
+          graph: bool = False):
     lib = library or default_library()
-    ranks = _per_rank(op, tensors, world)
-    first = ranks[0]
-    sig = Signature(op, tuple(tuple(t.shape) for t in first), _dtype_name(first[0]), world.world_size,
-                    world.is_virtual, lib.default_target(), tuple(params.items()), _pass_triples(passes))
-    exe = lib.executable(sig)
+    # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a
+    # few microseconds; the full checks cost tens): keyed on the op, the world, rank 0's shapes and dtypes, the
+    # parameters and overrides. The executor checks every rank's tensors against the program either way.
+    try:
+        first = [t[0] for t in tensors] if world.is_virtual else list(tensors)
+        fast = (op, id(world), tuple((t.shape, t.dtype) for t in first), tuple(params.items()),
+                None if passes is None else _pass_triples(passes))
+        exe = lib._fast.get(fast)
+    except (TypeError, AttributeError, IndexError, KeyError):
+        fast, exe = None, None
+    if exe is not None and lib._fast_worlds.get(id(world)) is world:
+        ranks = [list(r) for r in zip(*tensors)] if world.is_virtual else [list(tensors)]
+    else:
+        ranks = _per_rank(op, tensors, world)
+        first = ranks[0]
+        sig = Signature(op, tuple(tuple(t.shape) for t in first), _dtype_name(first[0]), world.world_size,
+                        world.is_virtual, lib.default_target(), tuple(params.items()), _pass_triples(passes))
+        exe = lib.executable(sig)
+        if fast is not None:
+            lib._fast[fast] = exe
+            lib._fast_worlds[id(world)] = world
     outputs = None
     if out is not None:
         outputs = [[o] for o in out] if world.is_virtual else [out]
-    result = exe.run(world, ranks if world.is_virtual else ranks[0], outputs, sync=sync)
+    mode = {"graph": True} if graph else {}  # eager calls keep Executable.run's plain signature
+    result = exe.run(world, ranks if world.is_virtual else ranks[0], outputs, sync=sync, **mode)
     return [r[0] for r in result] if world.is_virtual else result[0]
 
 
@@ -577,44 +598,48 @@ _CALL_DOC = """
     this rank's tensors. ``out``: the output tensor(s) to write (else allocated). ``sync``: wait for completion on
     the host, with the watchdog (False: enqueue on the caller's stream and return). ``library``: where the
     artifacts are (default ``default_library()``). ``passes``: pass option overrides, {pass: {option: value}}.
+    ``graph``: replay a CUDA graph per set of tensors (a few microseconds of host time per call; its own executor,
+    see ditron.runtime.graphs); without ``out`` the result tensors are reused by the next call with the same inputs.
 """
 
 
-def ag_gemm(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None):
+def ag_gemm(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None,
+            graph: bool = False):
     """All-gather + GEMM: a [m, K] (this rank's rows of x), b [K, n] (its columns of W) -> [W*m, n] =
     concat_ranks(a) @ b, the gather overlapped with the GEMM."""
-    return _call("ag_gemm", (a, b), world, {}, out, sync, library, passes)
+    return _call("ag_gemm", (a, b), world, {}, out, sync, library, passes, graph)
 
 
-def gemm_rs(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None):
+def gemm_rs(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None,
+            graph: bool = False):
     """GEMM + reduce-scatter: a [M, k], b [k, N] (K sharded) -> [M/W, N]: this rank's rows of sum_ranks(a @ b)."""
-    return _call("gemm_rs", (a, b), world, {}, out, sync, library, passes)
+    return _call("gemm_rs", (a, b), world, {}, out, sync, library, passes, graph)
 
 
 def gemm_ar(a, b, world, *, algorithm: str = "auto", out=None, sync: bool = True, library: Library | None = None,
-            passes=None):
+            passes=None, graph: bool = False):
     """GEMM + all-reduce: a [M, k], b [k, N] (K sharded) -> [M, N] = sum_ranks(a @ b). ``algorithm``: auto (the
     cost model picks), one_shot or two_shot."""
-    return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes)
+    return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 
 def all_gather(x, world, dim: int = 0, *, out=None, sync: bool = True, library: Library | None = None,
-               passes=None):
+               passes=None, graph: bool = False):
     """Concatenate every rank's x along dim."""
-    return _call("all_gather", (x,), world, {"dim": dim}, out, sync, library, passes)
+    return _call("all_gather", (x,), world, {"dim": dim}, out, sync, library, passes, graph)
 
 
 def reduce_scatter(x, world, dim: int = 0, *, out=None, sync: bool = True, library: Library | None = None,
-                   passes=None):
+                   passes=None, graph: bool = False):
     """Sum x over the ranks; rank r keeps part r of W along dim."""
-    return _call("reduce_scatter", (x,), world, {"dim": dim}, out, sync, library, passes)
+    return _call("reduce_scatter", (x,), world, {"dim": dim}, out, sync, library, passes, graph)
 
 
 def all_reduce(x, world, algorithm: str = "auto", *, out=None, sync: bool = True, library: Library | None = None,
-               passes=None):
+               passes=None, graph: bool = False):
     """Sum x over the ranks; every rank gets the sum. ``algorithm``: auto (the cost model picks), one_shot (every
     rank reduces everything) or two_shot (reduce-scatter, then all-gather)."""
-    return _call("all_reduce", (x,), world, {"algorithm": algorithm}, out, sync, library, passes)
+    return _call("all_reduce", (x,), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 
 for _f in (ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce):

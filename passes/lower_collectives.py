@@ -420,19 +420,23 @@ def _epilogue_ar(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, out:
 def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, counts: ir.Value,
                  out: ir.Value, *, done: ir.Value | None = None) -> KernelRecord:
     """GEMM+RS with the reduction in the GEMM's epilogue. Each rank's GEMM visits the next ranks' rows first
-    (writing P, adding per tile to the owner's ``counts``) and its own rows last. The comm lane pulls, chunk by
-    chunk as the peers complete them, the W-1 peer partials of this rank's rows into the staging buffer (copy
-    engine) and sets ``staged``; the GEMM's own tiles wait on ``staged``, add the staged partials and store the
-    sums to the output. No SM is spent on communication."""
+    (writing P, adding per tile to the owner's ``counts``) and its own rows last. How the peers' partials of an own
+    chunk reach the own tiles (ditron-tile's ``engine``):
+
+    * copy_engine: the comm lane waits until the peers counted the chunk, pulls their partials into the staging
+      buffer with the copy engine and sets ``staged``; the own tiles wait on ``staged`` and add the staged tiles.
+      No SM works for communication: for large chunks.
+    * sm: the own tiles wait on ``counts`` themselves and read the peers' partial tiles from their P (symm_at):
+      no staging hop, the lowest latency: for small chunks."""
     from ..kernels import gemm
     b, w = lw.b, t.world
     mm = task.Matmul(g.producer)
     n = shape_of(mm.result)[1]
-    mt = ir.MemRefType(p.type)
-    stage = b.alloc([(w - 1) * ch.shard, n], mt.element_type, "rs_stage")
-    lw.symmetric.add(stage)
-    staged = b.pad(w * ch.count, "rs_staged")
-    reduce_own = {"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1}
+    from_peers = t.engine == "sm"
+    if from_peers:
+        reduce_own = {"arg": "counts", "rows_per_slot": ch.rows, "parts": w - 1, "from_peers": True}
+    else:
+        reduce_own = {"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1}
     if done is not None:  # GEMM+AR: the sums go to the gather buffer's global rows, counted for the gather
         reduce_own.update(dst_rows="global", done="done")
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
@@ -442,16 +446,23 @@ def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, coun
     if len(per_slot) != 1:
         raise lw.error(g.consumer, "the GEMM's tiles do not count every chunk the same; use chunk rows that are a "
                                    "multiple of BLOCK_M")
-    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, staged, b.epoch, stage, out] +
-              ([done] if done is not None else []), lane="compute", role="rs.gemm", group=g.group,
-              tile_order="rank_rotated")
     per = per_slot.pop() * (w - 1)  # every peer's tiles of a chunk add to its slot; the owner's own do not
     lw.slot_step = max(lw.slot_step, per)
-    expected = b.mul(per, b.epoch) if per != 1 else b.epoch
+    expected = b.v(b.mul(per, b.epoch) if per != 1 else b.epoch)
+    tail = [out] + ([done] if done is not None else [])
+    if from_peers:
+        lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, expected] + tail, lane="compute",
+                  role="rs.gemm", group=g.group, tile_order="rank_rotated")
+        return rec
+    stage = b.alloc([(w - 1) * ch.shard, n], ir.MemRefType(p.type).element_type, "rs_stage")
+    lw.symmetric.add(stage)
+    staged = b.pad(w * ch.count, "rs_staged")
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, staged, b.epoch, stage] + tail, lane="compute",
+              role="rs.gemm", group=g.group, tile_order="rank_rotated")
     with b.loop(0, ch.count, role="rs.stage_loop", group=g.group) as c:
         slot = b.add(b.mul(b.rank, ch.count), c)
         off = b.mul(c, ch.rows)
-        b.wait(counts, [slot], value=b.v(expected), lane="comm", role="rs.await", group=g.group)
+        b.wait(counts, [slot], value=expected, lane="comm", role="rs.await", group=g.group)
         with b.loop(1, w, role="rs.pull_loop", group=g.group) as d:
             q = b.peer(b.sub(w, d))
             b.copy(p, stage, src_rank=q, dst_rank=b.rank, src_offsets=[b.add(b.mul(b.rank, ch.shard), off), 0],

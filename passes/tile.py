@@ -527,17 +527,20 @@ class _Planner:
             if algorithm == "epilogue":
                 cfg = self.gemm_config(g.producer, m, n, k, self.peaks.num_sms, eb)
                 t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=self.peaks.num_sms, elem_bytes=eb)
-                for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
-                    if rows % cfg.block_m or shard_rows % rows:
-                        continue
-                    chunks = shard_rows // rows
-                    t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks)
-                    if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
-                        t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
-                                         peers=w - 1, chunks=(w - 1) * chunks)
-                        t += max(t_ag / chunks, t_ag - t_gemm / w) + local_copy_time(m * n * eb, self.peaks) / chunks
-                    if best is None or t < best[0] * 0.999:
-                        best = (t, algorithm, 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
+                for engine in self.engines():
+                    for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
+                        if rows % cfg.block_m or shard_rows % rows:
+                            continue
+                        chunks = shard_rows // rows
+                        t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks,
+                                                      engine=engine)
+                        if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
+                            t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
+                                             peers=w - 1, chunks=(w - 1) * chunks)
+                            t += max(t_ag / chunks, t_ag - t_gemm / w) + \
+                                local_copy_time(m * n * eb, self.peaks) / chunks
+                        if best is None or t < best[0] * 0.999:
+                            best = (t, (algorithm, engine), 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
                 continue
             for comm in self.reduce_sm_options():
                 sms = self.peaks.num_sms - comm
@@ -558,9 +561,9 @@ class _Planner:
                                                     f"shard to split into chunks of whole GEMM row tiles; use "
                                                     f"{other}")
         t, algorithm, comm, sms, cfg, shard_rows, rows, chunks = best
+        algorithm, engine = algorithm if isinstance(algorithm, tuple) else (algorithm, "sm")
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
-                      num_chunks=chunks, engine="copy_engine" if algorithm == "epilogue" else "sm", comm_sms=comm,
-                      est_us=t * 1e6, algorithm=algorithm,
+                      num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6, algorithm=algorithm,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
 
     def single(self, op: ir.Operation) -> Tiling | None:

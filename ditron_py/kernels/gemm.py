@@ -25,11 +25,13 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             slot of ``arg`` covering its rows, on rank ``peer``: 'rank' (own), 'rank+<d>'
                             ((rank+d) mod num_ranks), 'arg:<name>' (an i32 argument) or 'slot_owner'
                             (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_counts``.
-    reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, dst_rows, done, scope}: the
-                            reduce-scatter epilogue. A tile of the launching rank's own rows [rank*R, (rank+1)*R)
+    reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, dst_rows, done, from_peers, scope}:
+                            the reduce-scatter epilogue. A tile of the launching rank's own rows [rank*R, (rank+1)*R)
                             (R = rows_per_rank) waits until the slots of ``arg`` covering its rows are >=
                             ``value_arg``, adds the ``parts`` partial tiles staged in ``src`` ([parts*R, n]: part j
-                            at rows j*R + the row within the shard) to its accumulator and stores the sum to ``dst``
+                            at rows j*R + the row within the shard) -- or, with from_peers, the same tile of ``c``
+                            on ranks rank+1, ..., rank+parts (mod parts+1) through symm_at (no staging; ``arg`` is
+                            then the pad the peers notify) -- to its accumulator and stores the sum to ``dst``
                             instead of ``c`` — at the row within the shard (dst_rows 'shard', dst [R, n]) or at the
                             tile's own row (dst_rows 'global', dst [m, n]) — then, with ``done`` (a pad argument),
                             adds 1 to its slots of ``done`` on its own rank (release); it does not notify. Other
@@ -118,6 +120,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
     if reduce_own:
         rec["reduce_own"] = {"value_arg": "own_value", "src": "stage", "dst": "out", "dst_rows": "shard",
                              "scope": "sys", **reduce_own}
+        if rec["reduce_own"].get("from_peers"):
+            rec["reduce_own"].pop("src")
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -135,7 +139,7 @@ def _arg_names(rec) -> list[str]:
             args.append(peer[4:])
     if "reduce_own" in rec:
         spec = rec["reduce_own"]
-        args += [a for a in (spec["arg"], spec["value_arg"], spec["src"], spec["dst"], spec.get("done"))
+        args += [a for a in (spec["arg"], spec["value_arg"], spec.get("src"), spec["dst"], spec.get("done"))
                  if a is not None and a not in args]
     if rec.get("split_k", 1) > 1:
         args += ["workspace", "locks"]
@@ -458,8 +462,12 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if own is not None:
                 ro = rec["reduce_own"]
                 step.waits = [SlotWait(ro["arg"], sl, int(scalars[ro["value_arg"]])) for sl in _slots(m0, rows, ro)]
-                parts = [Region(ro["src"], (j * rec["rows_per_rank"] + own, n0), (rows, cols))
-                         for j in range(ro["parts"])]
+                if ro.get("from_peers"):
+                    parts = [Region("c", (m0, n0), (rows, cols), (rank + j) % (ro["parts"] + 1))
+                             for j in range(1, ro["parts"] + 1)]
+                else:
+                    parts = [Region(ro["src"], (j * rec["rows_per_rank"] + own, n0), (rows, cols))
+                             for j in range(ro["parts"])]
                 step.reads += parts
                 dst = Region(ro["dst"], (m0 if ro["dst_rows"] == "global" else own, n0), (rows, cols))
                 step.writes = [dst]
@@ -548,7 +556,9 @@ class _Emitter:
             if part in rec:
                 types[rec[part]["value_arg"]] = T.i32()
         if "reduce_own" in rec:
-            types[rec["reduce_own"]["src"]] = types[rec["reduce_own"]["dst"]] = T.ptr(self.out_t)
+            types[rec["reduce_own"]["dst"]] = T.ptr(self.out_t)
+            if not rec["reduce_own"].get("from_peers"):
+                types[rec["reduce_own"]["src"]] = T.ptr(self.out_t)
             if rec["reduce_own"].get("done"):
                 types[rec["reduce_own"]["done"]] = T.ptr("i32")
         if "notify" in rec and rec["notify"]["peer"].startswith("arg:"):
@@ -636,13 +646,22 @@ class _Emitter:
         lo = T.mul(self.rank, rpr)
         hi = T.add(lo, rpr)
         with T.if_(T.and_(T.ge(m0, lo), T.lt(m0, hi))):
-            src = core.ConsumeToken.build(self.arg[spec["src"]], self._wait(m0, spec)).result
+            token = self._wait(m0, spec)
             own = T.sub(m0, lo)
             total = acc
-            for j in range(spec["parts"]):
-                ptrs, mask = self._tile_ptrs(src, own, n0, self.n, row_shift=j * rpr)
-                part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
-                total = T.add(total, T.cast(part, "fp32"))
+            if spec.get("from_peers"):  # the peers' partial tiles, read where they wrote them
+                c = core.ConsumeToken.build(self.arg["c"], token).result
+                for j in range(1, spec["parts"] + 1):
+                    peer = T.rem(T.add(self.rank, j), spec["parts"] + 1)
+                    ptrs, mask = self._tile_ptrs(core.SymmAt.build(c, peer).result, m0, n0, rec["ldc"])
+                    part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
+                    total = T.add(total, T.cast(part, "fp32"))
+            else:
+                src = core.ConsumeToken.build(self.arg[spec["src"]], token).result
+                for j in range(spec["parts"]):
+                    ptrs, mask = self._tile_ptrs(src, own, n0, self.n, row_shift=j * rpr)
+                    part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
+                    total = T.add(total, T.cast(part, "fp32"))
             ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], m0 if spec["dst_rows"] == "global" else own, n0,
                                          self.n)
             T.store(ptrs, T.cast(total, self.out_t), mask)

@@ -14,17 +14,25 @@ current stream, then enqueues each local rank's trace (``HostProgram.trace``) in
 
 * ``copy`` -> ``dst[region].copy_(src[region])`` on the op's stream (copy engine; same-GPU copies run on SMs);
   peer buffers are the peers' heap views.
-* ``signal`` -> "set": the stream write-value memop (``cuStreamWriteValue32``, through torch's symmetric-memory
-  binding; a system fence precedes the write, no SM needed) where torch has it; else, and for "add", the runtime
-  signal kernel (a release atomic on the peer's slot).
-* ``wait`` -> the runtime wait kernel (one program spinning with acquire loads, bounded, see ``timeouts``).
+* ``signal`` -> "set": the stream write-value memop (``cuStreamWriteValue32``: a system fence precedes the write,
+  no SM needed) through the driver (``memops``), else through torch's symmetric-memory binding; else, and for
+  "add", the runtime signal kernel (a release atomic on the peer's slot).
+* ``wait`` -> one driver stream wait per slot (``cuStreamWaitValue32`` GEQ, ``memops``: no kernel, no SM) where the
+  CUDA driver is (``wait_via="auto"|"memop"``); else (``"kernel"``) the runtime wait kernel (one program spinning
+  with acquire loads, bounded, see ``timeouts``).
 * ``barrier`` -> arrival n: every rank's slot <rank> := n, then wait for slots 0..W-1 >= n.
 * ``launch`` -> the kernel through Triton's launcher, operands bound positionally to its ABI (memrefs as
   pointers, index values as i32), then rank / num_ranks / heap_bases / wait_bound / wait_err / wait_tag by kind
   (a kernel that spins in-kernel gives up after max_iters polls and records it like the wait kernel).
 
 Then the caller's stream waits for every stream, so results are ordered before later work on it. ``sync=True``
-(default) also waits on the host, with the watchdog, and checks the error records.
+(default) also waits on the host, with the watchdog, and checks the error records. A memop wait has no in-kernel
+bound: with ``sync=False`` a stuck one is found by the next ``synchronize`` (or ``close``), whose watchdog releases
+it (INT32_MAX satisfies every GEQ wait) and raises.
+
+``graph=True`` (decided at creation; see ``graphs``): each call replays a CUDA graph of the program traced once with
+epoch 1, on parity e % 2 of two sets of signal pads (the call zeroes its own pads of the other parity first), so a
+call costs one graph launch and one event on the host.
 """
 from __future__ import annotations
 
@@ -34,7 +42,9 @@ from typing import Any, Callable, Sequence
 
 from .. import env
 from ..errors import DitronRuntimeError, WaitTimeoutError
-from .heap import HeapLayout, SymmetricHeap
+from .graphs import GraphCall, GraphRunner, check_graph_program
+from .heap import SymmetricHeap, program_layout
+from .memops import DriverMemops, MemopError
 from .program import (DTYPES, BarrierAction, Buf, CopyAction, HostProgram, HostProgramError, LaunchAction,
                       SignalAction, WaitAction, slot_runs)
 from .timeouts import DRAIN_S, SILENT_STALL_FACTOR, Blocked, Milestone, Watch, raise_silent_stall, timeout_message
@@ -91,6 +101,11 @@ def _pinned(t):
     return t.pin_memory() if torch.cuda.is_available() else t
 
 
+def driver_memops() -> DriverMemops | None:
+    """The CUDA driver's stream wait/write binding, or None where there is no driver (CPU, ROCm)."""
+    return DriverMemops.load()
+
+
 def stream_write_value32():
     """torch's stream write-value (``cuStreamWriteValue32`` with a system fence before the write; takes a flat
     uint32 tensor, an element offset and a value in [0, 2^32)) as a callable, or None where torch lacks it."""
@@ -111,39 +126,61 @@ def stream_write_value32():
 class Executor:
     """Runs one executable's host program in one world (see the module doc)."""
 
-    def __init__(self, exe: Any, world: World, *, signal_via: str = "auto", timeout_s: float | None = None):
+    def __init__(self, exe: Any, world: World, *, signal_via: str = "auto", wait_via: str = "auto",
+                 graph: bool = False, timeout_s: float | None = None):
         import torch
         if exe.host_program is None:
             raise DitronRuntimeError(f"{exe.path or 'this executable'} has no host program: it holds core-level "
                                      "kernels only; launch them with exe.kernels[name][grid](...)")
-        if signal_via not in ("auto", "memop", "kernel"):
-            raise DitronRuntimeError(f"signal_via='{signal_via}': choose 'auto', 'memop' or 'kernel'")
+        for option, value in (("signal_via", signal_via), ("wait_via", wait_via)):
+            if value not in ("auto", "memop", "kernel"):
+                raise DitronRuntimeError(f"{option}='{value}': choose 'auto', 'memop' or 'kernel'")
+        if not isinstance(graph, bool):
+            raise DitronRuntimeError(f"graph={graph!r}: pass True (CUDA-graph replay) or False (eager)")
+        # A memop node costs ~2.5 us of host time at every launch of a CUDA graph, a kernel node ~0.4 us (H200:
+        # 20 write memops 50 us, 20 wait memops 33 us, 20 kernels 9 us per replay). But a graph may not run a
+        # side stream's kernel beside a kernel that spins waiting for it (seen: GEMM+RS deadlocked with its comm
+        # lane's wait and signal kernels), and a memop needs no SM. So graphs use the kernels on stream 0, where
+        # nothing spins beside them (stream 0's own launches are finished; side streams use memops), and memops
+        # on side streams.
+        self._stream0_kernels = (graph and signal_via == "auto", graph and wait_via == "auto")
         self.exe, self.world = exe, world
         self.program = HostProgram(exe.host_program)
-        self.device = _device_of(world)
+        self.graph = graph
         self.W, self.ranks = world.world_size, world.ranks_here
+        # graph mode is refused before anything is allocated when the program cannot be replayed
+        self._graph_traces = check_graph_program(self.program, self.ranks, self.W,
+                                                  not world.is_virtual) if graph else None
+        self.device = _device_of(world)
         self.timeout_s = env.wait_timeout_s() if timeout_s is None else float(timeout_s)
         self.epoch = 0
         self._broken: str | None = None
         self._closed = False
         self._owned_streams: list[Any] = []
+        self._capturing = False
         with torch.cuda.device(self.device):
-            self._setup(signal_via)
+            self._setup(signal_via, wait_via)
 
     # ------------------------------------------------------------------------------------------ set-up
-    def _setup(self, signal_via: str) -> None:
+    def _setup(self, signal_via: str, wait_via: str) -> None:
         import torch
         prog = self.program
         self.num_sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.cta_budget = self.world.cta_budget(self.num_sms)
         self._check_kernels()
-        layout = HeapLayout()
-        for a in prog.allocs:
-            layout.add(a.name, a.shape, torch_dtype(a.dtype))
-        self.heap = SymmetricHeap(self.world, layout)
-        self._views = {(j, r): self.heap.view(a.name, r) for j, a in enumerate(prog.allocs) for r in range(self.W)}
         self._pads = [j for j, a in enumerate(prog.allocs) if a.dtype == "i32" and len(a.shape) == 1]
-        self._pad_u32 = {(j, r): self._views[(j, r)].view(torch.uint32) for j in self._pads for r in range(self.W)}
+        layout, names = program_layout([(a.name, a.shape, torch_dtype(a.dtype)) for a in prog.allocs], self._pads,
+                                       2 if self.graph else 1)
+        self.heap = SymmetricHeap(self.world, layout)
+        # per parity of the signal pads (one in eager mode): views, uint32 views and addresses of every buffer
+        self._parity_views = [{(j, r): self.heap.view(names[p][j], r) for j in range(len(prog.allocs))
+                               for r in range(self.W)} for p in range(len(names))]
+        self._parity_u32 = [{(j, r): v[(j, r)].view(torch.uint32) for j in self._pads for r in range(self.W)}
+                            for v in self._parity_views]
+        self._parity_ptr = [{(j, r): v[(j, r)].data_ptr() for j in self._pads for r in range(self.W)}
+                            for v in self._parity_views]
+        self._pad_spans = [layout.span([names[p][j] for j in self._pads]) for p in range(len(names))]
+        self._use_parity(0)
         self.streams: dict[tuple[int, int], Any] = {}
         for r in self.ranks:
             for s in prog.streams:
@@ -152,27 +189,73 @@ class Executor:
         self._check_connections()
         self._err = torch.zeros((len(self.ranks), ERR_FIELDS), dtype=torch.int32, device=self.device)
         self._err_host = _pinned(torch.zeros(self._err.shape, dtype=torch.int32))
-        pad_bytes = sum(prog.allocs[j].nbytes for j in self._pads) * len(self.ranks)
+        pad_bytes = sum(prog.allocs[j].nbytes for j in self._pads) * len(self.ranks) * len(self._parity_views)
         self._pads_host = _pinned(torch.zeros(max(1, pad_bytes // 4), dtype=torch.int32))
         self._release = _pinned(torch.full((max([prog.allocs[j].shape[0] for j in self._pads] or [1]),), INT32_MAX,
                                            dtype=torch.int32))
         self._barriers: dict[tuple[int, int], int] = {}
         self._tags: dict[int, tuple[int, WaitAction, tuple[int, ...], int, int]] = {}
+        self._pinned_tags: dict[int, tuple[int, Any, tuple[int, ...], int, int]] = {}  # tags baked into graphs
         self._next_tag = 1
         self._checked_sites: set[tuple[int, int]] = set()
         self.watch = Watch()
-        memop = stream_write_value32()
-        if signal_via == "memop" and memop is None:
-            raise DitronRuntimeError("signal_via='memop': this torch has no stream write-value "
-                                     "(torch.ops.symm_mem.stream_write_value32_); use 'kernel' or 'auto'")
-        self._write_value = memop if signal_via != "kernel" else None
-        self.signal_memop = self._write_value is not None
+        self._choose_memops(signal_via, wait_via)
         self._plans = {name: self._abi_plan(name) for name in prog.kernels}
         self._scratch = self._scratch_arena()
         self.exe.warmup()  # every kernel loaded before anything can spin
         self._warm_copies()
         self.max_iters = self._calibrate()
+        self._graphs = GraphRunner(self, signal_via, wait_via) if self.graph else None
         self.heap.barrier()
+
+    def _use_parity(self, parity: int) -> None:
+        """Bind the signal pads of one parity (graph mode captures each parity's graph with its own pads)."""
+        self._views = self._parity_views[parity]
+        self._pad_u32 = self._parity_u32[parity]
+        self._pad_ptr = self._parity_ptr[parity]
+
+    def _choose_memops(self, signal_via: str, wait_via: str) -> None:
+        """Driver memops for stream waits (and "set" signals) where the driver runs them (probed once), torch's
+        write-value for signals where it is not, the runtime kernels otherwise or when asked."""
+        drv = driver_memops() if (signal_via, wait_via) != ("kernel", "kernel") else None
+        if drv is not None:
+            problem = self._probe_memops(drv)
+            if problem is not None:
+                if "memop" in (signal_via, wait_via):
+                    raise MemopError(f"the CUDA driver's stream memory operations do not work here: {problem}; use "
+                                     "signal_via='kernel' and wait_via='kernel'")
+                warnings.warn(f"stream memory operations do not work here ({problem}): the executor uses its wait "
+                              "and signal kernels", RuntimeWarning, stacklevel=5)
+                drv = None
+        if wait_via == "memop" and drv is None:
+            raise DitronRuntimeError("wait_via='memop' needs the CUDA driver's cuStreamWaitValue32 (libcuda.so.1), "
+                                     "which is not available here; use 'kernel' or 'auto'")
+        self._memops = drv if wait_via != "kernel" else None
+        self.wait_memop = self._memops is not None
+        self._signal_drv = drv if signal_via != "kernel" else None
+        memop = stream_write_value32() if signal_via != "kernel" and self._signal_drv is None else None
+        if signal_via == "memop" and self._signal_drv is None and memop is None:
+            raise DitronRuntimeError("signal_via='memop': neither the CUDA driver (cuStreamWriteValue32) nor this "
+                                     "torch (torch.ops.symm_mem.stream_write_value32_) has a stream write-value; "
+                                     "use 'kernel' or 'auto'")
+        self._write_value = memop
+        self.signal_memop = self._signal_drv is not None or self._write_value is not None
+
+    def _probe_memops(self, drv: DriverMemops) -> str | None:
+        """Write, wait for and write a scratch word on a side stream; what went wrong, or None."""
+        import torch
+        word = torch.zeros(2, dtype=torch.int32, device=self.device)
+        torch.cuda.synchronize(self.device)
+        try:
+            h = self._diag.cuda_stream
+            drv.write(h, word.data_ptr(), 1)
+            drv.wait_geq(h, word.data_ptr(), 1)
+            drv.write(h, word.data_ptr() + 4, 2)
+        except MemopError as err:
+            return str(err)
+        self._diag.synchronize()
+        got = word.tolist()
+        return None if got == [1, 2] else f"a probe wrote [1, 2] and read back {got}"
 
     def _stream(self):
         stream, owned = _new_stream(self.device)
@@ -213,6 +296,13 @@ class Executor:
 
     def _has_op(self, kinds) -> bool:
         return any(isinstance(a, kinds) for r in range(min(self.W, 2)) for a in self.program.trace(r, self.W, 1))
+
+    def _zero(self, stream, t) -> None:
+        """Enqueue t := 0 on ``stream`` (graph mode's parity reset; a graph node when captured)."""
+        import torch
+        if t.numel():
+            torch.cuda.set_stream(stream)
+            t.zero_()
 
     def _abi_plan(self, name: str) -> list[tuple[str, str, str]]:
         """(kind, type, name) per kernel argument, in order; user arguments (pointer/scalar) come first."""
@@ -306,6 +396,8 @@ class Executor:
             raise DitronRuntimeError("this executor is closed")
         if self._broken:
             raise DitronRuntimeError(f"this executor cannot run again: {self._broken}")
+        if self._graphs is not None:
+            return self._graphs.run(inputs, outputs, sync)
         with torch.cuda.device(self.device):
             tensors, result = self._bind_io(inputs, outputs)
             epoch = self.epoch + 1
@@ -516,9 +608,16 @@ class Executor:
             self._signal(rank, stream, a.pad, q, rank, n, "set", "sys")
         self._wait(rank, stream, WaitAction(a.stream, a.loc, a.site, a.pad, n, tuple(range(self.W)), "barrier"))
 
+    def _on_stream0(self, rank: int, stream) -> bool:
+        return self.streams.get((rank, 0)) is stream
+
     def _signal(self, rank: int, stream, pad: Buf, target: int, slot: int, value: int, op: str, scope: str) -> None:
         import torch
-        if op == "set" and self._write_value is not None:
+        kernel_here = self._stream0_kernels[0] and self._on_stream0(rank, stream)
+        if op == "set" and self._signal_drv is not None and not kernel_here:
+            self._signal_drv.write(stream.cuda_stream, self._pad_ptr[(pad.index, target)] + 4 * slot, value)
+            return
+        if op == "set" and self._write_value is not None and not kernel_here:
             torch.cuda.set_stream(stream)
             self._write_value(self._pad_u32[(pad.index, target)], slot, value & 0xFFFFFFFF)
             return
@@ -546,7 +645,14 @@ class Executor:
         return plan
 
     def _wait(self, rank: int, stream, a: WaitAction) -> None:
-        """The runtime wait kernel per run of consecutive slots, then a milestone for the watchdog."""
+        """One driver stream wait per slot, else the runtime wait kernel per run of consecutive slots; then a
+        milestone for the watchdog."""
+        if self._memops is not None and not (self._stream0_kernels[1] and self._on_stream0(rank, stream)):
+            base, handle = self._pad_ptr[(a.pad.index, rank)], stream.cuda_stream
+            for s in sorted(set(a.slots)):
+                self._memops.wait_geq(handle, base + 4 * s, a.value)
+            self._milestone(rank, a, stream)
+            return
         kernel = self._kernel(self.program.wait_kernel).triton_kernel
         tag = self._new_tag(rank, a, a.slots, a.value)
         err = self._err[self.ranks.index(rank)]
@@ -559,6 +665,9 @@ class Executor:
         """A number that names (rank, action, call) in an error record; the last 4096 are remembered."""
         tag = self._next_tag
         self._next_tag = self._next_tag % INT32_MAX + 1
+        if self._capturing:  # baked into a CUDA graph: kept while the executor lives; the call is the latest one
+            self._pinned_tags[tag] = (rank, a, slots, value, -1)
+            return tag
         self._tags[tag] = (rank, a, slots, value, self.epoch)
         if len(self._tags) > 4096:
             self._tags.pop(next(iter(self._tags)))
@@ -566,6 +675,8 @@ class Executor:
 
     def _milestone(self, rank: int, a, stream) -> None:
         import torch
+        if self._capturing:  # a graph call has one milestone, after its replay (graphs.GraphRunner)
+            return
         ev = torch.cuda.Event()
         ev.record(stream)
         self.watch.add((rank, a.stream), Milestone(ev, rank, a.stream, a, self.epoch))
@@ -627,17 +738,19 @@ class Executor:
         self.watch.wait(self.timeout_s, self._on_stall)
         self._check_errors()
 
-    def _read_pads(self) -> dict[tuple[int, int], list[int]]:
-        """Every local rank's signal pads, read on the side (the copy engine needs no SM)."""
+    def _read_pads(self) -> dict[tuple[int, int, int], list[int]]:
+        """Every local rank's signal pads of every parity, {(parity, pad, rank): values}, read on the side (the
+        copy engine needs no SM)."""
         import torch
         views, offset = [], 0
         with torch.cuda.stream(self._diag):
-            for r in self.ranks:
-                for j in self._pads:
-                    n = self.program.allocs[j].shape[0]
-                    self._pads_host[offset: offset + n].copy_(self._views[(j, r)], non_blocking=True)
-                    views.append(((j, r), offset, n))
-                    offset += n
+            for p, parity_views in enumerate(self._parity_views):
+                for r in self.ranks:
+                    for j in self._pads:
+                        n = self.program.allocs[j].shape[0]
+                        self._pads_host[offset: offset + n].copy_(parity_views[(j, r)], non_blocking=True)
+                        views.append(((p, j, r), offset, n))
+                        offset += n
         self._diag.synchronize()
         host = self._pads_host.tolist()
         return {key: host[o: o + n] for key, o, n in views}
@@ -646,7 +759,14 @@ class Executor:
         """Nothing progressed for the timeout: name the waits whose condition is false, release the spinners and
         raise; with no such wait, keep waiting, and give up after SILENT_STALL_FACTOR timeouts."""
         pads = self._read_pads()
-        blocked = [b for b in (self._blocked(m, pads) for m in heads) if b is not None]
+        blocked = []
+        for m in heads:
+            if isinstance(m.action, GraphCall):
+                blocked += self._graphs.blocked(m, pads)
+            else:
+                b = self._blocked(m, pads)
+                if b is not None:
+                    blocked.append(b)
         if not blocked:
             if stalled_s >= SILENT_STALL_FACTOR * self.timeout_s:
                 self._broken = "the GPU made no progress"
@@ -656,11 +776,11 @@ class Executor:
         self._broken = f"a wait timed out ({blocked[0].describe()})"
         raise WaitTimeoutError(timeout_message(blocked, self.timeout_s, released=True))
 
-    def _blocked(self, m: Milestone, pads) -> Blocked | None:
+    def _blocked(self, m: Milestone, pads, parity: int = 0) -> Blocked | None:
         a = m.action
         if isinstance(a, WaitAction):
             what = "barrier" if a.where == "barrier" else "wait"
-            return self._unsatisfied(m, what, a.pad, a.slots, a.value, pads, a.loc)
+            return self._unsatisfied(m, what, a.pad, a.slots, a.value, pads, a.loc, parity)
         if isinstance(a, LaunchAction):
             info = self.program.kernels[a.kernel]
             spec = info.wait or {}
@@ -671,7 +791,7 @@ class Executor:
                 if isinstance(pad, Buf) and isinstance(value, int) and pad.index in self._pads:
                     slots = tuple(range(self.program.allocs[pad.index].shape[0]))
                     return self._unsatisfied(m, f"kernel @{a.kernel} waits in-kernel", pad, slots, value, pads,
-                                             a.loc)
+                                             a.loc, parity)
             return Blocked(m.rank, m.stream, f"kernel @{a.kernel} spin-waits in-kernel (no wait record to name "
                            "its slot)", "?", (-1,), -1, (-1,), a.loc, m.epoch)
         return None
@@ -686,8 +806,9 @@ class Executor:
                 return self.program.allocs[pad.index].name, value, (-1,)
         return "?", -1, (-1,)
 
-    def _unsatisfied(self, m: Milestone, what: str, pad: Buf, slots, value: int, pads, loc) -> Blocked | None:
-        values = pads.get((pad.index, m.rank))
+    def _unsatisfied(self, m: Milestone, what: str, pad: Buf, slots, value: int, pads, loc,
+                     parity: int = 0) -> Blocked | None:
+        values = pads.get((parity, pad.index, m.rank))
         if values is None:
             return None
         bad = tuple(s for s in slots if values[s] < value)
@@ -705,10 +826,11 @@ class Executor:
         deadline = time.monotonic() + DRAIN_S
         while True:
             with torch.cuda.stream(self._diag):
-                for r in self.ranks:
-                    for j in self._pads:
-                        v = self._views[(j, r)]
-                        v.copy_(self._release[: v.numel()], non_blocking=True)
+                for parity_views in self._parity_views:
+                    for r in self.ranks:
+                        for j in self._pads:
+                            v = parity_views[(j, r)]
+                            v.copy_(self._release[: v.numel()], non_blocking=True)
             self._diag.synchronize()
             time.sleep(0.02)
             self.watch.prune()
@@ -729,11 +851,12 @@ class Executor:
         self._err.zero_()
         blocked = []
         for rank, (count, tag, seen, _) in failed:
-            entry = self._tags.get(tag)
+            entry = self._tags.get(tag) or self._pinned_tags.get(tag)
             if entry is None:
                 blocked.append(Blocked(rank, -1, "wait", "?", (-1,), -1, (seen,), None, -1))
                 continue
             _, action, slots, value, epoch = entry
+            epoch = self.epoch if epoch < 0 else epoch
             gave_up = f"gave up in-kernel; {count} wait(s) of this rank did"
             if isinstance(action, LaunchAction):
                 pad, value, slots = self._kernel_wait(action)
@@ -757,6 +880,8 @@ class Executor:
         with torch.cuda.device(self.device):
             if self._broken is None:
                 self._synchronize()  # raises (and leaves the heap alone) if outstanding work times out
+                if self._graphs is not None:
+                    self._graphs.clear()
                 self.heap.close()
                 torch.cuda.synchronize(self.device)
                 drained = True

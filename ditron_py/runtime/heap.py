@@ -4,6 +4,10 @@ One contiguous byte region per rank holds every symmetric buffer at the same off
 copy of a buffer is ``heap_base[peer] + offset`` — which is how ``ditron_core.symm_at`` is lowered (a table of
 heap bases, ``bases()``). Buffers are laid out once, before anything runs, and reused across calls.
 
+``program_layout`` lays out a host program's buffers: in program order (eager executors), or, for CUDA-graph
+executors, with every signal pad twice — parity 0 under its own name, parity 1 as ``name@1`` — the data buffers
+first, then each parity's pads side by side, so that one memset clears a parity's pads (``HeapLayout.span``).
+
 Backends: PyTorch symmetric memory (``torch.distributed._symmetric_memory``, one process per GPU) for real worlds;
 one tensor per rank on the same device for virtual worlds.
 """
@@ -46,6 +50,48 @@ class HeapLayout:
         self.size = offset + spec.nbytes
         return spec
 
+    def span(self, names) -> tuple[int, int]:
+        """(offset, nbytes) of the smallest byte range holding every named buffer (gaps between them included)."""
+        specs = [self.buffers[n] for n in names]
+        if not specs:
+            return 0, 0
+        start = min(s.offset for s in specs)
+        return start, max(s.offset + s.nbytes for s in specs) - start
+
+
+PARITY_SEP = "@"
+
+
+def parity_name(name: str, parity: int) -> str:
+    """The heap name of a signal pad's copy for one parity: the pad's own name for 0, ``name@1`` for 1."""
+    return name if parity == 0 else f"{name}{PARITY_SEP}{parity}"
+
+
+def program_layout(buffers, pads, parities: int = 1) -> tuple[HeapLayout, list[list[str]]]:
+    """The heap layout of a program's symmetric buffers ``buffers`` ([(name, shape, torch dtype)] in program
+    order; ``pads``: the indices of the signal pads) and, per parity, the heap name of each buffer index.
+
+    ``parities=1``: program order. ``parities=2`` (CUDA-graph mode): the data buffers in program order, then the
+    parity-0 pads, then the parity-1 pads (``parity_name``); a data buffer has one name in both parities."""
+    if parities not in (1, 2):
+        raise DitronRuntimeError(f"a heap layout has 1 or 2 parities of signal pads, not {parities}")
+    layout = HeapLayout()
+    names = [[name for name, _, _ in buffers] for _ in range(parities)]
+    pads = set(pads)
+    if parities == 1:
+        for name, shape, dtype in buffers:
+            layout.add(name, shape, dtype)
+        return layout, names
+    for j, (name, shape, dtype) in enumerate(buffers):
+        if j not in pads:
+            layout.add(name, shape, dtype)
+    for p in range(parities):
+        for j, (name, shape, dtype) in enumerate(buffers):
+            if j in pads:
+                names[p][j] = parity_name(name, p)
+                layout.add(names[p][j], shape, dtype)
+    return layout, names
+
 
 class SymmetricHeap:
     """Allocates the layout on every rank of the world (zero-filled), once."""
@@ -72,6 +118,10 @@ class SymmetricHeap:
         spec = self.layout.buffers[name]
         raw = self._heaps[rank][spec.offset: spec.offset + spec.nbytes]
         return raw.view(spec.dtype).view(spec.shape)
+
+    def raw(self, rank: int, offset: int, nbytes: int):
+        """Bytes [offset, offset + nbytes) of rank ``rank``'s heap as a uint8 tensor."""
+        return self._heaps[rank][offset: offset + nbytes]
 
     def bases(self):
         """int64 tensor [world_size] of heap base addresses (the table symm_at reads)."""

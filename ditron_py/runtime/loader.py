@@ -257,22 +257,28 @@ class Executable:
             kernel.warmup()
         return self
 
-    def executor(self, world: Any, **options: Any) -> Any:
-        """The Executor that runs this executable's host program in ``world`` (made once per world, on first
-        use: symmetric heap, streams, kernels loaded). ``options``: signal_via, timeout_s (first use only)."""
+    def executor(self, world: Any, *, graph: bool = False, **options: Any) -> Any:
+        """The Executor that runs this executable's host program in ``world`` (made once per world and mode, on
+        first use: symmetric heap, streams, kernels loaded). ``graph``: CUDA-graph replay (True) or eager (False);
+        the two modes never share an executor (their signal pads differ), so each has its own. ``options``:
+        signal_via, wait_via, timeout_s (first use only). In a real world every rank must ask for the same."""
         from .executor import Executor
+        if not isinstance(graph, bool):
+            raise DitronRuntimeError(f"graph={graph!r}: pass True (CUDA-graph replay) or False (eager)")
         for ex in self._executors:
-            if ex.world is world and not ex._closed:
+            if ex.world is world and not ex._closed and ex.graph == graph:
                 return ex
-        ex = Executor(self, world, **options)
+        ex = Executor(self, world, graph=graph, **options)
         self._executors.append(ex)
         return ex
 
     def run(self, world: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None = None, *,
-            sync: bool = True) -> Any:
+            sync: bool = True, graph: bool = False) -> Any:
         """Run the host program once in ``world`` (a ditron.runtime.world.World): ``inputs`` per rank in a virtual
-        world (``[[x0, ...], [x1, ...]]``), this rank's in a real one; returns the outputs in the same shape."""
-        return self.executor(world).run(inputs, outputs, sync=sync)
+        world (``[[x0, ...], [x1, ...]]``), this rank's in a real one; returns the outputs in the same shape.
+        ``graph=True`` replays a CUDA graph per set of tensors (see ditron.runtime.graphs: without ``outputs``, the
+        returned tensors are reused by the next call with the same inputs)."""
+        return self.executor(world, graph=graph).run(inputs, outputs, sync=sync)
 
     __call__ = run
 

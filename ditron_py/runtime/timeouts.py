@@ -3,7 +3,8 @@
 Two guards, both bounded by ``ditron.env.wait_timeout_s()``:
 
 * **Host watchdog** (``Watch``). After each action that can block (a stream wait, a barrier, a launch of a kernel
-  that spin-waits) the executor records a *milestone* event on that stream. Synchronising polls the oldest
+  that spin-waits) the executor records a *milestone* event on that stream; in CUDA-graph mode one milestone
+  follows each replay, and it knows every wait of the captured program (``graphs.GraphCall``). Synchronising polls the oldest
   milestone of each stream; any milestone completing is progress. When nothing progresses for the timeout, the
   executor reads the signal pads and names every blocked wait whose condition is still false — rank, stream, pad,
   slots, expected and observed values, source location — then releases the spinners (so that the GPU drains and
@@ -11,7 +12,9 @@ Two guards, both bounded by ``ditron.env.wait_timeout_s()``:
 * **In-kernel bound.** The runtime wait kernel (``ditron_rt_wait``) polls at most ``max_iters`` times, calibrated at
   warm-up from the measured poll rate to last about the timeout; giving up, it counts the failure and writes its tag
   to the rank's error record, which the executor checks after synchronising. This bounds stream waits even when no
-  host is watching (``sync=False``).
+  host is watching (``sync=False``). Driver stream waits (``cuStreamWaitValue32``, ``wait_via="memop"``) have no
+  such bound: only the watchdog (at the next synchronize) releases them, by writing INT32_MAX into every local pad,
+  which satisfies a GEQ wait too.
 
 Kernels that spin in-kernel (``ditron_core.wait``, ``barrier_all``, split-K's lock wait) are bounded the same way:
 ditron-lower-core-to-triton appends ``wait_bound`` (i64), ``wait_err`` (the rank's error record) and ``wait_tag``
@@ -144,6 +147,9 @@ class Watch:
 def raise_silent_stall(heads: Iterable[Milestone], stalled_s: float) -> None:
     parts = []
     for m in heads:
+        if m.rank < 0:  # a CUDA-graph call: one milestone after the replay of every rank's streams
+            parts.append(f"the CUDA graph of call {m.epoch} (parity {getattr(m.action, 'parity', '?')})")
+            continue
         what = "the end of its call" if m.action is None else type(m.action).__name__
         parts.append(f"rank {m.rank}, stream {m.stream}: {what} (call {m.epoch})")
     raise DitronRuntimeError(f"no progress for {stalled_s:.1f} s and no unsatisfied wait to blame; streams stuck "

@@ -266,9 +266,9 @@ class FakeEvent:
     def __init__(self, gpu, **kw):
         self.gpu, self.done = gpu, True
 
-    def record(self, stream):
+    def record(self, stream=None):  # torch: None records on the current stream
         self.done = False
-        stream.push(self._mark)
+        (stream if stream is not None else self.gpu.cur).push(self._mark)
 
     def _mark(self):
         self.done = True
@@ -379,6 +379,7 @@ class FakeGPU:
         mp.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
         mp.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=num_sms))
         mp.setattr(torch.cuda, "current_stream", lambda device=None: self.cur)
+        mp.setattr(torch.cuda, "current_device", lambda: None)  # the fake device is the CPU: index None
         mp.setattr(torch.cuda, "set_stream", self.set_stream)
         mp.setattr(torch.cuda, "Event", lambda **kw: FakeEvent(self, **kw))
         mp.setattr(torch.cuda, "synchronize", lambda *a: self.run())

@@ -208,20 +208,25 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     assert [w.slot for w in first.waits] == [4, 5]
 
 
-@pytest.mark.parametrize("W,dst_rows", [(2, "shard"), (3, "shard"), (2, "global")])
-def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows):
+@pytest.mark.parametrize("W,dst_rows,from_peers", [(2, "shard", False), (3, "shard", False), (2, "global", False),
+                                                   (3, "shard", True), (2, "global", True)])
+def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows, from_peers):
     """GEMM+RS epilogue: each rank computes the next ranks' rows first (into c, notifying their owner) and its own
     rows last, adding the staged peer partials and storing the sum to out (GEMM+AR: at the global rows, counting
     the reduced tiles on 'done')."""
     R = 32
     done = {"done": "done"} if dst_rows == "global" else {}
+    peers = {"from_peers": True, "arg": "counts"} if from_peers else {}
     rec = gemm.make_record(W * R, 40, 32, name="gemm_rs", tile_order="rank_rotated", rows_per_rank=R, rank_shift=1,
                            notify={"arg": "counts", "rows_per_slot": 16, "peer": "slot_owner"},
                            reduce_own={"arg": "staged", "rows_per_slot": 16, "parts": W - 1, "dst_rows": dst_rows,
-                                       **done},
+                                       **done, **peers},
                            loads="pointer", store="pointer", persistent=True, epilogue_split=1, flatten=False,
                            **dict(SMALL, block_m=16, group_m=2, num_sms=3))
-    assert rec["args"] == ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"] + list(done)
+    if from_peers:
+        assert rec["args"] == ["a", "b", "c", "counts", "own_value", "out"] + list(done)
+    else:
+        assert rec["args"] == ["a", "b", "c", "counts", "staged", "own_value", "stage", "out"] + list(done)
     out_rows = R if dst_rows == "shard" else W * R
     rng = np.random.default_rng(RNG_SEED)
     mem, ref = gemm_memory(rec, rng)
@@ -230,6 +235,9 @@ def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows):
         mem[("a", r)], mem[("b", r)] = mem[("a", 0)], mem[("b", 0)]
         mem[("c", r)] = np.zeros_like(mem[("c", 0)])
         mem[("counts", r)] = np.zeros(W * R // 16, np.int32)
+        if from_peers:  # the ranks run one after the other here: every peer's partial is already in its c
+            mem[("c", r)] = round_to("bf16", ref).astype(mem[("c", 0)].dtype).ravel()
+            mem[("counts", r)] += 5
         mem[("staged", r)] = np.full(W * R // 16, 5, np.int32)
         mem[("stage", r)] = stage.ravel().copy()
         mem[("out", r)] = np.zeros(out_rows * 40, mem[("c", 0)].dtype)
@@ -239,6 +247,8 @@ def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows):
     parts = sum(stage[j * R:(j + 1) * R].astype(np.float32) for j in range(W - 1))
     for r in range(W):
         own = slice(r * R, (r + 1) * R)
+        if from_peers:
+            parts = (W - 1) * round_to("bf16", ref[own]).astype(np.float32)
         out = mem_ir[("out", r)].reshape(out_rows, 40)
         close(out[own] if dst_rows == "global" else out, round_to("bf16", ref[own] + parts))
         close(mem_tiles[("out", r)].reshape(out_rows, 40), out)
@@ -249,13 +259,13 @@ def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows):
             np.testing.assert_array_equal(mem_ir[("done", r)], want)
             np.testing.assert_array_equal(mem_tiles[("done", r)], want)
         c = mem_ir[("c", r)].reshape(W * R, 40)
-        assert not c[own].any(), "own rows must go to out, not c"
+        assert from_peers or not c[own].any(), "own rows must go to out, not c"
         others = [q for q in range(W) if q != r]
         close(np.concatenate([c[q * R:(q + 1) * R] for q in others]),
               round_to("bf16", np.concatenate([ref[q * R:(q + 1) * R] for q in others])))
         np.testing.assert_array_equal(mem_ir[("counts", r)], mem_tiles[("counts", r)])
     # every slot of rank q's rows got one count per tile from each of the W-1 other ranks, none from q itself
-    total = sum(mem_ir[("counts", r)] for r in range(W))
+    total = sum(mem_ir[("counts", r)] for r in range(W)) - (5 * W if from_peers else 0)
     for slot, expected in gemm.notify_counts(rec).items():
         assert total[slot] == (W - 1) * expected
     # own tiles come last in every program

@@ -406,6 +406,32 @@ def test_a_call_goes_to_the_executor(library_dir):
     assert list(lib._executables) == [sig("ag_gemm", [(64, 32), (32, 16)], 2)]
 
 
+def test_repeated_calls_skip_the_signature_but_not_the_checks(library_dir, monkeypatch):
+    """The second call with the same shapes finds its executable without building a Signature; a call with other
+    shapes takes the full path again (and its checks)."""
+    import torch
+
+    from ditron.runtime.world import World
+    lib = ops.Library(library_dir, target="cuda:90", compile=False)
+    world = World(2, None, torch.device("cpu"))
+    runs = []
+    a = [torch.zeros(64, 32, dtype=torch.bfloat16) for _ in range(2)]
+    b = [torch.zeros(32, 16, dtype=torch.bfloat16) for _ in range(2)]
+    exe = lib.executable(sig("ag_gemm", [(64, 32), (32, 16)], 2))
+    monkeypatch.setattr(exe, "run", lambda w, inputs, outputs, sync=True, **kw: runs.append(inputs) or [[0], [0]])
+    ops.ag_gemm(a, b, world, library=lib)
+    built = []
+    real = ops.Signature.__post_init__
+    monkeypatch.setattr(ops.Signature, "__post_init__", lambda self: built.append(self) or real(self))
+    ops.ag_gemm(a, b, world, library=lib)
+    assert not built and len(runs) == 2 and runs[1] == [[a[0], b[0]], [a[1], b[1]]]
+    with pytest.raises(ops.OpError, match="argument 0 of rank 1 is \\(6, 32\\)"):
+        ops.ag_gemm([torch.zeros(8, 32, dtype=torch.bfloat16), torch.zeros(6, 32, dtype=torch.bfloat16)], b, world,
+                    library=lib)
+    lib.release(sig("ag_gemm", [(64, 32), (32, 16)], 2))
+    assert not lib._fast
+
+
 # ------------------------------------------------------------------------------------- the benchmark's cases
 
 def _bench():

@@ -202,13 +202,26 @@ def worker(directory: str, names: list[str]) -> int:
         for call in range(1, CALLS + 1):
             xs = make_inputs(s, call)
             got = call_op(s, world, xs[world.rank], library)
-            want = ops.reference(s, xs)[world.rank]
-            if not close_enough(got, want):
-                print(f"rank {world.rank}: {name} call {call} MISMATCH, max error {max_error(got, want)}", flush=True)
-                failed += 1
-        library.release(s)
-        if failed == failed_before:
-            print(f"rank {world.rank}: {name} ok", flush=True)
+            failed += not checked(world, name, call, got, ops.reference(s, xs)[world.rank])
+        case_done(world, library, s, name, failed == failed_before)
+    return worker_done(library, failed)
+
+
+def checked(world, name: str, call: int, got, want) -> bool:
+    """Whether a two-process worker's result is close enough; prints the mismatch where it is not."""
+    if close_enough(got, want):
+        return True
+    print(f"rank {world.rank}: {name} call {call} MISMATCH, max error {max_error(got, want)}", flush=True)
+    return False
+
+
+def case_done(world, library, s, name: str, ok: bool) -> None:
+    library.release(s)
+    if ok:
+        print(f"rank {world.rank}: {name} ok", flush=True)
+
+
+def worker_done(library, failed: int) -> int:
     library.close()
     dist.barrier()
     dist.destroy_process_group()

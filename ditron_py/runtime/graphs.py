@@ -1,0 +1,350 @@
+"""CUDA-graph mode of the executor: a call is one graph replay, so its host cost is a few microseconds.
+
+    ex = exe.executor(world, graph=True)         # decided at creation: graph and eager calls never share pads
+    ys = ex.run(xs)                              # first call with these tensors: capture, then replay
+    ys = ex.run(xs)                              # same tensors: replay only (the outputs are the same tensors)
+
+Why it needs more than capturing ``run``. The host program derives its signal values from the epoch (1, 2, 3, ...),
+so a captured call would bake in its epoch. Instead every call runs the program traced once with **epoch 1**, as if
+on freshly zeroed pads, and the pads are made fresh cheaply:
+
+* **Two parities of pads.** The heap holds every signal pad (1-d i32 symmetric buffer) twice, parity 0 under its
+  name and parity 1 as ``name@1`` (``heap.program_layout``; each parity's pads side by side). Call e uses parity
+  p = e % 2; barrier counts start again at 1 every call.
+* **Zeroing.** The first thing call e enqueues on each local rank's stream 0 zeroes that rank's OWN pads of parity
+  1 - p, the set call e + 1 uses. This is safe because (1) every write into those pads came from call e - 1, and
+  each writer made it before arriving at call e - 1's final barrier, which this rank passed before call e began on
+  its stream 0 (the program ends with a barrier on stream 0 after joining its side streams: ``check_graph_program``
+  refuses, in a real world, programs whose last action on stream 0 is not a barrier); and (2) a peer writes parity
+  1 - p again only in call e + 1, after passing call e's barrier, which needs this rank's arrival, enqueued on stream
+  0 after the zeroing. Side streams of call e touch only parity p. Both parities are zero before the first call (the
+  heap is zeroed). In a virtual world all ranks are in one graph whose replays run one after another on the
+  caller's stream (every stream joins back into it), so call e has ended everywhere before call e + 1 starts.
+* **Capture.** One ``torch.cuda.CUDAGraph`` per (parity, key); key = address, dtype, shape, strides and device of
+  every input and output tensor, so calls with the same tensors replay. All local ranks' streams are captured into
+  one graph: they fork from the capture stream through an event and join back into it at the end. Copies and
+  kernel launches (the TMA scratch of each launch site is the arena reserved at warm-up) are captured as they are
+  enqueued eagerly; nothing allocates during capture. Waits and signals: a memop node costs ~2.5 us of host time
+  at every launch of the graph, a kernel node ~0.4 us (measured on an H200: 20 write memops 50 us, 20 wait memops
+  33 us, 20 kernels 9 us per replay), but a graph need not run a side stream's kernel beside a kernel that spins
+  waiting for it (a GEMM+RS whose comm lane waited and signalled with kernels deadlocked), and a memop needs no SM.
+  So stream 0, where nothing spins beside its waits and signals, uses the runtime kernels, and side streams use
+  memops (after a probe that the driver captures them). In-kernel waits get their epoch-derived value (epoch 1) as a plain operand: constant, as it must be.
+  The LRU keeps ``GRAPH_CACHE`` keys; before a capture the executor waits for outstanding calls.
+* **Replay.** ``graph.replay()`` on the caller's stream, one event for the watchdog (a ``GraphCall`` milestone that
+  knows every wait of the captured program, so a stall names the first unsatisfied wait of each rank and stream),
+  and with ``sync=True`` the host wait and error check as in eager mode.
+* **Outputs.** Given outputs are written in place. Without them, the executor allocates outputs once per key and
+  returns those same tensors on every call with the same inputs: the next such call overwrites them (as with
+  torch's CUDA graphs). Inputs must be contiguous (a graph reads fixed addresses).
+
+Real worlds: every rank must create its executor with the same ``graph`` setting (the heap layout differs).
+"""
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DitronRuntimeError
+from .memops import MemopError
+from .program import BarrierAction, Buf, HostProgram, LaunchAction, WaitAction
+from .timeouts import Blocked, Milestone
+
+GRAPH_CACHE = 8            # keys (tensor sets) whose graphs are kept
+EVENT_RING = 64            # completion events reused by graph calls
+GRAPH_KEY = (-1, -1)       # the watch queue of graph calls
+
+
+class GraphModeError(DitronRuntimeError):
+    """graph=True asked of a program or call that a CUDA graph cannot replay."""
+
+
+def check_graph_program(program: HostProgram, ranks, world_size: int, real: bool) -> dict[int, list]:
+    """Each local rank's trace at epoch 1. In a real world of several ranks (each process replays its own graph),
+    after checking that the last action on stream 0 is a barrier: what makes the parity reset safe (module doc). In a
+    virtual world every rank is in the one graph, whose replays run one after the other on the caller's stream, and
+    a world of one rank has no peer: there the calls are ordered without a barrier (W = 1 programs have none)."""
+    traces = {}
+    for r in ranks:
+        trace = program.trace(r, world_size, 1)
+        last = next((a for a in reversed(trace) if a.stream == 0), None)
+        if real and world_size > 1 and not isinstance(last, BarrierAction):
+            what = "does nothing on stream 0" if last is None else \
+                f"ends stream 0 with a {type(last).__name__.removesuffix('Action').lower()}" + \
+                (f" at {last.loc}" if last.loc else "")
+            raise GraphModeError(f"graph=True: the host program '{program.name}' on rank {r} {what}; CUDA-graph mode "
+                                 "in a real world needs every call to end with a barrier on stream 0 after joining "
+                                 "its side streams (so that the next call may reset the signal pads). Run it with "
+                                 "graph=False")
+        traces[r] = trace
+    return traces
+
+
+@dataclass
+class GraphCall:
+    """The watchdog's view of one captured program: its parity and, per (rank, stream), its waits in order
+    (stream waits, barrier waits as WaitAction(where="barrier"), launches that wait in-kernel on a pad)."""
+
+    parity: int
+    waits: dict[tuple[int, int], list[Any]]
+
+
+@dataclass
+class GraphEntry:
+    tensors: dict[int, list[Any]]        # per local rank: the program's argument tensors
+    result: Any                          # executor-owned outputs (None when the caller gives outputs)
+    graphs: list[Any]                    # per parity: the captured graph, or None
+
+
+class TorchGraphs:
+    """Capture and replay through ``torch.cuda.CUDAGraph`` (the CPU tests substitute a stand-in)."""
+
+    def __init__(self, capture_stream):
+        self.capture_stream = capture_stream
+
+    def capture(self, body) -> Any:
+        """A graph of what ``body(capture_stream)`` enqueues (it may fork to other streams and must join back)."""
+        import torch
+        graph = torch.cuda.CUDAGraph()
+        cap = self.capture_stream
+        with torch.cuda.stream(cap):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                body(cap)
+            except BaseException:
+                torch.cuda.set_stream(cap)
+                try:
+                    graph.capture_end()
+                except RuntimeError:
+                    pass  # the capture was invalidated by the error being raised
+                raise
+            torch.cuda.set_stream(cap)
+            graph.capture_end()
+        return graph
+
+    def replay(self, graph) -> None:
+        """Launch the graph on the current stream."""
+        graph.replay()
+
+
+def _tensor_key(x) -> tuple:
+    """What a graph bakes in about a tensor: its address (unique across devices: unified addressing), element type,
+    shape and strides."""
+    try:
+        return (x.data_ptr(), x.dtype, x.shape, x.stride())
+    except (AttributeError, TypeError, RuntimeError):
+        return ("?", id(x))  # never equal to a tensor's key: the call is checked in full (and refused)
+
+
+class GraphRunner:
+    """The graph side of one Executor (graph=True): keys, captures, replays, and what the watchdog needs."""
+
+    def __init__(self, ex, signal_via: str, wait_via: str):
+        import torch
+        self.ex = ex
+        self.traces: dict[int, list] = ex._graph_traces
+        self.backend = TorchGraphs(ex._stream())
+        self.entries: OrderedDict[tuple, GraphEntry] = OrderedDict()
+        self.calls = [self._graph_call(p) for p in (0, 1)]
+        self.captures = 0
+        # One event per call in flight, reused round-robin (creating one costs as much as a small replay). Reusing
+        # an event whose milestone is still queued only records it later on the same stream: the watchdog then
+        # sees that call complete a little later, never earlier.
+        self._events = [torch.cuda.Event() for _ in range(EVENT_RING)]
+        current = torch.cuda.current_stream(ex.device)
+        try:
+            for p in (0, 1):  # both parities zero now, and the zeroing kernel loaded before anything can spin
+                for r in ex.ranks:
+                    ex._zero(ex._diag, self.span(p, r))
+        finally:
+            torch.cuda.set_stream(current)
+        torch.cuda.synchronize(ex.device)
+        if ex._memops is not None or ex._signal_drv is not None:
+            self._probe_capture(signal_via, wait_via)
+
+    def span(self, parity: int, rank: int):
+        offset, nbytes = self.ex._pad_spans[parity]
+        return self.ex.heap.raw(rank, offset, nbytes)
+
+    # ---------------------------------------------------------------------------------------- set-up
+    def _graph_call(self, parity: int) -> GraphCall:
+        ex = self.ex
+        waits: dict[tuple[int, int], list[Any]] = {}
+        for r in ex.ranks:
+            counts: dict[int, int] = {}
+            for a in self.traces[r]:
+                if isinstance(a, BarrierAction):
+                    n = counts[a.pad.index] = counts.get(a.pad.index, 0) + 1
+                    a = WaitAction(a.stream, a.loc, a.site, a.pad, n, tuple(range(ex.W)), "barrier")
+                elif not (isinstance(a, WaitAction) or (isinstance(a, LaunchAction) and self._names_its_wait(a))):
+                    continue
+                waits.setdefault((r, a.stream), []).append(a)
+        return GraphCall(parity, waits)
+
+    def _names_its_wait(self, a: LaunchAction) -> bool:
+        """Whether a launch waits in-kernel on a pad the watchdog can read (its record names the pad and value)."""
+        info = self.ex.program.kernels[a.kernel]
+        spec, args = info.wait or {}, list(info.args or [])
+        if not info.spins or spec.get("arg") not in args or spec.get("value_arg") not in args:
+            return False
+        pad, value = a.operands[args.index(spec["arg"])], a.operands[args.index(spec["value_arg"])]
+        return isinstance(pad, Buf) and pad.kind == "sym" and pad.index in self.ex._pads and isinstance(value, int)
+
+    def _probe_capture(self, signal_via: str, wait_via: str) -> None:
+        """Capture and replay a graph of a driver write, wait and write on a scratch word; if the driver cannot
+        capture memops, fall back to the kernels (or refuse, when memops were asked for)."""
+        import torch
+        ex = self.ex
+        drv = ex._memops or ex._signal_drv
+        word = torch.zeros(2, dtype=torch.int32, device=ex.device)
+        torch.cuda.synchronize(ex.device)
+
+        def body(cap):
+            h = cap.cuda_stream
+            drv.write(h, word.data_ptr(), 1)
+            drv.wait_geq(h, word.data_ptr(), 1)
+            drv.write(h, word.data_ptr() + 4, 2)
+        try:
+            graph = self.backend.capture(body)
+            self.backend.replay(graph)
+            torch.cuda.synchronize(ex.device)
+            got = word.tolist()
+            problem = None if got == [1, 2] else f"a replayed probe wrote [1, 2] and read back {got}"
+        except (RuntimeError, MemopError) as err:
+            problem = f"{type(err).__name__}: {err}"
+        if problem is None:
+            return
+        if "memop" in (signal_via, wait_via):
+            raise GraphModeError(f"graph=True: stream memory operations cannot be captured into a CUDA graph here "
+                                 f"({problem}); use signal_via='kernel' and wait_via='kernel'")
+        warnings.warn(f"stream memory operations cannot be captured into a CUDA graph here ({problem}): graph mode "
+                      "uses the wait and signal kernels on every stream", RuntimeWarning, stacklevel=6)
+        ex._memops = ex._signal_drv = ex._write_value = None
+        ex.wait_memop = ex.signal_memop = False
+
+    # ---------------------------------------------------------------------------------------- calls
+    def key(self, inputs, outputs) -> tuple:
+        """The call's tensors as a key, cheaply (no checks: a key never seen is checked in full by _new_entry, and
+        the structure -- how many rows, how many tensors per row -- is part of the key)."""
+        parts: list[Any] = []
+        for group in (inputs, outputs):
+            if group is None:
+                parts.append(None)
+                continue
+            parts.append(len(group))
+            if self.ex.world.is_virtual:
+                for row in group:
+                    if isinstance(row, (list, tuple)):
+                        parts.append(len(row))
+                        parts += [_tensor_key(x) for x in row]
+                    else:
+                        parts.append(("?", id(row)))
+            else:
+                parts += [_tensor_key(x) for x in group]
+        return tuple(parts)
+
+    def run(self, inputs, outputs, sync: bool):
+        import torch
+        ex = self.ex
+        if torch.cuda.current_device() != ex.device.index:  # the context manager costs more than a replay
+            with torch.cuda.device(ex.device):
+                return self.run(inputs, outputs, sync)
+        key = self.key(inputs, outputs)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self._new_entry(key, inputs, outputs)
+        else:
+            self.entries.move_to_end(key)
+        epoch = ex.epoch + 1
+        parity = epoch % 2
+        graph = entry.graphs[parity]
+        if graph is None:
+            graph = entry.graphs[parity] = self._capture(entry, parity)
+        ex.epoch = epoch
+        ex.watch.prune()
+        self.backend.replay(graph)
+        done = self._events[epoch % len(self._events)]
+        done.record()  # on the caller's stream, after the replay
+        ex.watch.add(GRAPH_KEY, Milestone(done, -1, -1, self.calls[parity], epoch))
+        if sync:
+            ex._synchronize()
+        if outputs is None:
+            return entry.result
+        return [list(row) for row in outputs] if ex.world.is_virtual else list(outputs)
+
+    def _new_entry(self, key: tuple, inputs, outputs) -> GraphEntry:
+        import torch
+        ex = self.ex
+        for r, row in zip(ex.ranks, ex._per_rank(inputs, "inputs", len(ex.program.inputs))):
+            for spec, x in zip(ex.program.inputs, row):
+                if isinstance(x, torch.Tensor) and not x.is_contiguous():
+                    raise GraphModeError(f"graph=True: input argument {spec.index} of rank {r} is not contiguous; a "
+                                         "CUDA graph reads fixed addresses, so pass x.contiguous() (and keep it for "
+                                         "the next calls)")
+        ex._synchronize()  # nothing in flight from here: evicted graphs are idle, nothing spins while we allocate
+        tensors, result = ex._bind_io(inputs, outputs)
+        while len(self.entries) >= GRAPH_CACHE:
+            self.entries.popitem(last=False)
+        entry = self.entries[key] = GraphEntry(tensors, result if outputs is None else None, [None, None])
+        return entry
+
+    def _capture(self, entry: GraphEntry, parity: int):
+        """The graph of one call on parity ``parity``: zero the other parity's own pads on each rank's stream 0,
+        then the epoch-1 trace of every local rank, forked from and joined into the capture stream."""
+        import torch
+        ex = self.ex
+        ex._synchronize()
+        ex._use_parity(parity)
+        ex._barriers = {}
+        try:
+            work = []
+            for r in ex.ranks:
+                for a in self.traces[r]:
+                    if (r, a.site) not in ex._checked_sites:
+                        ex._check_action(r, a)
+                    work.append(ex._prepare(r, a, entry.tensors[r]))
+            spans = {r: self.span(1 - parity, r) for r in ex.ranks}
+
+            def body(cap):
+                start = torch.cuda.Event()
+                start.record(cap)
+                for s in ex.streams.values():
+                    s.wait_event(start)
+                for r in ex.ranks:
+                    ex._zero(ex.streams[(r, 0)], spans[r])
+                for enqueue in work:
+                    enqueue()
+                torch.cuda.set_stream(cap)
+                for s in ex.streams.values():
+                    end = torch.cuda.Event()
+                    end.record(s)
+                    cap.wait_event(end)
+            ex._capturing = True
+            graph = self.backend.capture(body)
+            self.captures += 1
+            return graph
+        finally:
+            ex._capturing = False
+            ex._barriers = {}
+            ex._use_parity(0)
+
+    # ---------------------------------------------------------------------------------------- watchdog
+    def blocked(self, m: Milestone, pads) -> list[Blocked]:
+        """The first unsatisfied wait of each (rank, stream) of the stalled graph call."""
+        call: GraphCall = m.action
+        out = []
+        for (rank, stream), actions in call.waits.items():
+            for a in actions:
+                b = self.ex._blocked(Milestone(None, rank, stream, a, m.epoch), pads, call.parity)
+                if b is not None:
+                    out.append(b)
+                    break
+        return out
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+__all__ = ["GRAPH_CACHE", "GraphCall", "GraphModeError", "GraphRunner", "TorchGraphs", "check_graph_program"]

@@ -1,0 +1,421 @@
+"""CUDA-graph mode and driver stream waits of the executor, on the CPU: option checks, the refusal of programs that
+do not end with a barrier, the two-parity heap layout, graph keys, and whole runs on test_executor.py's fake GPU
+extended with a stand-in for graph capture (``GraphFakeGPU``: captures record the enqueue calls, a replay issues
+them again) and for the driver's memops (``FakeDriver``: reads and writes the CPU words at the given addresses).
+The real runs are in test_executor_graph_gpu.py."""
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+import executor_programs as EP
+from ditron.errors import DitronRuntimeError, WaitTimeoutError
+from ditron.runtime import executor as X
+from ditron.runtime import graphs as G
+from ditron.runtime.heap import ALIGN, HeapLayout, parity_name, program_layout
+from ditron.runtime.program import BarrierAction, HostProgram
+from ditron.runtime.world import World
+from test_executor import FakeEvent, FakeGPU, FakeLauncher, FakeStream, compiled, small, tolerance_equal
+
+
+# ------------------------------------------------------------------------------------------- a test program
+
+def gather_program(W: int, M: int = 8, K: int = 16) -> str:
+    """A gather that ends like ditron's lowered programs: stream 0 starts the side stream through a sync slot, stream
+    1 stages x, offers it to every peer, pulls the peers' stages as their offers come and joins back through the
+    sync pad; stream 0 waits for it and ends with a barrier. Every value is the epoch."""
+    xt, ot = EP._mr([M, K], "f32"), EP._mr([W * M, K], "f32")
+    st, at = EP._mr([2], "i32"), EP._mr([W], "i32")
+    pull = "\n".join([EP._wait("%avail", at, "%epoch", "%p", 1), "%prow = arith.muli %p, %cm : index",
+                      EP._copy("%stage", "%out", "%p", "%r", ["%c0", "%c0"], ["%prow", "%c0"], ["%cm", "%ck"], xt, ot,
+                               1)])
+    return (EP._header(W) + EP._func("gather", [("x", xt, "in"), ("out", ot, "out")]) +
+            EP._alloc("sync", "g_sync", st) + EP._alloc("stage", "g_stage", xt) + EP._alloc("avail", "g_avail", at) +
+            EP._alloc("bar", "g_bar", at) + EP._PROLOGUE + EP._consts({"cm": M, "ck": K}) +
+            "    %row = arith.muli %r, %cm : index\n" +
+            "    " + EP._signal("%sync", st, "%r", "%c0", "%epoch") + "\n" +
+            "    " + EP._wait("%sync", st, "%epoch", "%c0", 1) + "\n" +
+            "    " + EP._copy("%x", "%stage", "%r", "%r", ["%c0", "%c0"], ["%c0", "%c0"], ["%cm", "%ck"], xt, xt, 1) +
+            "\n    " + EP._copy("%x", "%out", "%r", "%r", ["%c0", "%c0"], ["%row", "%c0"], ["%cm", "%ck"], xt, ot, 1) +
+            "\n" + EP._for_peers("q", EP._signal("%avail", at, "%q", "%r", "%epoch", 1), skip_self=True) +
+            EP._for_peers("p", pull, skip_self=True) +
+            "    " + EP._signal("%sync", st, "%r", "%c1", "%epoch", 1) + "\n" +
+            "    " + EP._wait("%sync", st, "%epoch", "%c1") + "\n" +
+            f'    "ditron_device.barrier"(%bar) {{stream = 0 : i64}} : ({at}) -> ()\n' + EP._end())
+
+
+@pytest.fixture(scope="module")
+def gather_artifacts(tmp_path_factory):
+    import ditron
+    root = tmp_path_factory.mktemp("graph_gather")
+    return {W: ditron.compile(gather_program(W), target="cuda:90", out_dir=root / f"w{W}", cache=False)
+            for W in (1, 3)}
+
+
+def gather_inputs(W: int, call: int, M: int = 8, K: int = 16):
+    g = torch.Generator().manual_seed(100 * call + W)
+    return [[torch.randn(M, K, generator=g)] for _ in range(W)]
+
+
+# ------------------------------------------------------------------------------------------- the fakes
+
+def _i32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >> 31 else v
+
+
+class FakeDriver:
+    """cuStreamWaitValue32 (GEQ, cyclic) / cuStreamWriteValue32 on CPU words, enqueued on the fake streams."""
+
+    wait_name, write_name = "cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2"
+
+    def __init__(self, gpu):
+        self.gpu, self.waits, self.writes = gpu, 0, 0
+
+    def wait_geq(self, stream: int, addr: int, value: int) -> None:
+        self.waits += 1
+        word = ctypes.c_int32.from_address(addr)
+        self.gpu.enqueue(self.gpu.handles[stream], lambda: _i32(word.value - value) >= 0)
+
+    def write(self, stream: int, addr: int, value: int) -> None:
+        self.writes += 1
+        word = ctypes.c_int32.from_address(addr)
+        self.gpu.enqueue(self.gpu.handles[stream], lambda: (setattr(word, "value", _i32(value)), True)[1])
+
+
+class FakeGraphs:
+    """Capture: the enqueue calls ``body`` makes are recorded, not run. Replay: after the caller's stream's work,
+    issue them again (fresh kernel state every time, as a graph launch has), then join into the caller's stream."""
+
+    def __init__(self, gpu, capture_stream):
+        self.gpu, self.capture_stream = gpu, capture_stream
+
+    def capture(self, body):
+        gpu = self.gpu
+        assert gpu.recording is None, "nested capture"
+        gpu.recording = []
+        try:
+            body(self.capture_stream)
+            return list(gpu.recording)
+        finally:
+            gpu.recording = None
+
+    def replay(self, graph) -> None:
+        gpu, cap = self.gpu, self.capture_stream
+        gpu.replays += 1
+        caller = gpu.cur
+        start = FakeEvent(gpu)
+        start.record(caller)
+        cap.wait_event(start)
+        for call in graph:
+            call()
+        end = FakeEvent(gpu)
+        end.record(cap)
+        caller.wait_event(end)
+
+
+class GraphFakeGPU(FakeGPU):
+    """FakeGPU whose enqueue calls can be recorded into a fake graph, with an optional fake driver."""
+
+    def __init__(self, monkeypatch, records=(), driver=False, **kw):
+        super().__init__(monkeypatch, records, **kw)
+        self.recording, self.replays = None, 0
+        self.driver = FakeDriver(self) if driver else None
+        mp = monkeypatch
+        mp.setattr(X, "driver_memops", lambda: self.driver)
+        mp.setattr(G, "TorchGraphs", lambda stream: FakeGraphs(self, stream))
+        for cls, name in ((FakeEvent, "record"), (FakeStream, "wait_event"), (FakeLauncher, "launch")):
+            mp.setattr(cls, name, self._recordable(getattr(cls, name)))
+        mp.setattr(X.Executor, "_copy", staticmethod(self._recordable(
+            lambda stream, src, dst: stream.push(lambda: (dst.copy_(src), True)[1]))))
+        mp.setattr(X.Executor, "_zero", lambda ex, stream, t: self.enqueue(stream, lambda: (t.zero_(), True)[1]))
+
+    def _recordable(self, fn):
+        def call(*args, **kw):
+            if self.recording is not None:
+                self.recording.append(lambda: fn(*args, **kw))
+                return None
+            return fn(*args, **kw)
+        return call
+
+    def enqueue(self, stream, item) -> None:
+        """Push a stateless item onto stream now, or record pushing it."""
+        if self.recording is not None:
+            self.recording.append(lambda: stream.push(item))
+        else:
+            stream.push(item)
+
+    def write_value(self, tensor, slot, value):
+        self.memop_calls += 1
+        word = tensor.view(torch.int32)
+        self.enqueue(self.cur, lambda: (word.__setitem__(slot, _i32(value)), True)[1])
+
+    def peer(self, t, rank):
+        if rank is None:
+            return t
+        for views in self.ex._parity_views:
+            for (j, r), v in views.items():
+                if v.data_ptr() == t.data_ptr() and v.shape == t.shape:
+                    return views[(j, rank)]
+        raise AssertionError("a peer access to a buffer that is not symmetric")
+
+
+def graph_executor(monkeypatch, exe, W, records=(), driver=True, **kw):
+    gpu = GraphFakeGPU(monkeypatch, records, driver=driver, **{k: kw.pop(k) for k in ("memop",) if k in kw})
+    ex = X.Executor(gpu.executable(exe), World.virtual(W, device="cpu"), **kw)
+    gpu.ex = ex
+    return gpu, ex
+
+
+# ------------------------------------------------------------------------------------------- options, layout
+
+def test_options_are_checked(tmp_path_factory):
+    exe = compiled(tmp_path_factory, small("all_gather", 1))
+    world = World.virtual(1, device="cpu")
+    with pytest.raises(DitronRuntimeError, match="wait_via='spin': choose 'auto', 'memop' or 'kernel'"):
+        X.Executor(exe, world, wait_via="spin")
+    with pytest.raises(DitronRuntimeError, match="graph='yes': pass True"):
+        X.Executor(exe, world, graph="yes")
+    with pytest.raises(DitronRuntimeError, match="graph=1: pass True"):
+        exe.executor(world, graph=1)
+
+
+def test_graph_mode_refuses_a_program_that_does_not_end_with_a_barrier(tmp_path_factory):
+    exe = compiled(tmp_path_factory, small("all_gather", 2))
+    real = World(2, 1, torch.device("cpu"))  # rank 1 of a real world (refused before the GPU is looked for)
+    with pytest.raises(G.GraphModeError, match=r"graph=True: the host program 'all_gather' on rank 1 ends stream 0 "
+                                               r"with a signal at all_gather_w2_m40\.mlir:\d+:\d+; CUDA-graph mode "
+                                               "in a real world needs every call to end with a barrier on stream 0"):
+        X.Executor(exe, real, graph=True)
+    program = HostProgram(exe.host_program)
+    assert set(G.check_graph_program(program, [0, 1], 2, real=False)) == {0, 1}  # one graph: calls are ordered
+    assert set(G.check_graph_program(program, [0], 1, real=True)) == {0}  # one rank: no peer
+
+
+def test_a_virtual_world_replays_a_program_without_barrier(monkeypatch, tmp_path_factory):
+    case = small("all_reduce2", 3)
+    gpu, ex = graph_executor(monkeypatch, compiled(tmp_path_factory, case), 3, EP.program(case)[1], graph=True)
+    xs = EP.make_inputs(case, 1, device="cpu")
+    for call in range(1, 4):
+        for row, new in zip(xs, EP.make_inputs(case, call, device="cpu")):
+            row[0].copy_(new[0])
+        outs = ex.run(xs)
+        want = EP.reference(case, xs)
+        assert all(tolerance_equal(outs[r][0], want[r][0]) for r in range(3)), call
+    assert ex._graphs.captures == 2
+    ex.close()
+
+
+def test_the_gather_program_ends_with_a_barrier(gather_artifacts):
+    program = HostProgram(gather_artifacts[3].host_program)
+    traces = G.check_graph_program(program, [0, 1, 2], 3, real=True)
+    assert all(isinstance([a for a in t if a.stream == 0][-1], BarrierAction) for t in traces.values())
+
+
+def test_two_parity_layout():
+    buffers = [("sync", (2,), torch.int32), ("stage", (8, 16), torch.float32), ("avail", (3,), torch.int32),
+               ("bar", (3,), torch.int32)]
+    layout, names = program_layout(buffers, [0, 2, 3], 2)
+    assert names == [["sync", "stage", "avail", "bar"], ["sync@1", "stage", "avail@1", "bar@1"]]
+    order = sorted(layout.buffers.values(), key=lambda b: b.offset)
+    assert [b.name for b in order] == ["stage", "sync", "avail", "bar", "sync@1", "avail@1", "bar@1"]
+    assert all(b.offset % ALIGN == 0 for b in order)
+    start0, n0 = layout.span(names[0][j] for j in (0, 2, 3))
+    start1, n1 = layout.span(names[1][j] for j in (0, 2, 3))
+    assert start0 == layout.buffers["sync"].offset and start0 + n0 == layout.buffers["bar"].offset + 12
+    assert start1 == layout.buffers["sync@1"].offset and start1 >= start0 + n0 and n1 == n0
+    assert layout.span(["stage"]) == (0, 8 * 16 * 4)
+    eager, eager_names = program_layout(buffers, [0, 2, 3], 1)
+    assert list(eager.buffers) == ["sync", "stage", "avail", "bar"] and eager_names == [["sync", "stage", "avail",
+                                                                                          "bar"]]
+    assert parity_name("p", 0) == "p" and parity_name("p", 1) == "p@1"
+    with pytest.raises(DitronRuntimeError, match="1 or 2 parities"):
+        program_layout(buffers, [0], 3)
+    assert HeapLayout().span([]) == (0, 0)
+
+
+def test_tensor_keys():
+    x = torch.zeros(4, 6)
+    assert G._tensor_key(x) == G._tensor_key(x.view(4, 6)) != G._tensor_key(x.t())
+    assert G._tensor_key(x) != G._tensor_key(x.clone()) and G._tensor_key(x) != G._tensor_key(x.view(torch.int32))
+    assert G._tensor_key([1])[0] == "?"
+
+
+# ------------------------------------------------------------------------------------------- runs on the fake GPU
+
+@pytest.mark.parametrize("wait_via", ["memop", "kernel"])
+@pytest.mark.parametrize("W", [1, 3])
+def test_graph_calls_alternate_parities_and_reset_pads(monkeypatch, gather_artifacts, W, wait_via):
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True, wait_via=wait_via)
+    assert ex.graph and ex.wait_memop == (wait_via == "memop")
+    pads = [ex.program.alloc_index(n) for n in ("g_sync", "g_avail", "g_bar")]
+    sets = [gather_inputs(W, k) for k in range(2)]
+    results = []
+    for call in range(1, 7):
+        xs = sets[(call - 1) // 2 % 2]  # calls 1, 2 and 5, 6 on one set of tensors; 3, 4 on another
+        for row in xs:
+            row[0].add_(1.0)  # new values in the same tensors: a replay must read them
+        outs = ex.run(xs)
+        results.append(outs)
+        for r in range(W):
+            assert torch.equal(outs[r][0], torch.cat([x[0] for x in xs])), (call, r)
+        parity = call % 2
+        for r in range(W):
+            for j in pads:  # this call's parity holds one fresh epoch-1 call; the other parity was zeroed
+                assert ex._parity_views[1 - parity][(j, r)].abs().sum() == 0, (call, r, j)
+            assert ex._parity_views[parity][(ex.program.alloc_index("g_bar"), r)].tolist() == [1] * W
+    assert ex.epoch == 6 and ex._graphs.captures == 4 and gpu.replays == 6 + 1  # + the memop capture probe
+    assert results[0] is results[1] is results[4]  # executor-owned outputs, one set per key
+    assert results[2] is results[3] and results[2] is not results[0]
+    if wait_via == "memop":
+        assert gpu.driver.waits > 0
+    assert ex.watch.done
+    ex.close()
+
+
+def test_given_outputs_and_pipelined_graph_calls(monkeypatch, gather_artifacts):
+    W = 3
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    xs = gather_inputs(W, 1)
+    outs = [[torch.zeros(W * 8, 16)] for _ in range(W)]
+    got = [ex.run(xs, outputs=outs, sync=False) for _ in range(3)]
+    ex.synchronize()
+    assert got[0][0][0] is outs[0][0] and torch.equal(outs[2][0], torch.cat([x[0] for x in xs]))
+    assert ex._graphs.captures == 2 and len(ex._graphs.entries) == 1
+    ex.close()
+
+
+def test_graph_lru_and_input_checks(monkeypatch, gather_artifacts):
+    W = 3
+    monkeypatch.setattr(G, "GRAPH_CACHE", 2)
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    for k in range(3):
+        ex.run(gather_inputs(W, k))
+    assert len(ex._graphs.entries) == 2
+    xs = gather_inputs(W, 9, K=32)
+    with pytest.raises(G.GraphModeError, match="input argument 0 of rank 0 is not contiguous"):
+        ex.run([[x[0][:, :16]] for x in xs])
+    bad = gather_inputs(W, 1)
+    bad[2][0] = bad[2][0].double()
+    with pytest.raises(DitronRuntimeError, match="input argument 0 of rank 2: the program takes a 8x16 f32 tensor"):
+        ex.run(bad)
+    with pytest.raises(DitronRuntimeError, match="a virtual world of 3 rank\\(s\\) takes one list of tensors per rank"):
+        ex.run(bad[:2])
+    ex.close()
+
+
+def test_memops_fall_back_when_capture_fails(monkeypatch, gather_artifacts):
+    W = 3
+    real = FakeGraphs.capture
+
+    def capture(self, body):
+        if not self.gpu.replays:  # the probe: refuse it as a driver without capturable memops would
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return real(self, body)
+    monkeypatch.setattr(FakeGraphs, "capture", capture)
+    with pytest.warns(RuntimeWarning, match="cannot be captured into a CUDA graph here .* uses the wait and signal "
+                                            "kernels"):
+        gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    assert not ex.wait_memop and not ex.signal_memop
+    gpu.replays = 1
+    xs = gather_inputs(W, 1)
+    assert torch.equal(ex.run(xs)[1][0], torch.cat([x[0] for x in xs])) and gpu.driver.waits == 1  # the eager probe
+    ex.close()
+    with pytest.raises(G.GraphModeError, match="stream memory operations cannot be captured"):
+        monkeypatch.setattr(FakeGraphs, "capture", lambda self, body: (_ for _ in ()).throw(RuntimeError("no")))
+        graph_executor(monkeypatch, gather_artifacts[W], W, graph=True, wait_via="memop")
+
+
+def test_graphs_wait_with_kernels_on_stream0_and_memops_on_side_streams(monkeypatch, gather_artifacts):
+    """Kernel nodes are cheaper to launch than memop nodes, but a side stream's kernel may not run beside a kernel
+    that spins for it: stream 0's waits and signals are kernels, side streams' are memops."""
+    W = 3
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    kernel_waits = []
+    real = ex._kernel
+
+    def spy(name):
+        k = real(name)
+        if name == ex.program.wait_kernel:
+            kernel_waits.append(name)
+        return k
+    monkeypatch.setattr(ex, "_kernel", spy)
+    side = sum(isinstance(a, G.WaitAction) and a.stream != 0 for r in ex.ranks for a in ex._graph_traces[r])
+    stream0 = sum(isinstance(a, (G.WaitAction, G.BarrierAction)) and a.stream == 0
+                  for r in ex.ranks for a in ex._graph_traces[r])
+    assert side and stream0
+    before = gpu.driver.waits
+    xs = gather_inputs(W, 1)
+    assert torch.equal(ex.run(xs)[0][0], torch.cat([x[0] for x in xs]))
+    assert kernel_waits and gpu.driver.waits - before >= side
+    ex.close()
+
+
+def test_eager_memop_waits(monkeypatch, tmp_path_factory):
+    case = small("all_reduce2", 2)
+    exe = compiled(tmp_path_factory, case)
+    gpu, ex = graph_executor(monkeypatch, exe, 2, EP.program(case)[1])
+    assert ex.wait_memop and not ex.graph
+    launched = []
+    real = FakeLauncher.launch
+    monkeypatch.setattr(FakeLauncher, "launch", lambda self, *a: (launched.append(self.name), real(self, *a))[1])
+    for call in (1, 2, 3):
+        xs = EP.make_inputs(case, call, device="cpu")
+        outs = ex.run(xs)
+        want = EP.reference(case, xs)
+        assert all(tolerance_equal(outs[r][0], want[r][0]) for r in range(2))
+    assert "ditron_rt_wait" not in launched and gpu.driver.waits > 0 and gpu.driver.writes > 0
+    ex.close()
+
+
+def test_wait_via_memop_needs_the_driver(monkeypatch, tmp_path_factory):
+    exe = compiled(tmp_path_factory, small("all_gather", 2))
+    with pytest.raises(DitronRuntimeError, match="wait_via='memop' needs the CUDA driver's cuStreamWaitValue32"):
+        graph_executor(monkeypatch, exe, 2, driver=False, wait_via="memop")
+
+
+# ------------------------------------------------------------------------------------------- timeouts
+
+def test_a_stuck_memop_wait_raises_naming_rank_slot_and_value(monkeypatch, tmp_path_factory):
+    case = EP.CASES["stuck_w2_m16"]
+    exe = compiled(tmp_path_factory, case)
+    gpu, ex = graph_executor(monkeypatch, exe, 2, timeout_s=0.2, wait_via="memop")
+    with pytest.raises(WaitTimeoutError) as err:
+        ex.run(EP.make_inputs(case, 1, device="cpu"))
+    message = str(err.value)
+    assert "wait timed out after 0.2 s: rank 0 waits for signal pad 'stuck_sig' slot 0 >= 1 (observed 0)" in message
+    assert "rank 1, stream 0: wait for signal pad 'stuck_sig' slot 0 >= 1 (now 0), call 1" in message
+    assert ex.watch.done  # INT32_MAX released the driver waits
+    with pytest.raises(DitronRuntimeError, match="cannot run again"):
+        ex.run(EP.make_inputs(case, 2, device="cpu"))
+    ex.close()
+
+
+@pytest.mark.parametrize("wait_via", ["memop", "kernel"])
+def test_a_stuck_graph_call_names_the_first_blocked_wait_of_each_stream(monkeypatch, gather_artifacts, wait_via):
+    W = 3
+    exe = gather_artifacts[W]
+    gpu = GraphFakeGPU(monkeypatch, driver=True)
+    fake = gpu.executable(exe)
+    fake.host_program = EP.without_signals_to(exe.host_program, "g_avail")
+    ex = X.Executor(fake, World.virtual(W, device="cpu"), graph=True, timeout_s=0.2, wait_via=wait_via)
+    gpu.ex = ex
+    ex.run(gather_inputs(W, 1), sync=False)  # call 1 (parity 1) hangs; the host finds out when it synchronizes
+    with pytest.raises(WaitTimeoutError) as err:
+        ex.synchronize()
+    message = str(err.value)
+    for r in range(W):
+        assert f"rank {r}, stream 1: wait for signal pad 'g_avail' slot {(r + 1) % W} >= 1 (now 0), call 1" \
+            in message, message
+        assert f"rank {r}, stream 0: wait for signal pad 'g_sync' slot 1 >= 1 (now 0), call 1" in message, message
+    assert "released the blocked waits" in message and ex.watch.done
+    ex.close()
+
+
+def test_the_watchdog_names_a_silent_graph_stall():
+    from ditron.runtime.timeouts import Milestone, raise_silent_stall
+    head = Milestone(None, -1, -1, G.GraphCall(1, {}), 7)
+    with pytest.raises(DitronRuntimeError, match=r"the CUDA graph of call 7 \(parity 1\)"):
+        raise_silent_stall([head], 31.0)
