@@ -140,22 +140,35 @@ def gather_offer(lw: "_FunctionLowering", ga: Gather, c: ir.Value, *, x: ir.Valu
 def gather_pull(lw: "_FunctionLowering", ga: Gather) -> None:
     """Pull every peer's chunks (direct: from their owner) once offered; signal ready per chunk."""
     b = lw.b
-    full = list(ir.MemRefType(ga.dst.type).shape)
     with b.loop(1, ga.world, role="ag.pull_loop", group=ga.group) as s:
         q = b.peer(s)
         with b.loop(0, ga.ch.count, role="ag.chunk_loop", group=ga.group) as c:
-            off, size = chunk_extent(lw, ga.ch, c)
-            slot = b.add(b.mul(q, ga.ch.count), c)
-            box_o, sizes = _box(full, ga.dim, b.add(b.mul(q, ga.ch.shard), off), size)
-            ga.tag(b.wait(ga.avail, [slot], lane="comm", role="ag.await", group=ga.group))
-            ga.tag(b.copy(ga.g, ga.g, src_rank=q, dst_rank=b.rank, src_offsets=box_o, dst_offsets=box_o,
-                          sizes=sizes, engine=ga.engine, lane="comm", role="ag.pull", group=ga.group))
-            if ga.g != ga.dst:
-                ga.tag(b.copy(ga.g, ga.dst, src_rank=b.rank, dst_rank=b.rank, src_offsets=box_o, dst_offsets=box_o,
-                              sizes=sizes, engine=ga.engine, lane="comm", role="ag.local", group=ga.group))
-            ga.tag(b.signal(ga.ready, target=b.rank, slot=slot, lane="comm", role="ag.arrive", group=ga.group))
+            _pull_chunk(lw, ga, q, c)
         ga.tag(c.owner.owner)
     ga.tag(s.owner.owner)
+
+
+def gather_pull_chunk(lw: "_FunctionLowering", ga: Gather, c: ir.Value) -> None:
+    """Pull chunk c of every peer's shard once offered (for a pattern that offers its own chunks one by one as
+    they are produced: the pulls of chunk c then overlap the production of chunk c+1)."""
+    with lw.b.loop(1, ga.world, role="ag.pull_loop", group=ga.group) as s:
+        _pull_chunk(lw, ga, lw.b.peer(s), c)
+    ga.tag(s.owner.owner)
+
+
+def _pull_chunk(lw: "_FunctionLowering", ga: Gather, q: ir.Value, c: ir.Value) -> None:
+    b = lw.b
+    full = list(ir.MemRefType(ga.dst.type).shape)
+    off, size = chunk_extent(lw, ga.ch, c)
+    slot = b.add(b.mul(q, ga.ch.count), c)
+    box_o, sizes = _box(full, ga.dim, b.add(b.mul(q, ga.ch.shard), off), size)
+    ga.tag(b.wait(ga.avail, [slot], lane="comm", role="ag.await", group=ga.group))
+    ga.tag(b.copy(ga.g, ga.g, src_rank=q, dst_rank=b.rank, src_offsets=box_o, dst_offsets=box_o,
+                  sizes=sizes, engine=ga.engine, lane="comm", role="ag.pull", group=ga.group))
+    if ga.g != ga.dst:
+        ga.tag(b.copy(ga.g, ga.dst, src_rank=b.rank, dst_rank=b.rank, src_offsets=box_o, dst_offsets=box_o,
+                      sizes=sizes, engine=ga.engine, lane="comm", role="ag.local", group=ga.group))
+    ga.tag(b.signal(ga.ready, target=b.rank, slot=slot, lane="comm", role="ag.arrive", group=ga.group))
 
 
 def gather(lw: "_FunctionLowering", x: ir.Value, dst: ir.Value, t: Tiling, dim: int, *, group: int | None,
@@ -400,8 +413,9 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
 
 def _epilogue_ar(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, out: ir.Value) -> None:
     """GEMM+AR = the epilogue GEMM+RS writing each rank's reduced rows into the symmetric gather buffer G at their
-    global rows and counting them (``ar_reduced``), then the gather pattern on the comm lane: each reduced chunk is
-    offered to the peers as soon as the GEMM counted it, and the peers' chunks are pulled (copy engine)."""
+    global rows and counting them (``ar_reduced``), then the gather pattern on the comm lane, chunk by chunk: chunk
+    c is offered to the peers as soon as the GEMM counted it, then the peers' chunk c is pulled (every rank reduces
+    its chunk c at about the same time), so the gather overlaps the GEMM's remaining own chunks."""
     b = lw.b
     ga = gather_setup(lw, out, t, 0, ch.shard, group=g.group)
     reduced = b.pad(t.world * ch.count, "ar_reduced")
@@ -413,7 +427,7 @@ def _epilogue_ar(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, out:
         b.wait(reduced, [b.add(b.mul(b.rank, ch.count), c)], value=expected, lane="comm", role="ar.reduced",
                group=g.group)
         gather_offer(lw, ga, c, x=None, lane="comm")
-    gather_pull(lw, ga)
+        gather_pull_chunk(lw, ga, c)  # the peers reduce their chunk c about now: pull it while c+1 is computed
     b.wait(ga.ready, ga.slots, lane="compute", role="ar.join", group=g.group)
 
 

@@ -310,7 +310,9 @@ SCHEDULES = [("ag_gemm", "num-chunks=4", "pull=ring"), ("ag_gemm", "num-chunks=2
              ("gemm_rs", "block-m=32 num-chunks=2 reduce-scatter=epilogue", ""),
              ("gemm_ar", "block-m=32 num-chunks=2 all-reduce=epilogue engine=copy_engine", ""),
              ("gemm_rs", "block-m=32 num-chunks=2 reduce-scatter=epilogue engine=sm", ""),
-             ("gemm_ar", "block-m=32 num-chunks=2 all-reduce=epilogue engine=sm", "")]
+             ("gemm_ar", "block-m=32 num-chunks=2 all-reduce=epilogue engine=sm", ""),
+             ("gemm_ar", "block-m=32 num-chunks=2 all-reduce=epilogue engine=copy_engine", "pull=ring"),
+             ("gemm_ar", "block-m=32 num-chunks=2 all-reduce=epilogue engine=copy_engine", "copy-streams=3")]
 
 
 @pytest.mark.parametrize("kind,tile,sched", SCHEDULES)

@@ -222,6 +222,7 @@ def case_done(world, library, s, name: str, ok: bool) -> None:
 
 
 def worker_done(library, failed: int) -> int:
+    import torch.distributed as dist
     library.close()
     dist.barrier()
     dist.destroy_process_group()
