@@ -540,7 +540,7 @@ class _Planner:
                             t += max(t_ag / chunks, t_ag - t_gemm / w) + \
                                 local_copy_time(m * n * eb, self.peaks) / chunks
                         if best is None or t < best[0] * 0.999:
-                            best = (t, (algorithm, engine), 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
+                            best = (t, algorithm, engine, 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
                 continue
             for comm in self.reduce_sm_options():
                 sms = self.peaks.num_sms - comm
@@ -554,14 +554,13 @@ class _Planner:
                         t += copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
                                        peers=w - 1, chunks=(w - 1) * chunks)
                     if best is None or t < best[0] * 0.999:
-                        best = (t, algorithm, comm, sms, cfg, shard_rows, rows, chunks)
+                        best = (t, algorithm, "sm", comm, sms, cfg, shard_rows, rows, chunks)
         if best is None:
             other = "reduce-scatter=reduce_kernel" if g.kind == "matmul_rs" else "all-reduce=two_shot"
             raise op_error(self.o.name, g.consumer, f"the epilogue reduction needs the {shard_rows} rows of a "
                                                     f"shard to split into chunks of whole GEMM row tiles; use "
                                                     f"{other}")
-        t, algorithm, comm, sms, cfg, shard_rows, rows, chunks = best
-        algorithm, engine = algorithm if isinstance(algorithm, tuple) else (algorithm, "sm")
+        t, algorithm, engine, comm, sms, cfg, shard_rows, rows, chunks = best
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6, algorithm=algorithm,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
