@@ -34,6 +34,8 @@ class TargetPeaks:
     copy_latency: float = 3e-6     # per chunk copy enqueued on a stream (DMA setup + completion; H200: a 512 KB
                                    # peer pull took 4.5 us in a CUDA graph, 1.4 us of it at the link's rate)
     signal_latency: float = 1e-6   # a stream signal/wait pair
+    hop_latency: float = 10e-6     # one chunk handed between GPUs by streams: a wait, a copy and a signal (H200,
+                                   # in a CUDA graph: 10-30 us per chunk, measured on GEMM+AR's gather)
     launch_latency: float = 4e-6   # a kernel launch
     source: str = ""
 
@@ -246,28 +248,34 @@ def gemm_rs_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_s
     if world == 1:
         return t_gemm
     t_red = reduce_time(rows, cols, world, peaks, sms=reduce_sms, elem_bytes=elem_bytes)
-    t_sync = peaks.signal_latency * world * chunks_per_shard
+    # per chunk: the counts arrive from every rank, then the reduce lane's stream wait and launch (a hop)
+    t_sync = (peaks.signal_latency * world + peaks.hop_latency) * chunks_per_shard
     tail = t_red / chunks_per_shard
     return max(t_gemm + tail, t_gemm / (world * chunks_per_shard) + t_red) + t_sync
 
 
 def gemm_rs_epilogue_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int,
-                              peaks: TargetPeaks, *, engine: str = "copy_engine") -> float:
+                              peaks: TargetPeaks, *, engine: str = "copy_engine", one_wave: bool = False) -> float:
     """GEMM+RS with the reduction in the GEMM's epilogue: every rank computes the other ranks' rows first (peer
     r-d computes this rank's rows during [(d-1)/W, d/W] of its GEMM) and its own rows last. copy_engine: the copy
     engine pulls the W-1 partials of each chunk as they complete (a stream wait, the copy and a signal per chunk)
     and an own tile reads W-1 staged tiles; sm: an own tile waits for the peers' counts itself and reads their
-    partial tiles over the link (no hop, but the SMs stall on the remote reads)."""
+    partial tiles over the link (no hop, but the SMs stall on the remote reads). ``one_wave``: every tile runs at
+    once (no more tiles than SMs), so the peers' partials are ready only when the GEMM's own work is: nothing
+    overlaps, and what moves them is all exposed (measured: a 4-chunk staging added ~50 us to a 90 us GEMM)."""
     if world == 1:
         return t_gemm
     per_chunk = t_gemm / (world * chunks_per_shard)
     if engine == "sm":
         remote = (world - 1) * shard_bytes / peaks.sm_link_bw(peaks.num_sms, world - 1)
-        return max(t_gemm, (world - 1) / world * t_gemm + per_chunk) + remote + peaks.signal_latency
+        start = t_gemm if one_wave else max(t_gemm, (world - 1) / world * t_gemm + per_chunk)
+        return start + remote + peaks.signal_latency
     t_pull = copy_time((world - 1) * shard_bytes, peaks, engine="copy_engine", peers=world - 1,
-                       chunks=(world - 1) * chunks_per_shard) + peaks.signal_latency * chunks_per_shard
-    staged_last = max((world - 1) / world * t_gemm + t_pull / ((world - 1) * chunks_per_shard), per_chunk + t_pull)
+                       chunks=(world - 1) * chunks_per_shard) + peaks.hop_latency * chunks_per_shard
     extra = (world - 1) * shard_bytes / peaks.hbm_copy_bw + peaks.signal_latency * chunks_per_shard
+    if one_wave:
+        return t_gemm + t_pull + extra
+    staged_last = max((world - 1) / world * t_gemm + t_pull / ((world - 1) * chunks_per_shard), per_chunk + t_pull)
     return max(t_gemm, staged_last + per_chunk) + extra
 
 

@@ -527,18 +527,19 @@ class _Planner:
             if algorithm == "epilogue":
                 cfg = self.gemm_config(g.producer, m, n, k, self.peaks.num_sms, eb)
                 t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=self.peaks.num_sms, elem_bytes=eb)
+                one_wave = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) <= self.peaks.num_sms
                 for engine in self.engines():
                     for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
                         if rows % cfg.block_m or shard_rows % rows:
                             continue
                         chunks = shard_rows // rows
                         t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks,
-                                                      engine=engine)
+                                                      engine=engine, one_wave=one_wave)
                         if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
                             t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
-                                             peers=w - 1, chunks=(w - 1) * chunks)
-                            t += max(t_ag / chunks, t_ag - t_gemm / w) + \
-                                local_copy_time(m * n * eb, self.peaks) / chunks
+                                             peers=w - 1, chunks=(w - 1) * chunks) + self.peaks.hop_latency * chunks
+                            exposed = t_ag if one_wave else max(t_ag / chunks, t_ag - t_gemm / w)
+                            t += exposed + local_copy_time(m * n * eb, self.peaks) / chunks
                         if best is None or t < best[0] * 0.999:
                             best = (t, algorithm, engine, 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
                 continue
