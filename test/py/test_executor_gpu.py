@@ -182,7 +182,8 @@ def test_a_stuck_wait_raises_and_the_gpu_stays_usable(artifacts):
 def test_the_in_kernel_bound_fires_without_a_watching_host(artifacts):
     case = EP.CASES["stuck_w2_m16"]
     exe = ditron.load(artifacts / case.name)
-    ex = exe.executor(World.virtual(2), timeout_s=20)
+    # the runtime wait kernel (a driver memop wait has no bound of its own: the watchdog releases it, see above)
+    ex = exe.executor(World.virtual(2), timeout_s=20, wait_via="kernel")
     ex.max_iters = 20_000  # a few milliseconds of polling
     ex.run(EP.make_inputs(case, 1), sync=False)
     start = time.monotonic()
