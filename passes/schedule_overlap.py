@@ -144,6 +144,28 @@ class _Scheduler:
                 scf.YieldOp([])
         tag(fwd, lane=str_attr(arrive, LANE_ATTR), role="ag.forward", gather=int_attr(arrive, GATHER_ATTR))
 
+    def pull_into_destinations(self, ops: list[ir.Operation]) -> None:
+        """Direct pulls into a destination that is not the gather buffer (a function output): nobody reads this
+        rank's gather-buffer copy of a peer's chunk (peers pull from the chunk's owner), so the chunk is pulled
+        straight into the destination instead of into the buffer and then copied locally (one local copy of the
+        whole gathered tensor saved). A ring forwards from the buffer and keeps both."""
+        for op in ops:
+            if str_attr(op, ROLE_ATTR) != "ag.pull":
+                continue
+            loop = _enclosing(op, "ag.pull_loop")
+            after = _next_op(op)
+            if loop is None or str_attr(loop, PULL_ATTR) != "direct" or after is None or \
+                    str_attr(after.operation, ROLE_ATTR) != "ag.local":
+                continue
+            pull, local = device.Copy(op), device.Copy(after.operation)
+            same = local.src == pull.dst and local.src_rank == pull.dst_rank and local.dst.type == pull.dst.type \
+                and list(local.src_offsets) == list(pull.dst_offsets) == list(local.dst_offsets) \
+                and list(local.sizes) == list(pull.sizes)
+            if not same:
+                continue
+            op.operands[1] = local.dst
+            after.operation.erase()
+
     def split_pulls(self, ops: list[ir.Operation]) -> None:
         """One pull loop per peer distance, so the pulls from different peers can go to different streams."""
         for loop in [op for op in ops if str_attr(op, ROLE_ATTR) == "ag.pull_loop"]:
@@ -301,8 +323,10 @@ class _Scheduler:
                     loop.attributes[PULL_ATTR] = ir.StringAttr.get("direct")
             if self.o.pull == "ring":
                 self.ring(ops)
-            elif pull_streams > 1:
-                self.split_pulls(ops)
+            else:
+                self.pull_into_destinations(ops)
+                if pull_streams > 1:
+                    self.split_pulls(ops)
         self.tile_orders()
         if self.o.engine:
             self.engines(self.o.engine)
