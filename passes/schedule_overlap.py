@@ -236,14 +236,8 @@ class _Scheduler:
             if rec.get("template") != "gemm":
                 continue
             want = self.o.tile_order
-            if "reduce_own" in rec and not self.o.streams:
-                raise self.error(op, "reduces its own rows in the epilogue from partials the comm lane stages while "
-                                     "it runs; streams=false would queue that staging behind the GEMM (deadlock). "
-                                     "Tile it with reduce-scatter=reduce_kernel for a serial schedule")
-            if "reduce_own" in rec:  # the epilogue reduction is safe only in the order it was built with
-                if want not in ("auto", rec["tile_order"]):
-                    raise self.error(op, f"reduces its own rows in the epilogue, which needs them visited last "
-                                         f"(tile_order '{rec['tile_order']}'); tile-order={want} would deadlock")
+            if "reduce_own" in rec:
+                self.check_epilogue_reduction(op, rec)
                 continue
             if want == "auto":
                 rotated = str_attr(op, ROLE_ATTR) in ROTATED_ROLES and rec.get("rows_per_rank", 0) > 0
@@ -252,6 +246,18 @@ class _Scheduler:
                 raise self.error(op, "cannot visit its tiles rank_rotated: the GEMM's rows are not split over the "
                                      "ranks (use tile-order=grouped or row_major)")
             self.relaunch(op, {"tile_order": want})
+
+    def check_epilogue_reduction(self, op: ir.Operation, rec: KernelRecord) -> None:
+        """A GEMM that reduces its own rows in the epilogue is deadlock-free only in the tile order it was built
+        with (own rows last) and beside the comm lane that stages the peers' partials."""
+        if not self.o.streams:
+            raise self.error(op, "reduces its own rows in the epilogue from partials the comm lane stages while it "
+                                 "runs; streams=false would queue that staging behind the GEMM (deadlock). Tile it "
+                                 "with reduce-scatter=reduce_kernel for a serial schedule")
+        want = self.o.tile_order
+        if want not in ("auto", rec["tile_order"]):
+            raise self.error(op, f"reduces its own rows in the epilogue, which needs them visited last (tile_order "
+                                 f"'{rec['tile_order']}'); tile-order={want} would deadlock")
 
     def partition(self, comm_sms: int) -> None:
         """comm_sms SMs for reduction kernels and SM copies, the rest for GEMMs that run beside them."""

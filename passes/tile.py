@@ -500,8 +500,7 @@ class _Planner:
         for engine in self.engines():
             for comm in self.comm_sm_options(engine):
                 sms = self.peaks.num_sms - comm
-                cfg = self.gemm_config(g.consumer, m, n, k, sms, eb)
-                t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+                cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
                 for rows in self.chunk_options(g.producer, shard_rows, cfg.block_m):
                     chunks = math.ceil(shard_rows / rows)
                     t = ag_gemm_estimate(t_gemm, shard_rows * k * eb, w, chunks, self.peaks, engine=engine,
@@ -525,28 +524,13 @@ class _Planner:
         for algorithm in algorithms:
             shard_rows = m if algorithm == "one_shot" else math.ceil(m / w)
             if algorithm == "epilogue":
-                cfg = self.gemm_config(g.producer, m, n, k, self.peaks.num_sms, eb)
-                t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=self.peaks.num_sms, elem_bytes=eb)
-                one_wave = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) <= self.peaks.num_sms
-                for engine in self.engines():
-                    for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
-                        if rows % cfg.block_m or shard_rows % rows:
-                            continue
-                        chunks = shard_rows // rows
-                        t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks,
-                                                      engine=engine, one_wave=one_wave)
-                        if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
-                            t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
-                                             peers=w - 1, chunks=(w - 1) * chunks) + self.peaks.hop_latency * chunks
-                            exposed = t_ag if one_wave else max(t_ag / chunks, t_ag - t_gemm / w)
-                            t += exposed + local_copy_time(m * n * eb, self.peaks) / chunks
-                        if best is None or t < best[0] * 0.999:
-                            best = (t, algorithm, engine, 0, self.peaks.num_sms, cfg, shard_rows, rows, chunks)
+                for choice in self.epilogue_choices(g, m, n, k, eb, w, shard_rows):
+                    if best is None or choice[0] < best[0] * 0.999:
+                        best = choice
                 continue
             for comm in self.reduce_sm_options():
                 sms = self.peaks.num_sms - comm
-                cfg = self.gemm_config(g.producer, m, n, k, sms, eb)
-                t_gemm = gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+                cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
                 for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
                     chunks = math.ceil(shard_rows / rows)
                     t = gemm_rs_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks, reduce_sms=comm,
@@ -566,6 +550,32 @@ class _Planner:
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6, algorithm=algorithm,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
 
+    def epilogue_choices(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, w: int, shard_rows: int):
+        """(time, "epilogue", engine, comm SMs, SMs, config, shard rows, chunk rows, chunks) for each way to reduce
+        in the GEMM's epilogue: every SM on the GEMM, chunks of whole row tiles, partials moved by the copy
+        engine or read by the SMs; GEMM+AR adds the gather of the reduced rows."""
+        sms = self.peaks.num_sms
+        cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
+        one_wave = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) <= sms
+        for engine in self.engines():
+            for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
+                if rows % cfg.block_m or shard_rows % rows:
+                    continue
+                chunks = shard_rows // rows
+                t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks, engine=engine,
+                                              one_wave=one_wave)
+                if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
+                    t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine", peers=w - 1,
+                                     chunks=(w - 1) * chunks) + self.peaks.hop_latency * chunks
+                    exposed = t_ag if one_wave else max(t_ag / chunks, t_ag - t_gemm / w)
+                    t += exposed + local_copy_time(m * n * eb, self.peaks) / chunks
+                yield t, "epilogue", engine, 0, sms, cfg, shard_rows, rows, chunks
+
+    def timed_gemm(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int) -> tuple[GemmConfig, float]:
+        """The model's GEMM config on sms SMs and its modelled time."""
+        cfg = self.gemm_config(op, m, n, k, sms, eb)
+        return cfg, gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+
     def single(self, op: ir.Operation) -> Tiling | None:
         if task.Matmul.match(op):
             return self.matmul(op)
@@ -584,8 +594,7 @@ class _Planner:
         m, k = shape_of(mm.lhs)
         n = shape_of(mm.rhs)[1]
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
-        cfg = self.gemm_config(op, m, n, k, sms, eb)
-        t = gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+        cfg, t = self.timed_gemm(op, m, n, k, sms, eb)
         return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
 

@@ -651,17 +651,15 @@ class _Emitter:
             total = acc
             if spec.get("from_peers"):  # the peers' partial tiles, read where they wrote them
                 c = core.ConsumeToken.build(self.arg["c"], token).result
-                for j in range(1, spec["parts"] + 1):
-                    peer = T.rem(T.add(self.rank, j), spec["parts"] + 1)
-                    ptrs, mask = self._tile_ptrs(core.SymmAt.build(c, peer).result, m0, n0, rec["ldc"])
-                    part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
-                    total = T.add(total, T.cast(part, "fp32"))
-            else:
+                parts = [(core.SymmAt.build(c, T.rem(T.add(self.rank, j), spec["parts"] + 1)).result, m0, None,
+                          rec["ldc"]) for j in range(1, spec["parts"] + 1)]
+            else:  # staged part j at rows j * R + the row within the shard
                 src = core.ConsumeToken.build(self.arg[spec["src"]], token).result
-                for j in range(spec["parts"]):
-                    ptrs, mask = self._tile_ptrs(src, own, n0, self.n, row_shift=j * rpr)
-                    part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
-                    total = T.add(total, T.cast(part, "fp32"))
+                parts = [(src, own, j * rpr, self.n) for j in range(spec["parts"])]
+            for base, row, shift, ld in parts:
+                ptrs, mask = self._tile_ptrs(base, row, n0, ld, row_shift=shift)
+                part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
+                total = T.add(total, T.cast(part, "fp32"))
             ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], m0 if spec["dst_rows"] == "global" else own, n0,
                                          self.n)
             T.store(ptrs, T.cast(total, self.out_t), mask)

@@ -66,6 +66,16 @@ def _tokens(text: str) -> list[str]:
     return TOKEN.findall(text)
 
 
+def _replace_one(rng: random.Random, text: str, pattern: str, choices, label) -> tuple[str, str] | None:
+    """Replace one random match of pattern in text by one of choices: (new text, label(old, new)), or None."""
+    spots = list(re.finditer(pattern, text))
+    if not spots:
+        return None
+    m = rng.choice(spots)
+    new = rng.choice(choices)
+    return text[:m.start()] + new + text[m.end():], label(m.group(0), new)
+
+
 def _mutate(text: str, rng: random.Random) -> tuple[str, str]:
     """One mutation of text; returns (new text, what was done)."""
     toks = _tokens(text)
@@ -97,11 +107,9 @@ def _mutate(text: str, rng: random.Random) -> tuple[str, str]:
         what = f"type {toks[k]!r}->{new!r}"
         toks[k] = new
     elif kind == "shape":
-        spots = [m for m in re.finditer(r"(?<=[<x])(\d+|\?)(?=x)", text)]
-        if spots:
-            m = rng.choice(spots)
-            new = rng.choice(SHAPES)
-            return text[:m.start()] + new + text[m.end():], f"shape {m.group(0)}->{new}"
+        done = _replace_one(rng, text, r"(?<=[<x])(\d+|\?)(?=x)", SHAPES, lambda old, new: f"shape {old}->{new}")
+        if done:
+            return done
         what = "shape-none"
     elif kind == "string":
         spots = [k for k in solid if toks[k].startswith('"') and not toks[k].startswith('"ditron_')] or solid
@@ -110,11 +118,10 @@ def _mutate(text: str, rng: random.Random) -> tuple[str, str]:
         what = f"string {toks[k]!r}->{new!r}"
         toks[k] = new
     elif kind == "attr":
-        spots = [m for m in re.finditer(r"(?<== )[^,{}]+?(?=[,}])", text)]
-        if spots:
-            m = rng.choice(spots)
-            new = rng.choice(ATTR_VALUES)
-            return text[:m.start()] + new + text[m.end():], f"attr {m.group(0)!r}->{new!r}"
+        done = _replace_one(rng, text, r"(?<== )[^,{}]+?(?=[,}])", ATTR_VALUES,
+                            lambda old, new: f"attr {old!r}->{new!r}")
+        if done:
+            return done
         what = "attr-none"
     elif kind == "number":
         spots = [k for k in solid if toks[k].isdigit()] or solid

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import executor_programs as EP
+from test_hostprog import serialize as host_program
 from ditron.errors import DitronRuntimeError, WaitTimeoutError
 from ditron.runtime import executor as X
 from ditron.runtime.heap import ALIGN, HeapLayout
@@ -31,15 +32,6 @@ def small(op: str, W: int, **kw) -> EP.Case:
     return EP.Case(op, W, kw.pop("M", 40), K=kw.pop("K", 64), N=kw.pop("N", 48), **kw)
 
 
-def host_program(text: str, name: str = "prog.mlir") -> dict:
-    from ditron import hostprog
-    from ditron.dialects.context import ditron_context, parse_module
-    with ditron_context():
-        module = parse_module(text, name)
-        try:
-            return hostprog.serialize(module)
-        finally:
-            del module
 
 
 # ------------------------------------------------------------------------------------------- checking JSON
