@@ -36,7 +36,8 @@ In a virtual world the W ranks share one GPU: each gets F/W and B/W (so T_comp i
 and T_comm all ranks' traffic over the copy bandwidth). W = 1: ideal = T_comp.
 
 ditron runs in CUDA-graph mode (``graph=True``: one graph replay per call, see ditron.runtime.graphs) unless
-``--no-graph``; the column ditron_eager_us times the same op in eager mode (the executor interpreting the host
+``--no-graph``; ditron_host_us is the host's time per call in that loop (enqueueing only: a call is host-bound
+when it is close to ditron_us); the column ditron_eager_us times the same op in eager mode (the executor interpreting the host
 program every call) in the same run. ``--only OP[,OP]`` runs the rows of those ops (or whose label contains a
 given text, e.g. ``--only 8.0KB``).
 
@@ -183,6 +184,7 @@ class Env:
     graph: bool = True            # ditron in CUDA-graph mode (ditron_eager_us: eager, measured too)
     group_name: str | None = None
     notes: list = field(default_factory=list)
+    host_us: float = 0.0          # host time per call of the last timed() loop (enqueue only), max over ranks
 
     def barrier(self) -> None:
         import torch
@@ -237,8 +239,10 @@ def timed(env: Env, fn, iters: int, warmup: int = 3) -> float:
     env.barrier()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    host = time.perf_counter()
     for _ in range(iters):
         fn()
+    env.host_us = env.max_over_ranks((time.perf_counter() - host) * 1e6 / iters)
     end.record()
     end.synchronize()
     return env.max_over_ranks(start.elapsed_time(end) * 1e3 / iters)
@@ -495,6 +499,7 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
         fn(*args, env.world, out=outs, sync=False, library=lib, graph=env.graph, **kw)
     row["graph"] = env.graph
     row["ditron_us"] = timed(env, ditron_call, iters)
+    row["ditron_host_us"] = env.host_us
     lib.synchronize(env.world)
     if env.graph:
         def eager_call():
@@ -553,7 +558,8 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
     return row
 
 
-FIELDS = ["mode", "world", "op", "model", "M", "N", "K", "bytes", "iters", "graph", "ditron_us", "ditron_eager_us",
+FIELDS = ["mode", "world", "op", "model", "M", "N", "K", "bytes", "iters", "graph", "ditron_us", "ditron_host_us",
+          "ditron_eager_us",
           "cublas_us", "baseline",
           "baseline_us", "fused", "fused_us", "ideal_us", "frac_of_ideal", "vs_baseline", "vs_fused",
           "overhead_vs_cublas", "gemm_tflops", "link_gbs", "rel_err", "choices"]

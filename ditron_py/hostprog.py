@@ -34,6 +34,10 @@ Runtime kernels (built here as generic TTIR, compiled with the program's kernels
 * ``ditron_rt_signal_<set|add>_<scope>(pad, slot, peer, value)`` — ``pad[slot]`` on rank ``peer`` := value /
   += value with release semantics (``ditron_core.notify``); the executor uses it where the stream write-value
   memop is not available, and for "add".
+* ``ditron_rt_barrier(pad, value, max_iters, err, tag)`` — a whole ``ditron_device.barrier`` arrival in one launch:
+  ``pad[rank]`` := value on every rank (release), then the bounded spin of ``ditron_rt_wait`` on slots
+  0..num_ranks-1. Where the executor would signal and wait with kernels (a CUDA graph's stream 0), this is one
+  kernel instead of W + 1.
 """
 from __future__ import annotations
 
@@ -55,6 +59,7 @@ IO_ROLES = ("in", "out", "epoch")
 DEVICE_OPS = device.OP_NAMES
 
 WAIT_KERNEL = "ditron_rt_wait"
+BARRIER_KERNEL = "ditron_rt_barrier"
 WAIT_LANES = 128          # slots one wait kernel checks at once (the executor splits longer runs)
 
 
@@ -247,8 +252,10 @@ class _Serializer:
             info["template"] = record.get("template")
             if isinstance(record.get("args"), list):
                 info["args"] = [str(a) for a in record["args"]]
-            if isinstance(record.get("wait"), dict):
-                info["wait"] = record["wait"]
+            for part in ("wait", "publish"):  # the pad (and value) an in-kernel wait spins on, for the watchdog
+                if isinstance(record.get(part), dict):
+                    info["wait"] = record[part]
+                    break
         if n_operands != n_args:
             raise _error(launch, f"launch of '@{name}' passes {n_operands} operand(s); the kernel takes {n_args}")
         self.kernels[name] = info
@@ -295,18 +302,19 @@ def erase_device_functions(module: ir.Module) -> None:
 
 # ------------------------------------------------------------------------------------------ runtime kernels
 
-def runtime_kernels_needed(program: dict[str, Any]) -> tuple[bool, list[tuple[str, str]]]:
-    """(whether a wait kernel is needed, the (op, scope) pairs of the signal kernels needed)."""
-    need_wait, signals = False, set()
+def runtime_kernels_needed(program: dict[str, Any]) -> tuple[bool, list[tuple[str, str]], bool]:
+    """(whether a wait kernel is needed, the (op, scope) pairs of the signal kernels needed, whether a barrier
+    kernel is)."""
+    need_wait, signals, need_barrier = False, set(), False
 
     def visit(ops):
-        nonlocal need_wait
+        nonlocal need_wait, need_barrier
         for op in ops:
             name = op["op"]
             if name == device.Wait.op_name():
                 need_wait = True
             elif name == device.Barrier.op_name():
-                need_wait = True
+                need_wait = need_barrier = True
                 signals.add(("set", "sys"))
             elif name == device.Signal.op_name():
                 signals.add((op["kind"], op["scope"]))
@@ -314,7 +322,7 @@ def runtime_kernels_needed(program: dict[str, Any]) -> tuple[bool, list[tuple[st
                 visit(region["body"])
 
     visit(program["body"])
-    return need_wait, sorted(signals)
+    return need_wait, sorted(signals), need_barrier
 
 
 def add_runtime_kernels(module: ir.Module, program: dict[str, Any], target: Any) -> None:
@@ -324,7 +332,7 @@ def add_runtime_kernels(module: ir.Module, program: dict[str, Any], target: Any)
 
     target = target if isinstance(target, Target) else Target.parse(str(target))
     prims = get_backend(target).primitives
-    need_wait, signals = runtime_kernels_needed(program)
+    need_wait, signals, need_barrier = runtime_kernels_needed(program)
     taken = {_sym_name(op.operation) for op in module.body.operations if "sym_name" in op.operation.attributes}
     runtime: dict[str, Any] = {"signal": {}}
     ip = ir.InsertionPoint(module.body)
@@ -339,6 +347,10 @@ def add_runtime_kernels(module: ir.Module, program: dict[str, Any], target: Any)
             _check_free(name, taken)
             _signal_kernel(name, op, scope, ip)
             runtime["signal"][f"{op}:{scope}"] = name
+        if need_barrier:
+            _check_free(BARRIER_KERNEL, taken)
+            _barrier_kernel(prims, ip)
+            runtime["barrier"] = BARRIER_KERNEL
     program["runtime"] = runtime
 
 
@@ -357,11 +369,34 @@ def _wait_kernel(prims, ip: ir.InsertionPoint) -> None:
             ("value", T.i32(), {}), ("max_iters", T.i64(), {}), ("err", T.ptr("i32"), {"tt.divisibility": 16}),
             ("tag", T.i32(), {})])
     with ir.InsertionPoint(f.regions[0].blocks[0]):
-        lanes = T.make_range(0, WAIT_LANES)
-        idx = T.add(T.min_(lanes, T.sub(count, 1)), first)     # lanes past count re-read the last slot
-        ptrs = T.addptr(T.splat(pad, [WAIT_LANES]), idx)
-        T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(ptrs, scope="sys", semantic="acquire")), value,
-                       bound=max_iters, err=err, tag=tag)
+        _spin_on(prims, pad, first, count, value, max_iters, err, tag)
+        T.ret()
+
+
+def _spin_on(prims, pad, first, count, value, max_iters, err, tag) -> None:
+    """The bounded spin until slots pad[first .. first+count) (count <= WAIT_LANES) are all >= value."""
+    from .dialects import ttir as T
+
+    lanes = T.make_range(0, WAIT_LANES)
+    idx = T.add(T.min_(lanes, T.sub(count, 1)), first)     # lanes past count re-read the last slot
+    ptrs = T.addptr(T.splat(pad, [WAIT_LANES]), idx)
+    T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(ptrs, scope="sys", semantic="acquire")), value,
+                   bound=max_iters, err=err, tag=tag)
+
+
+def _barrier_kernel(prims, ip: ir.InsertionPoint) -> None:
+    from .dialects import core
+    from .dialects import ttir as T
+
+    with ip:
+        f, (pad, value, max_iters, err, tag) = T.func(BARRIER_KERNEL, [
+            ("pad", T.ptr("i32"), {"tt.divisibility": 4}), ("value", T.i32(), {}), ("max_iters", T.i64(), {}),
+            ("err", T.ptr("i32"), {"tt.divisibility": 16}), ("tag", T.i32(), {})])
+    with ir.InsertionPoint(f.regions[0].blocks[0]):
+        rank, num_ranks = core.Rank.build().rank, core.NumRanks.build().num_ranks
+        with T.For(0, num_ranks, 1) as peers:
+            core.Notify.build(T.addptr(pad, rank), peers.iv, value, op="set", scope="sys", semantic="release")
+        _spin_on(prims, pad, T.c(0), num_ranks, value, max_iters, err, tag)
         T.ret()
 
 
@@ -378,6 +413,6 @@ def _signal_kernel(name: str, op: str, scope: str, ip: ir.InsertionPoint) -> Non
         T.ret()
 
 
-__all__ = ["FORMAT_VERSION", "WAIT_KERNEL", "WAIT_LANES", "add_runtime_kernels", "device_functions",
+__all__ = ["BARRIER_KERNEL", "FORMAT_VERSION", "WAIT_KERNEL", "WAIT_LANES", "add_runtime_kernels", "device_functions",
            "erase_device_functions", "kernel_spins", "kernels_ready", "runtime_kernels_needed", "serialize",
            "signal_kernel_name"]

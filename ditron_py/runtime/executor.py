@@ -282,7 +282,7 @@ class Executor:
     def _check_kernels(self) -> None:
         prog = self.program
         for name in [*prog.kernels, *([prog.wait_kernel] if prog.wait_kernel else []),
-                     *prog.signal_kernels.values()]:
+                     *([prog.barrier_kernel] if prog.barrier_kernel else []), *prog.signal_kernels.values()]:
             self._kernel(name)
         if prog.wait_kernel is None and self._has_op((WaitAction, BarrierAction)):
             raise DitronRuntimeError("the host program waits but its artifact has no runtime wait kernel; "
@@ -601,12 +601,25 @@ class Executor:
             dst.copy_(src)
 
     def _barrier(self, rank: int, stream, a: BarrierAction) -> None:
-        """Arrival n on this pad: slot <rank> := n on every rank, then wait until slots 0..W-1 >= n."""
+        """Arrival n on this pad: slot <rank> := n on every rank, then wait until slots 0..W-1 >= n. Where both
+        would be kernels (a graph's stream 0), the runtime barrier kernel does it in one launch."""
         key = (a.pad.index, rank)
         n = self._barriers[key] = self._barriers.get(key, 0) + 1
+        wait = WaitAction(a.stream, a.loc, a.site, a.pad, n, tuple(range(self.W)), "barrier")
+        on0 = self._on_stream0(rank, stream)
+        kernel_signals = (self._stream0_kernels[0] and on0) or (self._signal_drv is None and self._write_value is None)
+        kernel_waits = (self._stream0_kernels[1] and on0) or self._memops is None
+        if self.program.barrier_kernel and kernel_signals and kernel_waits:
+            own = {"pad": self._views[(a.pad.index, rank)], "value": n, "max_iters": self.max_iters,
+                   "err": self._err[self.ranks.index(rank)], "tag": self._new_tag(rank, wait, wait.slots, n)}
+            name = self.program.barrier_kernel
+            self._kernel(name).triton_kernel[(1, 1, 1)](*self._runtime_values(name, rank, own),
+                                                        stream=stream.cuda_stream)
+            self._milestone(rank, wait, stream)
+            return
         for q in range(self.W):
             self._signal(rank, stream, a.pad, q, rank, n, "set", "sys")
-        self._wait(rank, stream, WaitAction(a.stream, a.loc, a.site, a.pad, n, tuple(range(self.W)), "barrier"))
+        self._wait(rank, stream, wait)
 
     def _on_stream0(self, rank: int, stream) -> bool:
         return self.streams.get((rank, 0)) is stream
@@ -626,6 +639,10 @@ class Executor:
             raise DitronRuntimeError(f"the artifact has no runtime kernel for signal '{op}' at scope '{scope}'; "
                                      "recompile it with this ditron")
         own = {"pad": self._views[(pad.index, rank)], "slot": slot, "peer": target, "value": value}
+        self._kernel(name).triton_kernel[(1, 1, 1)](*self._runtime_values(name, rank, own), stream=stream.cuda_stream)
+
+    def _runtime_values(self, name: str, rank: int, own: dict[str, Any]) -> list[Any]:
+        """A runtime kernel's arguments in ABI order: its own by name, then rank / num_ranks / heap_bases."""
         values = []
         for kind, _, arg in self._plans_for(name):
             if kind in ("pointer", "scalar"):
@@ -636,7 +653,7 @@ class Executor:
                 values.append(self.W)
             else:
                 values.append(self.heap.bases())
-        self._kernel(name).triton_kernel[(1, 1, 1)](*values, stream=stream.cuda_stream)
+        return values
 
     def _plans_for(self, name: str) -> list[tuple[str, str, str]]:
         plan = self._plans.get(name)

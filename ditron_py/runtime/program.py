@@ -256,6 +256,7 @@ class HostProgram:
         self.wait_kernel: str | None = runtime.get("wait")
         self.wait_lanes: int = int(runtime.get("wait_lanes", 128))
         self.signal_kernels: dict[str, str] = dict(runtime.get("signal") or {})
+        self.barrier_kernel: str | None = runtime.get("barrier")  # absent from artifacts of older ditrons
         self._sites = 0
         defined = set(self._arg_values)
         self.body = self._block(_need(data, "body", list, where), defined, where)

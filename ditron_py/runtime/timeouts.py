@@ -101,6 +101,11 @@ class Watch:
     def add(self, key: tuple[int, int], milestone: Milestone) -> None:
         self.queues.setdefault(key, deque()).append(milestone)
 
+    def pending(self, key: tuple[int, int]) -> int:
+        """How many milestones of that queue are kept (completed ones until the next prune)."""
+        q = self.queues.get(key)
+        return len(q) if q else 0
+
     def prune(self) -> bool:
         """Drop completed milestones; whether any completed."""
         progressed = False

@@ -449,6 +449,25 @@ class FakeLauncher:
                     return True
                 return False
             stream.push(wait)
+        elif self.name == "ditron_rt_barrier":
+            arrived = [False]
+
+            def barrier():  # set this rank's slot everywhere once, then spin like the wait kernel
+                if not arrived[0]:
+                    for q in range(gpu.ex.W):
+                        gpu.peer(v["pad"], q)[v["rank"]] = v["value"]
+                    arrived[0] = True
+                if int(v["pad"][:gpu.ex.W].min()) >= v["value"]:
+                    return True
+                polls[0] += 1
+                if polls[0] > v["max_iters"]:
+                    v["err"][0] += 1
+                    v["err"][1] = v["tag"]
+                    v["err"][2] = int(v["pad"][:gpu.ex.W].min())
+                    return True
+                return False
+            polls = [0]
+            stream.push(barrier)
         elif self.name.startswith("ditron_rt_signal_"):
             op = self.name.split("_")[3]
             target = gpu.peer(v["pad"], v["peer"])

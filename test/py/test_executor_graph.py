@@ -115,6 +115,10 @@ class FakeGraphs:
         end.record(cap)
         caller.wait_event(end)
 
+    def record(self, event, device, driver) -> None:
+        assert driver is None  # no CUDA driver on the CPU: torch's record on the current stream
+        event.record()
+
 
 class GraphFakeGPU(FakeGPU):
     """FakeGPU whose enqueue calls can be recorded into a fake graph, with an optional fake driver."""
@@ -338,7 +342,7 @@ def test_graphs_wait_with_kernels_on_stream0_and_memops_on_side_streams(monkeypa
 
     def spy(name):
         k = real(name)
-        if name == ex.program.wait_kernel:
+        if name in (ex.program.wait_kernel, ex.program.barrier_kernel):
             kernel_waits.append(name)
         return k
     monkeypatch.setattr(ex, "_kernel", spy)
@@ -350,6 +354,9 @@ def test_graphs_wait_with_kernels_on_stream0_and_memops_on_side_streams(monkeypa
     xs = gather_inputs(W, 1)
     assert torch.equal(ex.run(xs)[0][0], torch.cat([x[0] for x in xs]))
     assert kernel_waits and gpu.driver.waits - before >= side
+    # a barrier on stream 0 is one runtime barrier kernel (not W signal kernels and a wait kernel)
+    barriers = any(isinstance(a, G.BarrierAction) and a.stream == 0 for a in ex._graph_traces[ex.ranks[0]])
+    assert barriers and ex.program.barrier_kernel in kernel_waits
     ex.close()
 
 

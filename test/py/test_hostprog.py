@@ -232,12 +232,36 @@ def test_values_from_outside_the_function_are_refused():
 
 def test_runtime_kernels_needed():
     text, _ = EP.program(small("all_gather", 2))
-    need_wait, signals = hostprog.runtime_kernels_needed(serialize(text))
-    assert need_wait and signals == [("set", "sys")]
+    need_wait, signals, need_barrier = hostprog.runtime_kernels_needed(serialize(text))
+    assert need_wait and signals == [("set", "sys")] and not need_barrier
     barrier = _program('    %s = "ditron_device.alloc_symmetric"() {name = "bar"} : () -> memref<4xi32>\n'
                        '    "ditron_device.barrier"(%s) : (memref<4xi32>) -> ()')
-    assert hostprog.runtime_kernels_needed(serialize(barrier)) == (True, [("set", "sys")])
-    assert hostprog.runtime_kernels_needed(serialize(_program(""))) == (False, [])
+    assert hostprog.runtime_kernels_needed(serialize(barrier)) == (True, [("set", "sys")], True)
+    assert hostprog.runtime_kernels_needed(serialize(_program(""))) == (False, [], False)
+
+
+@pytest.mark.parametrize("target, needle", [("cuda:90", "ld.acquire.sys.global.b32"),
+                                            ("hip:gfx942", "global_atomic_add")])
+def test_runtime_barrier_kernel_compiles(target, needle):
+    """A program with a barrier gets ditron_rt_barrier: it sets its slot on every rank (release, through the
+    heap bases) and spins on every slot with the backend's acquire load, bounded like the wait kernel."""
+    from ditron.compiler import lower_and_compile
+    barrier = _program('    %s = "ditron_device.alloc_symmetric"() {name = "bar"} : () -> memref<4xi32>\n'
+                       '    "ditron_device.barrier"(%s) : (memref<4xi32>) -> ()')
+    with ditron_context():
+        module = parse_module(barrier, "bar.mlir")
+        program = hostprog.serialize(module)
+        hostprog.erase_device_functions(module)
+        hostprog.add_runtime_kernels(module, program, target)
+        kernels = {k.name: k for k in lower_and_compile(module, target)}
+        del module
+    assert program["runtime"]["barrier"] == hostprog.BARRIER_KERNEL
+    k = kernels[hostprog.BARRIER_KERNEL]
+    assert [a[0] for a in k.metadata["abi"]] == ["rank", "num_ranks", "heap_bases"]
+    asm = k.asm["ptx" if target.startswith("cuda") else "amdgcn"]
+    assert needle in asm
+    if target.startswith("cuda"):
+        assert "release.sys" in asm or "sys.release" in asm
 
 
 @pytest.mark.parametrize("target, needle", [("cuda:90", "ld.acquire.sys.global.b32"),
