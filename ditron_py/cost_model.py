@@ -228,15 +228,21 @@ def gemm_rs_ideal(m: int, n: int, k: int, world: int, peaks: TargetPeaks, elem_b
 # ------------------------------------------------------------------------------------ overlapped estimates
 
 def ag_gemm_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int, peaks: TargetPeaks, *,
-                     engine: str, comm_sms: int = 0, ring: bool = False) -> float:
+                     engine: str, comm_sms: int = 0, ring: bool = False, push: bool = False,
+                     tiles_span_ranks: bool = False) -> float:
     """AG+GEMM with the GEMM visiting its own shard first, then peers' chunks as they arrive: the GEMM ends at the
-    later of its own time and the arrival of the last chunk plus the GEMM work on that chunk."""
+    later of its own time and the arrival of the last chunk plus the GEMM work on that chunk. By pull, a chunk is
+    staged, offered, and pulled by the peer's stream once it saw the offer (one hop more); by push, the owner
+    copies it straight into every rank's gather buffer. tiles_span_ranks: a GEMM row tile holds rows of several
+    ranks (BLOCK_M > a shard), so no tile can start before the gather ends."""
     if world == 1:
         return t_gemm
-    peers = 1 if ring else world - 1
+    peers = 1 if ring or push else world - 1  # pushes go one after another on one stream (pulls may spread)
     t_comm = copy_time((world - 1) * shard_bytes, peaks, engine=engine, peers=peers,
                        chunks=(world - 1) * chunks_per_shard, sms=comm_sms)
-    t_stage = local_copy_time(shard_bytes, peaks)
+    t_stage = 0.0 if push else local_copy_time(shard_bytes, peaks) + peaks.hop_latency
+    if tiles_span_ranks:
+        return t_stage + t_comm + t_gemm
     tail = t_gemm / (world * chunks_per_shard)
     return max(t_gemm, t_stage + t_comm + tail)
 
@@ -294,3 +300,14 @@ def all_reduce_estimates(rows: int, cols: int, world: int, peaks: TargetPeaks, *
         copy_time((world - 1) * shard * cols * elem_bytes, peaks, engine="copy_engine", peers=world - 1,
                   chunks=world - 1) + peaks.signal_latency * world
     return {"one_shot": one, "two_shot": two}
+
+
+def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
+                               sms: int | None = None) -> float:
+    """One-shot all-reduce as one kernel: each program copies its tiles into the symmetric buffer, sets their
+    flags, and reduces them once every rank's flags are set (a flag crossing the link: signal_latency). Against
+    all_reduce_estimates' one_shot it saves the staging copy's latency (and, unmodelled there, a stream
+    hand-off)."""
+    sms = sms or peaks.num_sms
+    return reduce_time(rows, cols, world, peaks, sms=sms, elem_bytes=elem_bytes) + \
+        rows * cols * elem_bytes / peaks.hbm_copy_bw + peaks.signal_latency

@@ -1,5 +1,7 @@
 """The communication patterns of ditron-lower-task-to-device (docs/device_ir.md, "Patterns"):
 
+* gather by push (AG+GEMM, the model's choice where it saves the offer hop): each rank copies its chunks into every
+  rank's gather buffer and sets ``ready`` there.
 * gather (all-gather by pull): each rank stages its shard into a symmetric gather buffer chunk by chunk, signals
   ``ready[q*C + c]`` (chunk c of rank q's shard is in this rank's destination) and offers the chunk to the peers
   (``avail``); every rank then pulls each peer's chunks once they are offered. ditron-schedule-overlap may turn the
@@ -9,7 +11,9 @@
   template (reads the chunk from every rank through symm_at, sums in fp32). A fused GEMM counts its tiles into
   the owner's pad (notify ``slot_owner``); otherwise host signals count whole chunks.
 * all-reduce: one_shot (every rank reduces every chunk) or two_shot (reduce by owner into a symmetric gather
-  buffer, then the gather pattern distributes the reduced shards).
+  buffer, then the gather pattern distributes the reduced shards). One-shot on SMs (engine sm; GEMM+AR's one_shot
+  always) is one reduce launch: each program publishes its tiles (copied into the symmetric buffer if x is not
+  one) by setting their slots, then sums every rank's tiles once their slots are set.
 
 Slots count up across calls: a chunk of call e is ready when its slot reaches e * expected (set-signals write the
 epoch itself). The end-of-program barrier keeps a rank from starting call e+1 while peers still read its buffers.
@@ -25,7 +29,7 @@ from mlir import ir
 from ..dialects import device, task
 from ..kernels import KernelRecord
 from . import device_kernels as K
-from .tile import OverlapGroup, Tiling, shape_of
+from .tile import OverlapGroup, Tiling, elem_bytes, shape_of
 
 if TYPE_CHECKING:
     from .lower_task_to_device import _FunctionLowering
@@ -185,6 +189,32 @@ def gather(lw: "_FunctionLowering", x: ir.Value, dst: ir.Value, t: Tiling, dim: 
     return ga
 
 
+def gather_push(lw: "_FunctionLowering", x: ir.Value, g: ir.Value, t: Tiling, dim: int, *,
+                group: int | None) -> Gather:
+    """All-gather x into the symmetric buffer g by push: chunk by chunk, this rank copies its chunk into g on every
+    rank (its own first) and sets ``ready`` there. No offer and no pull: a peer's buffer is free to write because
+    the previous call ended with a barrier, after which nobody reads it until this call's ``ready``."""
+    b = lw.b
+    shard = ir.MemRefType(x.type).shape[dim]
+    ga = gather_setup(lw, g, t, dim, shard, group=group, gather_buf=g)
+    if x not in lw.inputs:
+        b.sync("compute", "comm", "ag.fork")
+    full = list(ir.MemRefType(g.type).shape)
+    with b.loop(0, ga.ch.count, role="ag.push_loop", group=group) as c:
+        off, size = chunk_extent(lw, ga.ch, c)
+        dst_o, sizes = _box(full, dim, b.add(b.mul(b.rank, ga.ch.shard), off), size)
+        src_o, _ = _box(list(ir.MemRefType(x.type).shape), dim, off, size)
+        slot = b.add(b.mul(b.rank, ga.ch.count), c)
+        with b.loop(0, ga.world, role="ag.push_peers", group=group) as d:
+            q = b.peer(d)
+            ga.tag(b.copy(x, g, src_rank=b.rank, dst_rank=q, src_offsets=src_o, dst_offsets=dst_o, sizes=sizes,
+                          engine=ga.engine, lane="comm", role="ag.push", group=group))
+            ga.tag(b.signal(ga.ready, target=q, slot=slot, lane="comm", role="ag.arrive", group=group))
+        ga.tag(d.owner.owner)
+    ga.tag(c.owner.owner)
+    return ga
+
+
 # --------------------------------------------------------------------------------------- reduce by owner
 
 @dataclass
@@ -324,12 +354,37 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
     if ar.reduce != "sum":
         raise lw.error(op, f"reduces with '{ar.reduce}'; the reduce template sums")
     _require_2d(lw, op, ar.input)
+    if t.algorithm == "one_shot" and t.engine == "sm":
+        _one_launch_all_reduce(lw, t, x, out)
+        return
     p, stage = _partials(lw, x, op)
     lw.cross_rank = True
     if stage is not None and x not in lw.inputs:
         lw.b.sync("compute", "comm", "ar.fork")
     lane = "comm" if stage is not None else "compute"
     _all_reduce_from(lw, op, t, p, out, None, lane=lane, stage_from=stage, group=None)
+
+
+def _one_launch_all_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None) -> None:
+    """One-shot all-reduce in one kernel (engine sm): each program copies its tiles of x into the symmetric P and
+    sets their slots on its own pad, then sums every rank's tiles, waiting on each rank's slot first (reduce
+    template, ``publish``). No copy engine, no stream hand-offs: for latency-bound sizes."""
+    from ..kernels import chunk, reduce
+    b = lw.b
+    p, stage = _partials(lw, x, None)
+    rows, n = ir.MemRefType(p.type).shape
+    lw.cross_rank = True
+    publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {})}
+    programs = t.comm_sms or 16
+    if tile is None:  # ditron-tile's (standalone all-reduce), else the template's choice
+        tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
+    fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), src_ld=n,
+                  dst_ld=ir.MemRefType(out.type).shape[1], publish=publish, **tile)
+    tiles = chunk.num_tiles(reduce.make_record(rows, n, **fields))
+    rec = reduce.make_record(rows, n, grid=max(1, min(programs, tiles)), **fields)  # they spin: all resident
+    pad = b.pad(chunk.num_tiles(rec), "ar_published")
+    lw.launch(rec, [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)], lane="compute",
+              role="ar.one_launch")
 
 
 def _all_reduce_from(lw, op, t: Tiling, p: ir.Value, out: ir.Value, gemm_counted: Reduction | None, *, lane: str,
@@ -526,4 +581,6 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
         _all_reduce_from(lw, g.consumer, t, p, out, red, lane="compute", stage_from=None, group=g.group)
         return
     _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
-    _all_reduce_from(lw, g.consumer, t, p, out, None, lane="compute", stage_from=None, group=g.group)
+    # one-shot: after the GEMM, one reduce launch reading P where it is (the tiling's tile fields are the GEMM's)
+    from ..kernels.reduce import publish_tile
+    _one_launch_all_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))

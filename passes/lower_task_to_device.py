@@ -311,7 +311,10 @@ class _FunctionLowering:
             raise self.error(g.producer, f"chunk_rows {ch.rows} does not divide the shard's {ch.shard} rows; the "
                                          "GEMM's per-tile waits need uniform chunks (run ditron-tile, which picks "
                                          "a divisor)")
-        ga = C.gather(self, x, gathered, t, 0, group=g.group, gather_buf=gathered)
+        if t.algorithm == "push":
+            ga = C.gather_push(self, x, gathered, t, 0, group=g.group)
+        else:
+            ga = C.gather(self, x, gathered, t, 0, group=g.group, gather_buf=gathered)
         c = self.dest(mm.result, "mm")
         rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
                             wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard)

@@ -93,6 +93,11 @@ class _Scheduler:
     def ring(self, ops: list[ir.Operation]) -> None:
         """Direct pull -> ring: offer to rank-1 only, pull from rank+1, forward to rank-1 what arrived."""
         pull_loops = [op for op in ops if str_attr(op, ROLE_ATTR) == "ag.pull_loop"]
+        pushes = [op for op in ops if str_attr(op, ROLE_ATTR) == "ag.push"]
+        if pushes and not pull_loops:
+            raise self.error(pushes[0], "belongs to an all-gather by push (each rank copies its shard into every "
+                                        "rank's buffer): there are no pulls to chain into a ring; use "
+                                        "ditron-tile{all-gather=pull}")
         if any(str_attr(op, PULL_ATTR) == "ring" for op in pull_loops):
             return
         if len(pull_loops) != 1:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from ..cost_model import (GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates, copy_time, gemm_candidates,
+from ..cost_model import (GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates, all_reduce_one_launch_time, copy_time, gemm_candidates,
                           gemm_rs_epilogue_estimate,
                           gemm_rs_estimate, gemm_time, local_copy_time, peaks_for, reduce_time)
 from ..dialects import device, task
@@ -53,6 +53,7 @@ ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot")
 GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
 REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel")
+ALL_GATHER_ALGORITHMS = ("pull", "push")
 MAX_CHUNKS_PER_SHARD = 16
 
 
@@ -323,6 +324,9 @@ class TilePass(Pass):
     comm_sms: int | None = option(None, "SMs given to communication kernels (copies on SMs, reductions)")
     all_reduce: str = option("", "all-reduce algorithm: one_shot or two_shot, or for GEMM+AR also epilogue "
                                  "(default: the model's choice)")
+    all_gather: str = option("", "AG+GEMM's all-gather: push (each rank copies its shard into every rank's gather "
+                                 "buffer) or pull (it offers the shard, the peers pull it) (default: the model's "
+                                 "choice)")
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue) or reduce_kernel (reduction kernels on SMs "
                                      "beside the GEMM) (default: the model's choice)")
@@ -347,6 +351,8 @@ class TilePass(Pass):
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
         if self.all_reduce and self.all_reduce not in GEMM_AR_ALGORITHMS:
             raise ValueError(f"all-reduce must be one of {', '.join(GEMM_AR_ALGORITHMS)}, got '{self.all_reduce}'")
+        if self.all_gather and self.all_gather not in ALL_GATHER_ALGORITHMS:
+            raise ValueError(f"all-gather must be one of {', '.join(ALL_GATHER_ALGORITHMS)}, got '{self.all_gather}'")
         if self.reduce_scatter and self.reduce_scatter not in REDUCE_SCATTER_ALGORITHMS:
             raise ValueError(f"reduce-scatter must be one of {', '.join(REDUCE_SCATTER_ALGORITHMS)}, got "
                              f"'{self.reduce_scatter}'")
@@ -497,20 +503,27 @@ class _Planner:
         n = shape_of(mm.rhs)[1]
         m, eb = shard_rows * w, elem_bytes(ag.input)
         best = None
-        for engine in self.engines():
-            for comm in self.comm_sm_options(engine):
-                sms = self.peaks.num_sms - comm
-                cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
-                for rows in self.chunk_options(g.producer, shard_rows, cfg.block_m):
-                    chunks = math.ceil(shard_rows / rows)
-                    t = ag_gemm_estimate(t_gemm, shard_rows * k * eb, w, chunks, self.peaks, engine=engine,
-                                         comm_sms=comm)
-                    if best is None or t < best[0] * 0.999:
-                        best = (t, engine, comm, sms, cfg, rows, chunks)
-        t, engine, comm, sms, cfg, rows, chunks = best
+        # pull first: push must be strictly better to be chosen (where the GEMM hides the gather either way, the
+        # measured pattern stays)
+        algorithms = [self.o.all_gather] if self.o.all_gather else list(ALL_GATHER_ALGORITHMS)
+        for algorithm in algorithms:
+            # a push is a copy engine's remote write (SMs stay on the GEMM) unless engine=sm is asked for
+            engines = ["copy_engine"] if algorithm == "push" and not self.o.engine else self.engines()
+            for engine in engines:
+                for comm in self.comm_sm_options(engine):
+                    sms = self.peaks.num_sms - comm
+                    cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
+                    for rows in self.chunk_options(g.producer, shard_rows, cfg.block_m):
+                        chunks = math.ceil(shard_rows / rows)
+                        t = ag_gemm_estimate(t_gemm, shard_rows * k * eb, w, chunks, self.peaks, engine=engine,
+                                             comm_sms=comm, push=algorithm == "push",
+                                             tiles_span_ranks=cfg.block_m > shard_rows)
+                        if best is None or t < best[0] * 0.999:
+                            best = (t, engine, comm, sms, cfg, rows, chunks, algorithm)
+        t, engine, comm, sms, cfg, rows, chunks, algorithm = best
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6,
-                      **self.gemm_fields(cfg, m, n, sms, waits=w > 1))
+                      algorithm=algorithm if w > 1 else None, **self.gemm_fields(cfg, m, n, sms, waits=w > 1))
 
     def matmul_reduce(self, g: OverlapGroup, w: int) -> Tiling:
         mm = task.Matmul(g.producer)
@@ -527,6 +540,13 @@ class _Planner:
                 for choice in self.epilogue_choices(g, m, n, k, eb, w, shard_rows):
                     if best is None or choice[0] < best[0] * 0.999:
                         best = choice
+                continue
+            if algorithm == "one_shot" and g.kind == "matmul_ar":  # the GEMM on every SM, then one reduce launch
+                sms = self.peaks.num_sms
+                cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
+                t = t_gemm + all_reduce_one_launch_time(m, n, w, self.peaks, elem_bytes=eb, sms=sms)
+                if best is None or t < best[0] * 0.999:
+                    best = (t, algorithm, "sm", sms, sms, cfg, m, m, 1)
                 continue
             for comm in self.reduce_sm_options():
                 sms = self.peaks.num_sms - comm
@@ -600,6 +620,9 @@ class _Planner:
 
     def all_gather(self, op: ir.Operation) -> Tiling:
         ag = task.AllGather(op)
+        if self.o.all_gather == "push":
+            raise op_error(self.o.name, op, "all-gather=push copies into the peers' gather buffers, which only "
+                                            "AG+GEMM has (this all-gather's output is the function's); use pull")
         w, shape, eb = self.world(op), shape_of(ag.input), elem_bytes(ag.input)
         shard_rows = shape[ag.dim]
         row_bytes = math.prod(shape) // max(shard_rows, 1) * eb
@@ -626,21 +649,36 @@ class _Planner:
         rows = shape[0] if shape else 1
         cols = math.prod(shape[1:]) if len(shape) > 1 else 1
         sms = self.peaks.num_sms if self.o.comm_sms is None else max(1, self.o.comm_sms)
+        engine = "copy_engine"  # the partials are staged by the copy engine, reduced by a kernel on ``sms`` SMs
         if task.AllReduce.match(op):
             estimates = all_reduce_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
             allowed = self.all_reduce_algorithms(op, rows, w)
+            if "one_shot" in allowed and self.o.engine != "copy_engine":
+                estimates["one_launch"] = all_reduce_one_launch_time(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
+                allowed = allowed + ["one_launch"] if self.o.engine != "sm" else ["one_launch"]
             algorithm = min(allowed, key=estimates.get)
-            kind, shard_rows, t = "all_reduce", rows if algorithm == "one_shot" else math.ceil(rows / w), \
-                estimates[algorithm]
+            t = estimates[algorithm]
+            if algorithm == "one_launch":  # one kernel: the SMs publish, signal and reduce
+                algorithm, engine = "one_shot", "sm"
+            kind, shard_rows = "all_reduce", rows if algorithm == "one_shot" else math.ceil(rows / w)
         else:
             algorithm, kind, shard_rows = None, "reduce_scatter", rows // w
             t = reduce_time(shard_rows, cols, w, self.peaks, sms=sms, elem_bytes=eb)
         best_rows = self.chunk_options(op, shard_rows, 64)
         # more chunks overlap the staging copy with the reduction; the model prefers ~4 when free to choose
         rows_per_chunk = min(best_rows, key=lambda r: abs(math.ceil(shard_rows / r) - 4))
+        tile = self.one_launch_tile(rows, cols, eb, sms) if engine == "sm" else {}
         return Tiling(kind=kind, target=self.peaks.target, world=w, shard_rows=shard_rows,
                       chunk_rows=rows_per_chunk, num_chunks=math.ceil(shard_rows / rows_per_chunk),
-                      engine="sm", comm_sms=sms, algorithm=algorithm, est_us=t * 1e6)
+                      engine=engine, comm_sms=sms, algorithm=algorithm, est_us=t * 1e6, **tile)
+
+    def one_launch_tile(self, rows: int, cols: int, eb: int, sms: int) -> dict[str, int]:
+        """The one-launch all-reduce's tile (kernels.reduce.publish_tile); block-m / block-n / num-warps override."""
+        from ..kernels.reduce import publish_tile
+        tile = publish_tile(rows, cols, eb, sms, block_m=self.o.block_m, block_n=self.o.block_n)
+        if self.o.num_warps:
+            tile["num_warps"] = self.o.num_warps
+        return tile
 
 
 def _divisors(n: int) -> list[int]:

@@ -10,9 +10,17 @@ dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
              (ditron_core.wait on symm_at(pad + slot, r), then consume_token on r's src pointer). Matches a GEMM
              whose notify = {peer: 'rank', rows_per_slot} marks its own partial rows ready.
     notify = {arg, slot, peer, value, scope}: end-of-program notify, as in copy (peer default 'rank').
+    publish = {arg, value_arg, scope, copy_from}: the whole all-reduce in one launch. The kernel first publishes its
+             own tiles -- copies each from the buffer ``copy_from`` names (same region and ld as src; omitted when
+             src already holds them) into its own src, then sets slot t (the tile's index) of its own signal pad
+             ``arg`` to the i32 argument ``value_arg`` (release) -- and then reduces: before reading tile t from a
+             rank it waits on that rank's slot t (acquire; the own slot was set by the same program, so that wait
+             passes at once). Every program publishes before it waits, so the kernel cannot deadlock as long as all
+             its programs are resident (grid <= SMs).
+             Exclusive with ``wait``; src_row must be a constant (slots are per tile of the region).
 
-Arguments: src (symmetric), dst, the wait pad and value, the notify pad, then the i32 arguments that
-'arg:<name>' fields name.
+Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, then the
+i32 arguments that 'arg:<name>' fields name.
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ import numpy as np
 
 from ..dialects import core
 from ..dialects import ttir as T
-from . import KernelRecord, Region, SlotWait, TileStep
+from . import KernelRecord, Region, SlotNotify, SlotWait, TileStep
 from . import chunk
 from .numerics import round_to
 
@@ -32,7 +40,7 @@ DTYPES = ("bf16", "fp16", "fp32")
 def make_record(rows: int, cols: int, *, name: str = "reduce", dtype: str = "bf16", out_dtype: str | None = None,
                 src_ld: int | None = None, dst_ld: int | None = None, src_row=0, src_col=0, dst_row=0, dst_col=0,
                 block_m: int | None = None, block_n: int | None = None, grid: int = 32, num_warps: int = 4,
-                wait: dict | None = None, notify: dict | None = None) -> KernelRecord:
+                wait: dict | None = None, notify: dict | None = None, publish: dict | None = None) -> KernelRecord:
     elem = T.DTYPE_BYTES.get(dtype, 2)
     if block_n is None:
         block_n = min(1 << max(0, (cols - 1).bit_length()), max(16, 512 // elem))
@@ -46,9 +54,26 @@ def make_record(rows: int, cols: int, *, name: str = "reduce", dtype: str = "bf1
         rec["wait"] = {"value_arg": "wait_value", "scope": "sys", **wait}
     if notify:
         rec["notify"] = {"peer": "rank", "value": 1, "scope": "sys", **notify}
+    if publish:
+        rec["publish"] = {"value_arg": "publish_value", "scope": "sys", **publish}
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
+
+
+def publish_tile(rows: int, cols: int, elem_bytes: int, programs: int, *, block_m: int | None = None,
+                 block_n: int | None = None) -> dict[str, int]:
+    """A tile for the one-launch all-reduce ('publish'): rows of up to 512 bytes, and the tallest block_m up to
+    32 KB per tile that still gives each of ``programs`` programs a tile (a program reads one tile from each rank
+    at a time: the bigger the tile, the more bytes in flight over the link); 8 warps above 16 KB."""
+    if block_n is None:
+        block_n = min(1 << max(0, (cols - 1).bit_length()), max(16, 512 // elem_bytes))
+    if block_m is None:
+        block_m = max(1, min(1 << max(0, (rows - 1).bit_length()), 8192 // elem_bytes // block_n))
+        while block_m * 2 * block_n * elem_bytes <= 32768 and \
+                -(-rows // (block_m * 2)) * -(-cols // block_n) >= programs:
+            block_m *= 2
+    return {"block_m": block_m, "block_n": block_n, "num_warps": 8 if block_m * block_n * elem_bytes > 16384 else 4}
 
 
 def _arg_names(rec) -> list[str]:
@@ -57,6 +82,9 @@ def _arg_names(rec) -> list[str]:
         args += [rec["wait"]["arg"], rec["wait"]["value_arg"]]
     if "notify" in rec and rec["notify"]["arg"] not in args:
         args.append(rec["notify"]["arg"])
+    if "publish" in rec:
+        p = rec["publish"]
+        args += [a for a in (p.get("copy_from"), p["arg"], p["value_arg"]) if a and a not in args]
     fields = [rec[f"{s}_{f}"] for s in ("src", "dst") for f in ("row", "col")]
     if "notify" in rec:
         fields += [rec["notify"]["slot"], rec["notify"]["peer"]]
@@ -76,6 +104,14 @@ def check(rec) -> None:
             raise chunk.err(_TEMPLATE, "a per-tile wait needs a constant src_row (slots are computed from it)")
     if "notify" in rec:
         chunk.check_peer(_TEMPLATE, "notify.peer", rec["notify"]["peer"])
+    if "publish" in rec:
+        p = rec["publish"]
+        if not isinstance(p.get("arg"), str) or not isinstance(p.get("value_arg"), str):
+            raise chunk.err(_TEMPLATE, "'publish' needs 'arg' (the signal pad) and 'value_arg'")
+        if "wait" in rec:
+            raise chunk.err(_TEMPLATE, "'publish' and 'wait' exclude each other (publish waits per tile itself)")
+        if not isinstance(rec["src_row"], int) or not isinstance(rec["src_col"], int):
+            raise chunk.err(_TEMPLATE, "'publish' needs a constant src region (slots are the region's tiles)")
     if len(set(rec["args"])) != len(rec["args"]):
         raise chunk.err(_TEMPLATE, f"argument names collide: {rec['args']}")
 
@@ -94,14 +130,22 @@ def _slots(rec, src_row0: int, rows: int) -> range:
 def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list[list[TileStep]]:
     rec = record
     order = [(rank + i) % num_ranks for i in range(num_ranks)]
+    pub = rec.get("publish")
     out = []
     for pid in range(rec["grid"]):
         steps = []
+        if pub:
+            steps += _publish_steps(rec, pid, scalars)
+        tn_count = chunk.tiles_n(rec)
         for tm, tn in chunk.program_tiles(rec, pid):
             (r0, c0), size = chunk.tile_box(rec, "src", tm, tn, scalars)
             srcs = [Region("src", (r0, c0), size, rank=None if r == rank else r) for r in order]
             dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
             step = TileStep(reads=srcs, writes=[dst], compute=_sum(srcs, dst, rec["out_dtype"]))
+            if pub:
+                value = int(scalars[pub["value_arg"]])
+                step.waits = [SlotWait(pub["arg"], tm * tn_count + tn, value, rank=None if r == rank else r)
+                              for r in order]
             if "wait" in rec:
                 w = rec["wait"]
                 step.waits = [SlotWait(w["arg"], s, int(scalars[w["value_arg"]]), rank=None if r == rank else r)
@@ -114,6 +158,31 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             steps[-1].notifies = notifies
         out.append(steps)
     return out
+
+
+def _publish_steps(rec, pid: int, scalars) -> list[TileStep]:
+    """Program pid's first phase under 'publish': each of its tiles copied into its own src (unless src holds
+    it already), then its slot set."""
+    pub, steps = rec["publish"], []
+    value = int(scalars[pub["value_arg"]])
+    for tm, tn in chunk.program_tiles(rec, pid):
+        box = chunk.tile_box(rec, "src", tm, tn, scalars)
+        step = TileStep(notifies=[SlotNotify(pub["arg"], tm * chunk.tiles_n(rec) + tn, value, None, op="set")])
+        if pub.get("copy_from"):
+            a, s = Region(pub["copy_from"], *box), Region("src", *box)
+            step.reads, step.writes = [a], [s]
+            step.compute = _copy(a, s)
+        steps.append(step)
+    if not pub.get("copy_from") and steps:  # notifies alone: one step (nothing between them to order)
+        steps = [TileStep(notifies=[n for st in steps for n in st.notifies])]
+    return steps
+
+
+def _copy(a, s):
+    def compute(view):
+        view(s)[...] = view(a)
+
+    return compute
 
 
 def _sum(srcs, dst, out_dtype):
@@ -131,14 +200,24 @@ def _sum(srcs, dst, out_dtype):
 def build(record, *, ip, loc=None):
     rec = KernelRecord(record)
     check(rec)
-    return chunk.build_kernel(rec, lambda: {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["out_dtype"])}, _emit, ip=ip,
-                              loc=loc)
+    def pointers():
+        types = {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["out_dtype"])}
+        if "publish" in rec:
+            types[rec["publish"]["arg"]] = T.ptr("i32")
+            if rec["publish"].get("copy_from"):
+                types[rec["publish"]["copy_from"]] = T.ptr(rec["dtype"])
+        return types
+
+    return chunk.build_kernel(rec, pointers, _emit, ip=ip, loc=loc)
 
 
 def _emit(rec, args):
     e = chunk.RegionEmitter(rec, args)
     bm, bn = rec["block_m"], rec["block_n"]
     rank, num_ranks = e.rank(), e.num_ranks()
+    pub = rec.get("publish")
+    if pub:
+        _emit_publish(rec, args, e)
     with e.for_tiles() as loop:
         tm, tn = e.tile_coords(loop.iv)
         src_off, mask, _ = e.tile_offsets("src", tm, tn)
@@ -148,10 +227,33 @@ def _emit(rec, args):
             src = core.SymmAt.build(args["src"], r).result
             if "wait" in rec:
                 src = core.ConsumeToken.build(src, _wait(rec, args, tm, r)).result
+            if pub:
+                src = _published(pub, args, loop.iv, r, src)
             vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask, 0.0 if mask is not None else None)
             peers.yield_(T.add(peers.args[0], T.cast(vals, "fp32")))
         T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(peers.results[0], rec["out_dtype"]), mask)
     e.notify()
+
+
+def _emit_publish(rec, args, e):
+    """Phase one: every tile of this program copied into its own src (if copy_from) and its slot set."""
+    pub, bm, bn = rec["publish"], rec["block_m"], rec["block_n"]
+    with e.for_tiles() as loop:
+        if pub.get("copy_from"):
+            tm, tn = e.tile_coords(loop.iv)
+            off, mask, _ = e.tile_offsets("src", tm, tn)
+            vals = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask,
+                          0.0 if mask is not None else None)
+            T.store(T.addptr(T.splat(args["src"], [bm, bn]), off), vals, mask)
+        core.Notify.build(T.addptr(args[pub["arg"]], loop.iv), e.rank(), args[pub["value_arg"]], op="set",
+                          scope=pub["scope"], semantic="release")
+
+
+def _published(pub, args, t, r, src):
+    """src of rank r once r's slot t is set (acquire). The own slot too: this program set it in phase one, so that
+    wait passes at once and orders the reads after the copy."""
+    slot = core.SymmAt.build(T.addptr(args[pub["arg"]], t), r).result
+    return core.ConsumeToken.build(src, core.Wait.build(slot, args[pub["value_arg"]], scope=pub["scope"]).token).result
 
 
 def _wait(rec, args, tm, r):

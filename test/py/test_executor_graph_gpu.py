@@ -44,7 +44,8 @@ def _names() -> list[str]:
     for W in (1, 2, 4):
         for op in ("ag_gemm", "gemm_rs"):
             out += [f"{op}_w{W}_m128"]
-        out += [f"all_reduce1_w{W}_m128", f"all_reduce2_w{W}_m128"] if W > 1 else ["all_reduce_w1_m128"]
+        out += [f"all_reduce1_w{W}_m128", f"all_reduce1ce_w{W}_m128", f"all_reduce2_w{W}_m128"] if W > 1 else \
+            ["all_reduce_w1_m128"]
     return out + ["ag_gemm_w4_m4091", "gemm_rs_w4_m4091", "all_reduce2_w4_m4091"]
 
 
@@ -124,7 +125,7 @@ def test_a_stuck_memop_wait_raises_and_the_gpu_stays_usable(lib, graph):
     watchdog names them, releases them (INT32_MAX satisfies a GEQ wait) and raises."""
     T._gpu()
     import torch
-    s, ex = _stuck_executor(lib, "all_reduce1_w2_m128", "ar_count", graph=graph, wait_via="memop")
+    s, ex = _stuck_executor(lib, "all_reduce1ce_w2_m128", "ar_count", graph=graph, wait_via="memop")
     assert ex.wait_memop
     start = time.monotonic()
     with pytest.raises(WaitTimeoutError) as err:

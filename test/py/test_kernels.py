@@ -468,6 +468,48 @@ def test_reduce_ir_matches_tiles_and_numpy(W, dtype, out_dtype):
     assert [(w.rank, w.slot) for w in step.waits][:2] == [(None, 0), (None, 1)]  # rows 10..25 -> slots 0, 1
 
 
+@pytest.mark.parametrize("W,copy_from", [(2, "x"), (3, None)])
+def test_reduce_publish_ir_matches_tiles_and_numpy(W, copy_from):
+    """The one-launch all-reduce: phase one copies x into src tile by tile and sets the tile's slot; phase two
+    waits on every rank's slot before reading its tile. Ranks run one after the other here, so every pad starts
+    at the value and src already holds x (the simulator checks the concurrent protocol)."""
+    rows, cols = 37, 70
+    rec = reduce.make_record(rows, cols, dtype="bf16", block_m=16, block_n=32, grid=4,
+                             publish={"arg": "published", **({"copy_from": copy_from} if copy_from else {})})
+    assert rec["args"] == ["src", "dst"] + ([copy_from] if copy_from else []) + ["published", "publish_value"]
+    tiles = chunk.num_tiles(rec)
+    rng = np.random.default_rng(RNG_SEED)
+    mem, xs = {}, []
+    for r in range(W):
+        xs.append(random("bf16", (rows * cols,), rng))
+        mem[("src", r)] = xs[r].copy() if not copy_from else np.zeros(rows * cols, np.float32)
+        if copy_from:
+            mem[("x", r)] = xs[r].copy()
+        mem[("dst", r)] = np.zeros(rows * cols, np.float32)
+        mem[("published", r)] = np.full(tiles, 3, np.int32)
+    for r in range(1, W):  # peers published before (sequential ranks): their src already holds their x
+        mem[("src", r)] = xs[r].copy()
+    lds = {"src": cols, "dst": cols, "x": cols, "published": None}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W, scalars={"publish_value": 3})
+    want = round_to("bf16", sum(x.astype(np.float32) for x in xs))
+    for r in range(W):
+        close(mem_ir[("dst", r)], want)
+        np.testing.assert_array_equal(mem_tiles[("dst", r)], mem_ir[("dst", r)])
+        np.testing.assert_array_equal(mem_ir[("src", r)], xs[r])
+    steps = reduce.tiles(rec, rank=0, num_ranks=W, scalars={"publish_value": 3})[1]
+    mine = len(chunk.program_tiles(rec, 1))
+    assert steps[0].notifies[0] == reduce.SlotNotify("published", 1, 3, None, op="set")
+    reduce_step = steps[mine if copy_from else 1]
+    assert [(w.rank, w.slot) for w in reduce_step.waits] == [(None, 1)] + [(r, 1) for r in range(1, W)]
+
+
+def test_reduce_publish_rejects_unsafe_records():
+    with pytest.raises(VerificationError, match="exclude each other"):
+        reduce.make_record(8, 8, publish={"arg": "p"}, wait={"arg": "s", "rows_per_slot": 4})
+    with pytest.raises(VerificationError, match="constant src region"):
+        reduce.make_record(8, 8, src_row="arg:r", publish={"arg": "p"})
+
+
 def test_reduce_record_errors():
     with pytest.raises(VerificationError, match="dtype 'fp8e4m3' is not supported"):
         reduce.make_record(8, 8, dtype="fp8e4m3")

@@ -54,6 +54,8 @@ def _cases() -> dict[str, ops.Signature]:
                 add(f"{op}_w{W}_m{m}", op, W, m)
             if W > 1:
                 add(f"all_reduce1_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot")
+                add(f"all_reduce1ce_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot",  # staged, not one launch
+                    passes={"ditron-tile": {"engine": "copy_engine"}})
                 add(f"all_reduce2_w{W}_m{m}", "all_reduce", W, m, algorithm="two_shot")
         add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
     for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
@@ -98,7 +100,10 @@ def max_error(got, want) -> float:
 def call_op(s: ops.Signature, world, inputs, lib, **kw):
     fn = getattr(ops, s.op)
     args = [list(col) for col in zip(*inputs)] if world.is_virtual else inputs
-    return fn(*args, world, **s.param, library=lib, **kw)
+    passes: dict[str, dict[str, str]] = {}
+    for name, option, value in s.passes:
+        passes.setdefault(name, {})[option] = value
+    return fn(*args, world, **s.param, library=lib, passes=passes or None, **kw)
 
 
 # ------------------------------------------------------------------------------------------------ tests

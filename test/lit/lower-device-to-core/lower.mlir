@@ -1,4 +1,4 @@
-// RUN: ditron-opt %S/../schedule-overlap/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{chunk-rows=32 engine=sm comm-sms=8},ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core' | FileCheck %s
+// RUN: ditron-opt %S/../schedule-overlap/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{all-gather=pull chunk-rows=32 engine=sm comm-sms=8},ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core' | FileCheck %s
 // RUN: ditron-opt %S/../schedule-overlap/Inputs/gemm_rs.mlir --pass-pipeline='ditron-tile{block-m=64 block-n=128 chunk-rows=128 comm-sms=8},ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core' | FileCheck %s --check-prefix=RS
 // RUN: ditron-opt %s --pass-pipeline=ditron-lower-device-to-core | FileCheck %s --check-prefix=HAND
 

@@ -1,4 +1,5 @@
-// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot},ditron-lower-task-to-device' | FileCheck %s
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot engine=copy_engine},ditron-lower-task-to-device' | FileCheck %s
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=ONE
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWO
 
 // Standalone reduce_scatter of an argument: stage it into a symmetric buffer, count chunks on their owners.
@@ -19,8 +20,18 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
 
 // -----
 
-// all_reduce: one-shot counts every chunk on every rank; two-shot reduces by owner, then all-gathers.
+// all_reduce: one-shot staged by the copy engine counts every chunk on every rank; one-shot on SMs (the model's
+// choice) is one reduce launch that publishes x tile by tile and waits per tile; two-shot reduces by owner, then
+// all-gathers.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // ONE-LABEL: func.func @all_reduce
+  // ONE: %[[P:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_partial"} : () -> memref<128x32xbf16>
+  // ONE: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_published"} : () -> memref<[[#TILES:]]xi32>
+  // ONE-NOT: ditron_device.copy
+  // ONE-NOT: ditron_device.signal
+  // ONE: "ditron_device.launch"(%[[P]], %arg1, %arg0, %[[PUB]], %arg2) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
+  // ONE-NEXT: "ditron_device.barrier"
+  // ONE: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch"]{{.*}}publish = {arg = "published", copy_from = "x", scope = "sys", value_arg = "epoch"}
   // CHECK-LABEL: func.func @all_reduce
   // CHECK: "ditron_device.alloc_symmetric"() {name = "ar_count"} : () -> memref<{{[0-9]+}}xi32>
   // CHECK: "ditron_device.signal"({{.*}}) {{{.*}}ditron.role = "rs.count", op = "add"

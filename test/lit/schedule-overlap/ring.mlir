@@ -1,5 +1,5 @@
-// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap{pull=ring}' | FileCheck %s
-// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap{copy-streams=3}' | FileCheck %s --check-prefix=SPREAD
+// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{all-gather=pull chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap{pull=ring}' | FileCheck %s
+// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{all-gather=pull chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap{copy-streams=3}' | FileCheck %s --check-prefix=SPREAD
 
 // Ring: offer only to rank-1 (the offer loop runs d = 3 .. 4), pull from rank+1, forward to rank-1 what arrived
 // unless it is rank-1's own shard (s < 3).

@@ -1,5 +1,5 @@
-// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap' | FileCheck %s
-// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap{streams=false tile-order=row_major}' | FileCheck %s --check-prefix=SERIAL
+// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{all-gather=pull chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap' | FileCheck %s
+// RUN: ditron-opt %S/Inputs/ag_gemm.mlir --pass-pipeline='ditron-tile{all-gather=pull chunk-rows=32 engine=copy_engine},ditron-lower-task-to-device,ditron-schedule-overlap{streams=false tile-order=row_major}' | FileCheck %s --check-prefix=SERIAL
 // RUN: ditron-opt %S/Inputs/gemm_rs.mlir --pass-pipeline='ditron-tile{block-m=64 block-n=128 chunk-rows=128 comm-sms=8},ditron-lower-task-to-device,ditron-schedule-overlap' | FileCheck %s --check-prefix=RS
 // RUN: ditron-opt %S/Inputs/gemm_rs.mlir --pass-pipeline='ditron-tile{block-m=64 block-n=128 chunk-rows=128 comm-sms=8},ditron-lower-task-to-device,ditron-schedule-overlap{comm-sms=20}' | FileCheck %s --check-prefix=SPLIT
 

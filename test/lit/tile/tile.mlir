@@ -1,11 +1,12 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline=ditron-tile | FileCheck %s
 
-// AG+GEMM: both ops of the group carry the same tiling; the chunk rows divide the shard's rows.
+// AG+GEMM: both ops of the group carry the same tiling; the chunk rows divide the shard's rows. The GEMM hides the
+// gather either way here, so the model keeps the gather by pull.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // CHECK-LABEL: func.func @ag_gemm
-  // CHECK: "ditron_task.all_gather"{{.*}}ditron.tiling = {block_k = [[BK:[0-9]+]] : i64, block_m = [[BM:[0-9]+]] : i64, block_n = [[BN:[0-9]+]] : i64, chunk_rows = [[CR:[0-9]+]]
+  // CHECK: "ditron_task.all_gather"{{.*}}ditron.tiling = {algorithm = "pull", block_k = [[BK:[0-9]+]] : i64, block_m = [[BM:[0-9]+]] : i64, block_n = [[BN:[0-9]+]] : i64, chunk_rows = [[CR:[0-9]+]]
   // CHECK-SAME: kind = "ag_matmul"{{.*}}persistent = true{{.*}}shard_rows = 2048 : i64{{.*}}target = "cuda:90", world = 4 : i64
-  // CHECK: "ditron_task.matmul"{{.*}}ditron.tiling = {block_k = [[BK]] : i64, block_m = [[BM]] : i64, block_n = [[BN]] : i64, chunk_rows = [[CR]]
+  // CHECK: "ditron_task.matmul"{{.*}}ditron.tiling = {algorithm = "pull", block_k = [[BK]] : i64, block_m = [[BM]] : i64, block_n = [[BN]] : i64, chunk_rows = [[CR]]
   func.func @ag_gemm(%x: tensor<2048x4096xbf16>, %w: tensor<4096x3584xbf16>) -> tensor<8192x3584xbf16> attributes {ditron.view = "local"} {
     %g = "ditron_task.all_gather"(%x) {axis = "tp", dim = 0 : i64, ditron.overlap = {group = 0 : i64, kind = "ag_matmul", role = "producer"}} : (tensor<2048x4096xbf16>) -> tensor<8192x4096xbf16>
     %h = "ditron_task.matmul"(%g, %w) {ditron.overlap = {group = 0 : i64, kind = "ag_matmul", role = "consumer"}} : (tensor<8192x4096xbf16>, tensor<4096x3584xbf16>) -> tensor<8192x3584xbf16>
