@@ -11,6 +11,10 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
                                                     # (autotune), time the winner and torch.matmul alternately
 
 Without arguments it builds when MLIR is importable and runs when a GPU is present (both on a box with both).
+``--skinny`` (with --build): the M = 128 GEMMs of the distributed ops' small-M rows instead, with ditron-tile's own
+tile candidates (cost_model) beside the template's, written as gemm_skinny.csv / .png: the evidence for the
+candidates' pipeline depth.
+
 Output: a table on stdout; benchmarks/results/gemm.csv, gemm.png (if matplotlib is importable),
 gemm_compile.csv (compile times: ditron's TTIR through Triton's stages vs triton.compile of the equivalent
 Triton-Python kernel, cold = empty Triton cache in a fresh process, cached = second compile in-process).
@@ -41,6 +45,8 @@ TARGET = "cuda:90"
 SHAPES = [(8192, 8192, 8192), (8192, 14336, 4096), (8192, 28672, 8192), (8192, 8192, 28672), (8192, 29568, 8192),
           (8192, 49152, 12288), (128, 8192, 8192), (1024, 8192, 8192)]
 MAX_CANDIDATES = 7
+# one rank's GEMM of AG+GEMM / GEMM+RS / GEMM+AR at M = 128 on two ranks (LLaMA-3 8B and 70B)
+SKINNY = [(128, 4096, 7168), (128, 8192, 14336), (128, 7168, 4096), (128, 14336, 8192)]
 
 
 # ================================================================================ build (CPU box, needs MLIR)
@@ -83,19 +89,30 @@ def build_kernels(out_dir: Path, kernels: list[dict], target: str = TARGET) -> d
     return manifest
 
 
-def bench_kernels(shapes=SHAPES, max_candidates: int = MAX_CANDIDATES, dtype: str = "bf16") -> list[dict]:
-    """The benchmark's kernels: the first max_candidates configs of gemm.candidates() per shape."""
+def bench_kernels(shapes=SHAPES, max_candidates: int = MAX_CANDIDATES, dtype: str = "bf16",
+                  model_tiles: bool = False) -> list[dict]:
+    """The benchmark's kernels: the first max_candidates configs of gemm.candidates() per shape; model_tiles: also
+    the cost model's candidate tiles up to 128x128 (ditron-tile's choices), grid-launched with their stages."""
+    from ditron.cost_model import gemm_candidates, peaks_for
     from ditron.kernels import gemm
     out = []
     for m, n, k in shapes:
-        for i, cfg in enumerate(gemm.candidates(m, n, k, dtype, TARGET)[:max_candidates]):
+        configs = gemm.candidates(m, n, k, dtype, TARGET)[:max_candidates]
+        if model_tiles:
+            base = dict(group_m=8, num_sms=peaks_for(TARGET).num_sms, loads="tma", store="pointer",
+                        epilogue_split=1, flatten=False, split_k=1, persistent=False)
+            configs += [dict(base, block_m=c.block_m, block_n=c.block_n, block_k=c.block_k, num_warps=c.num_warps,
+                             num_stages=stages) for c in gemm_candidates(peaks_for(TARGET))
+                        if c.block_m * c.block_n <= 128 * 128 and c.block_m >= 64 for stages in (4, c.num_stages)]
+            configs = list({json.dumps(c, sort_keys=True): c for c in configs}.values())
+        for i, cfg in enumerate(configs):
             out.append({"name": f"gemm_{m}x{n}x{k}_c{i}", "group": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
                         "fields": dict(cfg, in_dtype=dtype)})
     return out
 
 
-def build(out_dir: Path) -> None:
-    manifest = build_kernels(out_dir, bench_kernels())
+def build(out_dir: Path, skinny: bool = False) -> None:
+    manifest = build_kernels(out_dir, bench_kernels(SKINNY, model_tiles=True) if skinny else bench_kernels())
     timings = json.loads((out_dir / "timings.json").read_text())
     # one cold compile of the whole ditron path on this box, for reference: template -> TTIR -> Triton stages
     try:
@@ -109,7 +126,7 @@ def build(out_dir: Path) -> None:
         (out_dir / "timings.json").write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
     except ImportError:
         pass
-    print(f"built {len(manifest['kernels'])} kernels for {len(SHAPES)} shapes into {out_dir}")
+    print(f"built {len(manifest['kernels'])} kernels for {len(SKINNY if skinny else SHAPES)} shapes into {out_dir}")
 
 
 # ================================================================================ run (GPU box: torch + triton)
@@ -451,7 +468,8 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def report(rows: list[dict], compile_rows: list[dict], ref_speed: dict | None, out_dir: Path) -> None:
+def report(rows: list[dict], compile_rows: list[dict], ref_speed: dict | None, out_dir: Path,
+           name: str = "gemm") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     print()
     print(f"{'M':>6} {'N':>6} {'K':>6} | {'ditron ms':>9} {'TFLOP/s':>8} | {'torch ms':>9} {'TFLOP/s':>8} | "
@@ -467,7 +485,7 @@ def report(rows: list[dict], compile_rows: list[dict], ref_speed: dict | None, o
               f"TFLOP/s (rel. err {ref_speed['rel_err']:.1e})")
     fields = ["M", "N", "K", "ditron_ms", "ditron_tflops", "torch_ms", "torch_tflops", "ratio", "rel_err", "config",
               "winner", "candidates", "tuning"]
-    with open(out_dir / "gemm.csv", "w", newline="") as f:
+    with open(out_dir / f"{name}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
@@ -488,7 +506,7 @@ def report(rows: list[dict], compile_rows: list[dict], ref_speed: dict | None, o
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"matplotlib is not importable: skipped {out_dir / 'gemm.png'}")
+        print(f"matplotlib is not importable: skipped {out_dir / f'{name}.png'}")
         return
     labels = [f"{r['M']}x{r['N']}x{r['K']}" for r in rows]
     xs = range(len(rows))
@@ -503,8 +521,8 @@ def report(rows: list[dict], compile_rows: list[dict], ref_speed: dict | None, o
     ax.set_title(f"GEMM: ditron vs cuBLAS, geomean ratio {g:.3f}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out_dir / "gemm.png", dpi=120)
-    print(f"wrote {out_dir / 'gemm.csv'}, {out_dir / 'gemm.png'}")
+    fig.savefig(out_dir / f"{name}.png", dpi=120)
+    print(f"wrote {out_dir / f'{name}.csv'}, {out_dir / f'{name}.png'}")
 
 
 def main(argv=None) -> None:
@@ -513,6 +531,8 @@ def main(argv=None) -> None:
                    help="generate the candidate kernels (needs ditron + MLIR)")
     p.add_argument("--run", nargs="?", const=str(DEFAULT_DIR), metavar="DIR",
                    help="benchmark prebuilt kernels (needs a GPU, torch, triton)")
+    p.add_argument("--skinny", action="store_true", help="with --build: the M = 128 shapes of the distributed ops "
+                   "and ditron-tile's candidate tiles (results: gemm_skinny.*)")
     p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per final measurement")
     p.add_argument("--out", default=str(RESULTS), help="where the CSV and PNG go")
     p.add_argument("--dry-run", metavar="TARGET", help="with --run: only compile, for TARGET (e.g. cuda:90); no GPU "
@@ -536,7 +556,7 @@ def main(argv=None) -> None:
         if args.build is None and args.run is None:
             sys.exit("nothing to do: no MLIR bindings (for --build) and no GPU (for --run)")
     if args.build is not None:
-        build(Path(args.build))
+        build(Path(args.build), skinny=args.skinny)
     if args.run is not None:
         kdir = Path(args.run)
         rows = run(kdir, rep=args.rep, dry_run_target=args.dry_run)
@@ -551,7 +571,8 @@ def main(argv=None) -> None:
                 print(f"{c['kernel']}: cold {c['cold_total_s']:.3f} s (TTIR build {c['ttir_build_s']:.3f} s), "
                       f"cached {c['cached_s']:.3f} s")
             return
-        report(rows, compile_rows, ref_speed, Path(args.out))
+        skinny = all(e["group"] in {f"{m}x{n}x{k}" for m, n, k in SKINNY} for e in manifest["kernels"])
+        report(rows, compile_rows, ref_speed, Path(args.out), "gemm_skinny" if skinny else "gemm")
 
 
 if __name__ == "__main__":

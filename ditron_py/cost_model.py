@@ -115,16 +115,18 @@ class GemmConfig:
 
 
 # Candidates per vendor, best first for large problems. Efficiencies follow the H200 measurements of
-# MLIR_NOTES.md (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile.
+# MLIR_NOTES.md (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile. Tiles up to
+# 128x128 pipeline 6 K steps deep: the small ones serve skinny, memory-bound GEMMs, which need the bytes in flight
+# (H200, M=128, N and K of 4096..14336: 4 stages ran 1.2-1.5x slower than 6, benchmarks/results/gemm_skinny.csv).
 _GEMM_CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
     "cuda": (
         GemmConfig(128, 256, 64, 8, 3, 8, 1.00),
-        GemmConfig(128, 128, 64, 8, 4, 8, 0.93),
-        GemmConfig(128, 128, 64, 4, 4, 8, 0.90),
-        GemmConfig(64, 128, 64, 4, 4, 8, 0.80),
-        GemmConfig(64, 64, 64, 4, 4, 8, 0.65),
-        GemmConfig(32, 64, 64, 4, 3, 8, 0.45),
-        GemmConfig(16, 64, 128, 4, 3, 1, 0.30),
+        GemmConfig(128, 128, 64, 8, 6, 8, 0.93),
+        GemmConfig(128, 128, 64, 4, 6, 8, 0.90),
+        GemmConfig(64, 128, 64, 4, 6, 8, 0.80),
+        GemmConfig(64, 64, 64, 4, 6, 8, 0.65),
+        GemmConfig(32, 64, 64, 4, 6, 8, 0.45),
+        GemmConfig(16, 64, 128, 4, 6, 1, 0.30),
     ),
     "hip": (
         GemmConfig(256, 256, 64, 8, 2, 4, 1.00),
