@@ -37,9 +37,10 @@ and T_comm all ranks' traffic over the copy bandwidth). W = 1: ideal = T_comp.
 
 ditron runs in CUDA-graph mode (``graph=True``: one graph replay per call, see ditron.runtime.graphs) unless
 ``--no-graph``; ditron_host_us is the host's time per call in that loop (enqueueing only: a call is host-bound
-when it is close to ditron_us); the column ditron_eager_us times the same op in eager mode (the executor interpreting the host
-program every call) in the same run. ``--only OP[,OP]`` runs the rows of those ops (or whose label contains a
-given text, e.g. ``--only 8.0KB``).
+when it is close to ditron_us); the column ditron_eager_us times the same op in eager mode (the executor
+interpreting the host program every call) in the same run. ``--passes PASS:OPTION=VALUE`` (repeatable, at --build
+and --run alike) sets a pass option for every case: an ablation of one of the model's choices. ``--only OP[,OP]``
+runs the rows of those ops (or whose label contains a given text, e.g. ``--only 8.0KB``).
 
 Timing: CUDA events around a FIXED number of iterations (the same on every rank, derived from the case's size;
 ``--iters`` forces one), after warm-up; real worlds report the max over ranks. Output: a table on stdout,
@@ -59,6 +60,7 @@ from pathlib import Path
 os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # before CUDA starts: a virtual world has many streams
 
 HERE = Path(__file__).resolve().parent
+PASSES: dict[str, dict[str, str]] = {}  # --passes: pass options for every case (an ablation; same at build and run)
 RESULTS = HERE / "results"
 TARGET = "cuda:90"
 EB = 2  # bf16
@@ -111,7 +113,8 @@ class Case:
 
     def signature(self, W: int, virtual: bool, target: str = TARGET):
         from ditron import ops
-        return ops.signature_for(self.op, self.shapes(W), "bf16", W, virtual, target, **dict(self.params))
+        return ops.signature_for(self.op, self.shapes(W), "bf16", W, virtual, target, passes=PASSES or None,
+                                 **dict(self.params))
 
 
 def human_bytes(n: int) -> str:
@@ -483,7 +486,7 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
     xs = Inputs(env, case)
     args = xs.args(env)
     fn = getattr(ops, case.op)
-    kw = dict(case.params)
+    kw = dict(case.params, **({"passes": PASSES} if PASSES else {}))
     try:
         lib.executable(sig)
     except ops.ArtifactMissingError as err:
@@ -694,7 +697,16 @@ def main(argv=None) -> None:
                    help="with --run: ditron in CUDA-graph mode (default; --no-graph: eager only)")
     p.add_argument("--iters", type=int, help="with --run: iterations per measurement (default: from the size)")
     p.add_argument("--out", default=str(RESULTS), help="where the CSV and PNG go")
+    p.add_argument("--passes", action="append", default=[], metavar="PASS:OPTION=VALUE",
+                   help="a pass option for every case, at --build and --run alike (e.g. "
+                        "ditron-tile:reduce-scatter=one_launch): ablations of the model's choices")
     args = p.parse_args(argv)
+    for item in args.passes:
+        name, _, setting = item.partition(":")
+        option, eq, value = setting.partition("=")
+        if not (name and option and eq):
+            p.error(f"--passes {item!r}: expected PASS:OPTION=VALUE")
+        PASSES.setdefault(name, {})[option] = value
     size_name = args.size or "default"
     if not args.build and not args.run:
         p.error("give --build DIR (CPU box) or --run DIR (GPU box)")

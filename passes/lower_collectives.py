@@ -365,10 +365,14 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
     _all_reduce_from(lw, op, t, p, out, None, lane=lane, stage_from=stage, group=None)
 
 
-def _one_launch_all_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None) -> None:
+def _one_launch_all_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None,
+                           owner_rows: int | None = None) -> None:
     """One-shot all-reduce in one kernel (engine sm): each program copies its tiles of x into the symmetric P and
     sets their slots on its own pad, then sums every rank's tiles, waiting on each rank's slot first (reduce
-    template, ``publish``). No copy engine, no stream hand-offs: for latency-bound sizes."""
+    template, ``publish``). No copy engine, no stream hand-offs: for latency-bound sizes. ``owner_rows``: reduce
+    only this rank's rows [rank * owner_rows, +owner_rows) into out (a reduce-scatter; x must be symmetric and
+    complete, e.g. a GEMM's output before this launch on the same stream: then a set slot means the whole of P is
+    there)."""
     from ..kernels import chunk, reduce
     b = lw.b
     p, stage = _partials(lw, x, None)
@@ -378,13 +382,17 @@ def _one_launch_all_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: d
     programs = t.comm_sms or 16
     if tile is None:  # ditron-tile's (standalone all-reduce), else the template's choice
         tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
+    region = {} if owner_rows is None else {"src_row": "arg:src_row"}
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), src_ld=n,
-                  dst_ld=ir.MemRefType(out.type).shape[1], publish=publish, **tile)
+                  dst_ld=ir.MemRefType(out.type).shape[1], publish=publish, **region, **tile)
+    rows = rows if owner_rows is None else owner_rows
     tiles = chunk.num_tiles(reduce.make_record(rows, n, **fields))
     rec = reduce.make_record(rows, n, grid=max(1, min(programs, tiles)), **fields)  # they spin: all resident
-    pad = b.pad(chunk.num_tiles(rec), "ar_published")
-    lw.launch(rec, [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)], lane="compute",
-              role="ar.one_launch")
+    pad = b.pad(chunk.num_tiles(rec), "ar_published" if owner_rows is None else "rs_published")
+    args = [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)]
+    if owner_rows is not None:
+        args.append(b.mul(b.rank, owner_rows))
+    lw.launch(rec, args, lane="compute", role="ar.one_launch" if owner_rows is None else "rs.one_launch")
 
 
 def _all_reduce_from(lw, op, t: Tiling, p: ir.Value, out: ir.Value, gemm_counted: Reduction | None, *, lane: str,
@@ -454,6 +462,12 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     out = lw.dest(rs.output, "rs")
     counts = lw.b.pad(t.world * ch.count, "rs_count")
     lw.cross_rank = True
+    if t.algorithm == "one_launch":  # the GEMM, then one reduce launch of the own rows reading P where it is
+        from ..kernels.reduce import publish_tile
+        _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
+        _one_launch_all_reduce(lw, t, p, out, owner_rows=ch.shard,
+                               tile=publish_tile(ch.shard, n, elem_bytes(p), t.comm_sms or 16))
+        return
     if t.algorithm == "epilogue":
         if not _fusable(t, ch):
             raise lw.error(g.consumer, f"GEMM+RS with the epilogue reduction needs chunks of whole row tiles "

@@ -17,7 +17,9 @@ dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
              rank it waits on that rank's slot t (acquire; the own slot was set by the same program, so that wait
              passes at once). Every program publishes before it waits, so the kernel cannot deadlock as long as all
              its programs are resident (grid <= SMs).
-             Exclusive with ``wait``; src_row must be a constant (slots are per tile of the region).
+             Exclusive with ``wait``. Slot t is tile t of the region: with a run-time region (each rank reducing
+             its own rows) a set slot only says that the rank's launch started, so src must then be complete
+             before the launch (no copy_from), as a GEMM's output is on the same stream.
 
 Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, then the
 i32 arguments that 'arg:<name>' fields name.
@@ -110,8 +112,9 @@ def check(rec) -> None:
             raise chunk.err(_TEMPLATE, "'publish' needs 'arg' (the signal pad) and 'value_arg'")
         if "wait" in rec:
             raise chunk.err(_TEMPLATE, "'publish' and 'wait' exclude each other (publish waits per tile itself)")
-        if not isinstance(rec["src_row"], int) or not isinstance(rec["src_col"], int):
-            raise chunk.err(_TEMPLATE, "'publish' needs a constant src region (slots are the region's tiles)")
+        if p.get("copy_from") and not (isinstance(rec["src_row"], int) and isinstance(rec["src_col"], int)):
+            raise chunk.err(_TEMPLATE, "'publish' with 'copy_from' needs a constant src region (each rank copies "
+                                       "the tiles its peers read)")
     if len(set(rec["args"])) != len(rec["args"]):
         raise chunk.err(_TEMPLATE, f"argument names collide: {rec['args']}")
 

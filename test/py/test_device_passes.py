@@ -162,7 +162,7 @@ def test_tile_rejects_bad_options():
         parse_pipeline("ditron-tile{num-warps=3}")
     with pytest.raises(PassError, match="all-reduce must be one of one_shot, two_shot, epilogue"):
         parse_pipeline("ditron-tile{all-reduce=three_shot}")
-    with pytest.raises(PassError, match="reduce-scatter must be one of epilogue, reduce_kernel"):
+    with pytest.raises(PassError, match="reduce-scatter must be one of epilogue, reduce_kernel, one_launch"):
         parse_pipeline("ditron-tile{reduce-scatter=tree}")
 
 
@@ -287,7 +287,8 @@ def test_default_pipeline_simulates_equal_to_the_reference(example, w):
 
 # -------------------------------------------------------------------------------------------- simulation
 
-KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gather=pull"), ("gemm_rs", ""), ("gemm_ar", "all-reduce=one_shot"), ("gemm_ar", "all-reduce=two_shot"),
+KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gather=pull"), ("gemm_rs", ""),
+         ("gemm_rs", "reduce-scatter=one_launch"), ("gemm_ar", "all-reduce=one_shot"), ("gemm_ar", "all-reduce=two_shot"),
          ("all_gather", ""), ("reduce_scatter", ""), ("all_reduce", "all-reduce=one_shot"),
          ("all_reduce", "all-reduce=one_shot engine=copy_engine"), ("all_reduce", "all-reduce=two_shot")]
 

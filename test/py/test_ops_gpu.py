@@ -53,6 +53,7 @@ def _cases() -> dict[str, ops.Signature]:
             for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
                 add(f"{op}_w{W}_m{m}", op, W, m)
             if W > 1:
+                add(f"gemm_rs1l_w{W}_m{m}", "gemm_rs", W, m, passes={"ditron-tile": {"reduce-scatter": "one_launch"}})
                 add(f"all_reduce1_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot")
                 add(f"all_reduce1ce_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot",  # staged, not one launch
                     passes={"ditron-tile": {"engine": "copy_engine"}})
