@@ -355,7 +355,7 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
         raise lw.error(op, f"reduces with '{ar.reduce}'; the reduce template sums")
     _require_2d(lw, op, ar.input)
     if t.algorithm == "one_shot" and t.engine == "sm":
-        _one_launch_all_reduce(lw, t, x, out)
+        _one_launch_reduce(lw, t, x, out)
         return
     p, stage = _partials(lw, x, op)
     lw.cross_rank = True
@@ -365,8 +365,8 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
     _all_reduce_from(lw, op, t, p, out, None, lane=lane, stage_from=stage, group=None)
 
 
-def _one_launch_all_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None,
-                           owner_rows: int | None = None) -> None:
+def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None,
+                       owner_rows: int | None = None) -> None:
     """One-shot all-reduce in one kernel (engine sm): each program copies its tiles of x into the symmetric P and
     sets their slots on its own pad, then sums every rank's tiles, waiting on each rank's slot first (reduce
     template, ``publish``). No copy engine, no stream hand-offs: for latency-bound sizes. ``owner_rows``: reduce
@@ -465,8 +465,8 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     if t.algorithm == "one_launch":  # the GEMM, then one reduce launch of the own rows reading P where it is
         from ..kernels.reduce import publish_tile
         _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
-        _one_launch_all_reduce(lw, t, p, out, owner_rows=ch.shard,
-                               tile=publish_tile(ch.shard, n, elem_bytes(p), t.comm_sms or 16))
+        _one_launch_reduce(lw, t, p, out, owner_rows=ch.shard,
+                           tile=publish_tile(ch.shard, n, elem_bytes(p), t.comm_sms or 16))
         return
     if t.algorithm == "epilogue":
         if not _fusable(t, ch):
@@ -597,4 +597,4 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
     # one-shot: after the GEMM, one reduce launch reading P where it is (the tiling's tile fields are the GEMM's)
     from ..kernels.reduce import publish_tile
-    _one_launch_all_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))
+    _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))
