@@ -44,10 +44,8 @@ def make_record(rows: int, cols: int, *, name: str = "reduce", dtype: str = "bf1
                 block_m: int | None = None, block_n: int | None = None, grid: int = 32, num_warps: int = 4,
                 wait: dict | None = None, notify: dict | None = None, publish: dict | None = None) -> KernelRecord:
     elem = T.DTYPE_BYTES.get(dtype, 2)
-    if block_n is None:
-        block_n = min(1 << max(0, (cols - 1).bit_length()), max(16, 512 // elem))
-    if block_m is None:
-        block_m = min(1 << max(0, (rows - 1).bit_length()), max(1, 8192 // elem // block_n))
+    block_n = block_n or _default_block_n(cols, elem)
+    block_m = block_m or _default_block_m(rows, block_n, elem)
     rec = KernelRecord(template="reduce", name=name, rows=rows, cols=cols, dtype=dtype,
                        out_dtype=out_dtype or dtype, src_ld=src_ld or cols, dst_ld=dst_ld or cols, src_row=src_row,
                        src_col=src_col, dst_row=dst_row, dst_col=dst_col, block_m=block_m, block_n=block_n,
@@ -63,15 +61,24 @@ def make_record(rows: int, cols: int, *, name: str = "reduce", dtype: str = "bf1
     return rec
 
 
+def _default_block_n(cols: int, elem_bytes: int) -> int:
+    """Rows of up to 512 bytes (at least 16 elements), no wider than the region."""
+    return min(1 << max(0, (cols - 1).bit_length()), max(16, 512 // elem_bytes))
+
+
+def _default_block_m(rows: int, block_n: int, elem_bytes: int) -> int:
+    """Tiles of up to 8 KB, no taller than the region."""
+    return min(1 << max(0, (rows - 1).bit_length()), max(1, 8192 // elem_bytes // block_n))
+
+
 def publish_tile(rows: int, cols: int, elem_bytes: int, programs: int, *, block_m: int | None = None,
                  block_n: int | None = None) -> dict[str, int]:
     """A tile for the one-launch all-reduce ('publish'): rows of up to 512 bytes, and the tallest block_m up to
     32 KB per tile that still gives each of ``programs`` programs a tile (a program reads one tile from each rank
     at a time: the bigger the tile, the more bytes in flight over the link); 8 warps above 16 KB."""
-    if block_n is None:
-        block_n = min(1 << max(0, (cols - 1).bit_length()), max(16, 512 // elem_bytes))
+    block_n = block_n or _default_block_n(cols, elem_bytes)
     if block_m is None:
-        block_m = max(1, min(1 << max(0, (rows - 1).bit_length()), 8192 // elem_bytes // block_n))
+        block_m = _default_block_m(rows, block_n, elem_bytes)
         while block_m * 2 * block_n * elem_bytes <= 32768 and \
                 -(-rows // (block_m * 2)) * -(-cols // block_n) >= programs:
             block_m *= 2

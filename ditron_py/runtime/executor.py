@@ -606,10 +606,7 @@ class Executor:
         key = (a.pad.index, rank)
         n = self._barriers[key] = self._barriers.get(key, 0) + 1
         wait = WaitAction(a.stream, a.loc, a.site, a.pad, n, tuple(range(self.W)), "barrier")
-        on0 = self._on_stream0(rank, stream)
-        kernel_signals = (self._stream0_kernels[0] and on0) or (self._signal_drv is None and self._write_value is None)
-        kernel_waits = (self._stream0_kernels[1] and on0) or self._memops is None
-        if self.program.barrier_kernel and kernel_signals and kernel_waits:
+        if self.program.barrier_kernel and self._signals_by_kernel(rank, stream) and self._waits_by_kernel(rank, stream):
             own = {"pad": self._views[(a.pad.index, rank)], "value": n, "max_iters": self.max_iters,
                    "err": self._err[self.ranks.index(rank)], "tag": self._new_tag(rank, wait, wait.slots, n)}
             name = self.program.barrier_kernel
@@ -624,9 +621,18 @@ class Executor:
     def _on_stream0(self, rank: int, stream) -> bool:
         return self.streams.get((rank, 0)) is stream
 
+    def _signals_by_kernel(self, rank: int, stream) -> bool:
+        """Whether a "set" signal on this stream is the runtime kernel (else a driver / torch write-value memop)."""
+        return (self._stream0_kernels[0] and self._on_stream0(rank, stream)) or \
+            (self._signal_drv is None and self._write_value is None)
+
+    def _waits_by_kernel(self, rank: int, stream) -> bool:
+        """Whether a wait on this stream is the runtime kernel (else driver stream waits)."""
+        return (self._stream0_kernels[1] and self._on_stream0(rank, stream)) or self._memops is None
+
     def _signal(self, rank: int, stream, pad: Buf, target: int, slot: int, value: int, op: str, scope: str) -> None:
         import torch
-        kernel_here = self._stream0_kernels[0] and self._on_stream0(rank, stream)
+        kernel_here = self._signals_by_kernel(rank, stream)
         if op == "set" and self._signal_drv is not None and not kernel_here:
             self._signal_drv.write(stream.cuda_stream, self._pad_ptr[(pad.index, target)] + 4 * slot, value)
             return
@@ -664,7 +670,7 @@ class Executor:
     def _wait(self, rank: int, stream, a: WaitAction) -> None:
         """One driver stream wait per slot, else the runtime wait kernel per run of consecutive slots; then a
         milestone for the watchdog."""
-        if self._memops is not None and not (self._stream0_kernels[1] and self._on_stream0(rank, stream)):
+        if not self._waits_by_kernel(rank, stream):
             base, handle = self._pad_ptr[(a.pad.index, rank)], stream.cuda_stream
             for s in sorted(set(a.slots)):
                 self._memops.wait_geq(handle, base + 4 * s, a.value)
