@@ -34,10 +34,11 @@ Runtime kernels (built here as generic TTIR, compiled with the program's kernels
 * ``ditron_rt_signal_<set|add>_<scope>(pad, slot, peer, value)`` — ``pad[slot]`` on rank ``peer`` := value /
   += value with release semantics (``ditron_core.notify``); the executor uses it where the stream write-value
   memop is not available, and for "add".
-* ``ditron_rt_barrier(pad, value, max_iters, err, tag)`` — a whole ``ditron_device.barrier`` arrival in one launch:
-  ``pad[rank]`` := value on every rank (release), then the bounded spin of ``ditron_rt_wait`` on slots
-  0..num_ranks-1. Where the executor would signal and wait with kernels (a CUDA graph's stream 0), this is one
-  kernel instead of W + 1.
+* ``ditron_rt_barrier(pad, value, max_iters, err, tag, clear, clear_words)`` — a whole ``ditron_device.barrier``
+  arrival in one launch: ``clear[0 .. clear_words)`` := 0, then ``pad[rank]`` := value on every rank (release,
+  after the zeros), then the bounded spin of ``ditron_rt_wait`` on slots 0..num_ranks-1. Where the executor would
+  signal and wait with kernels (a CUDA graph's stream 0), this is one kernel instead of W + 1; a graph's final
+  barrier also zeroes the rank's pads of the other parity (clear_words 0 otherwise).
 """
 from __future__ import annotations
 
@@ -389,10 +390,17 @@ def _barrier_kernel(prims, ip: ir.InsertionPoint) -> None:
     from .dialects import ttir as T
 
     with ip:
-        f, (pad, value, max_iters, err, tag) = T.func(BARRIER_KERNEL, [
+        f, (pad, value, max_iters, err, tag, clear, clear_words) = T.func(BARRIER_KERNEL, [
             ("pad", T.ptr("i32"), {"tt.divisibility": 4}), ("value", T.i32(), {}), ("max_iters", T.i64(), {}),
-            ("err", T.ptr("i32"), {"tt.divisibility": 16}), ("tag", T.i32(), {})])
+            ("err", T.ptr("i32"), {"tt.divisibility": 16}), ("tag", T.i32(), {}),
+            ("clear", T.ptr("i32"), {"tt.divisibility": 4}), ("clear_words", T.i32(), {})])
     with ir.InsertionPoint(f.regions[0].blocks[0]):
+        lanes = T.make_range(0, WAIT_LANES)
+        with T.For(0, clear_words, WAIT_LANES) as block:
+            idx = T.add(lanes, block.iv)
+            T.store(T.addptr(T.splat(clear, [WAIT_LANES]), idx), T.zeros([WAIT_LANES], "i32"),
+                    T.lt(idx, clear_words))
+        T.barrier()  # every lane's zeros before the arrival (release) below
         rank, num_ranks = core.Rank.build().rank, core.NumRanks.build().num_ranks
         with T.For(0, num_ranks, 1) as peers:
             core.Notify.build(T.addptr(pad, rank), peers.iv, value, op="set", scope="sys", semantic="release")

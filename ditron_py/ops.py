@@ -50,12 +50,14 @@ import json
 import os
 import shutil
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import env
 from .errors import DitronError, DitronRuntimeError
+from .runtime.graphs import GRAPH_CACHE, tensor_key
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce")
 ALGORITHMS = ("auto", "one_shot", "two_shot")
@@ -71,6 +73,7 @@ AXIS = "tp"
 OP_FILE = "op.json"
 FORMAT_VERSION = 1          # of op.json and of the key: bump when what a key means changes
 TMP_PREFIX = ".tmp-"
+BOUND_CALLS = 4 * GRAPH_CACHE  # graph-mode calls a Library remembers by their tensors
 
 
 class OpError(DitronError):
@@ -439,6 +442,8 @@ class Library:
         self._executables: dict[Signature, Any] = {}
         self._fast: dict[tuple, Any] = {}          # ops._call: repeated calls skip building the Signature
         self._fast_worlds: dict[int, Any] = {}     # id(world) -> world, so a reused id cannot alias another
+        # graph-mode calls by their tensors -> (world, BoundCall): a repeated call is one replay (ops._call)
+        self._bound: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         self._warned_source = False
 
     def __repr__(self) -> str:
@@ -495,6 +500,12 @@ class Library:
             warnings.warn(f"op artifacts in '{self.directory}' were built from other ditron sources than this "
                           "process runs; rebuild them if the compiler changed", RuntimeWarning, stacklevel=4)
 
+    def _remember(self, hot: tuple, world, bound) -> None:
+        self._bound[hot] = (world, bound)
+        self._bound.move_to_end(hot)
+        while len(self._bound) > BOUND_CALLS:
+            self._bound.popitem(last=False)
+
     def synchronize(self, world) -> None:
         """Wait (with the watchdog) for every call enqueued in ``world`` through this library."""
         for exe in self._executables.values():
@@ -507,6 +518,8 @@ class Library:
         exe = self._executables.pop(sig, None)
         if exe is not None:
             self._fast = {k: v for k, v in self._fast.items() if v is not exe}
+            for k in [k for k, (_, b) in self._bound.items() if b.runner.ex.exe is exe]:
+                del self._bound[k]
             exe.close()
 
     def close(self) -> None:
@@ -564,6 +577,16 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
 def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes,
           graph: bool = False):
     lib = library or default_library()
+    if graph:  # a call with the same tensors as an earlier one: replay its graph straight away
+        try:
+            hot = (op, id(world), tuple(params.items()), None if passes is None else _pass_triples(passes),
+                   _tensors_key(tensors, world), None if out is None else _tensors_key((out,), world))
+            bound = lib._bound.get(hot)
+        except (TypeError, AttributeError, KeyError, DitronError):
+            hot, bound = None, None
+        if bound is not None and bound[0] is world and bound[1].live:
+            result = bound[1](sync)
+            return [r[0] for r in result] if world.is_virtual else result[0]
     # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a
     # few microseconds; the full checks cost tens): keyed on the op, the world, rank 0's shapes and dtypes, the
     # parameters and overrides. The executor checks every rank's tensors against the program either way.
@@ -588,9 +611,23 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
     outputs = None
     if out is not None:
         outputs = [[o] for o in out] if world.is_virtual else [out]
-    mode = {"graph": True} if graph else {}  # eager calls keep Executable.run's plain signature
-    result = exe.run(world, ranks if world.is_virtual else ranks[0], outputs, sync=sync, **mode)
+    inputs = ranks if world.is_virtual else ranks[0]
+    if graph:
+        bound = exe.executor(world, graph=True).bind(inputs, outputs)
+        if hot is not None:
+            lib._remember(hot, world, bound)
+        result = bound(sync)
+    else:
+        result = exe.run(world, inputs, outputs, sync=sync)
     return [r[0] for r in result] if world.is_virtual else result[0]
+
+
+def _tensors_key(tensors: Sequence[Any], world) -> tuple:
+    """What a graph bakes in about the call's tensor arguments (each a list of one tensor per rank in a virtual
+    world), as a key."""
+    if world.is_virtual:
+        return tuple(tuple(map(tensor_key, per_rank)) for per_rank in tensors)
+    return tuple(map(tensor_key, tensors))
 
 
 _CALL_DOC = """

@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 
 from .. import env
 from ..errors import DitronRuntimeError, WaitTimeoutError
-from .graphs import GraphCall, GraphRunner, check_graph_program
+from .graphs import BoundCall, GraphCall, GraphRunner, check_graph_program
 from .heap import SymmetricHeap, program_layout
 from .memops import DriverMemops, MemopError
 from .program import (DTYPES, BarrierAction, Buf, CopyAction, HostProgram, HostProgramError, LaunchAction,
@@ -158,6 +158,8 @@ class Executor:
         self._closed = False
         self._owned_streams: list[Any] = []
         self._capturing = False
+        # graph capture: per rank, (the call's final barrier, the rank's pads of the other parity it zeroes)
+        self._final_clear: dict[int, tuple[Any, Any]] = {}
         with torch.cuda.device(self.device):
             self._setup(signal_via, wait_via)
 
@@ -392,10 +394,7 @@ class Executor:
         Everything that can fail (operands, regions, slots) is checked for every local rank before anything is
         enqueued: a rank left half-enqueued would leave its peers spinning."""
         import torch
-        if self._closed:
-            raise DitronRuntimeError("this executor is closed")
-        if self._broken:
-            raise DitronRuntimeError(f"this executor cannot run again: {self._broken}")
+        self._check_usable()
         if self._graphs is not None:
             return self._graphs.run(inputs, outputs, sync)
         with torch.cuda.device(self.device):
@@ -429,6 +428,21 @@ class Executor:
         return result
 
     __call__ = run
+
+    def bind(self, inputs: Sequence[Any], outputs: Sequence[Any] | None = None) -> BoundCall:
+        """Graph mode: ``inputs`` and ``outputs`` (as for ``run``) bound once, checked in full; ``bound(sync=...)``
+        then runs one call with them for the host cost of a graph replay and its event. The tensors must keep
+        their storage while bound."""
+        self._check_usable()
+        if self._graphs is None:
+            raise DitronRuntimeError("bind() replays CUDA graphs: make the executor with graph=True")
+        return BoundCall(self._graphs, self._graphs.entry(inputs, outputs), inputs, outputs)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise DitronRuntimeError("this executor is closed")
+        if self._broken:
+            raise DitronRuntimeError(f"this executor cannot run again: {self._broken}")
 
     def synchronize(self) -> None:
         """Wait on the host for every call enqueued so far (with the watchdog) and check the error records."""
@@ -607,8 +621,12 @@ class Executor:
         n = self._barriers[key] = self._barriers.get(key, 0) + 1
         wait = WaitAction(a.stream, a.loc, a.site, a.pad, n, tuple(range(self.W)), "barrier")
         if self.program.barrier_kernel and self._signals_by_kernel(rank, stream) and self._waits_by_kernel(rank, stream):
+            clear = self._final_clear.get(rank)  # graph mode: the call's final barrier zeroes the other parity
+            span = clear[1] if clear is not None and clear[0] is a else None
             own = {"pad": self._views[(a.pad.index, rank)], "value": n, "max_iters": self.max_iters,
-                   "err": self._err[self.ranks.index(rank)], "tag": self._new_tag(rank, wait, wait.slots, n)}
+                   "err": self._err[self.ranks.index(rank)], "tag": self._new_tag(rank, wait, wait.slots, n),
+                   "clear": self._views[(a.pad.index, rank)] if span is None else span,
+                   "clear_words": 0 if span is None else span.numel()}
             name = self.program.barrier_kernel
             self._kernel(name).triton_kernel[(1, 1, 1)](*self._runtime_values(name, rank, own),
                                                         stream=stream.cuda_stream)

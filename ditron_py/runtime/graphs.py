@@ -18,7 +18,11 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   refuses, in a real world, programs whose last action on stream 0 is not a barrier); and (2) a peer writes parity
   1 - p again only in call e + 1, after passing call e's barrier, which needs this rank's arrival, enqueued on stream
   0 after the zeroing. Side streams of call e touch only parity p. Both parities are zero before the first call (the
-  heap is zeroed). In a virtual world all ranks are in one graph whose replays run one after another on the
+  heap is zeroed). Where call e ends with the runtime barrier kernel on stream 0 (every real-world program does,
+  and graph mode runs stream 0's barriers with it), that kernel does the zeroing instead of a node at the start:
+  it zeroes parity 1 - p, then arrives (release, after a CTA barrier). Still safe: (1) holds as before, call e - 1
+  having ended on this rank's stream 0 before call e began, and (2) a peer writes parity 1 - p again only after
+  passing call e's barrier, that is after this arrival. One node less per call (~1.3 us on an H200). In a virtual world all ranks are in one graph whose replays run one after another on the
   caller's stream (every stream joins back into it), so call e has ended everywhere before call e + 1 starts.
 * **Capture.** One ``torch.cuda.CUDAGraph`` per (parity, key); key = address, dtype, shape, strides and device of
   every input and output tensor, so calls with the same tensors replay. All local ranks' streams are captured into
@@ -31,9 +35,16 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   So stream 0, where nothing spins beside its waits and signals, uses the runtime kernels, and side streams use
   memops (after a probe that the driver captures them). In-kernel waits get their epoch-derived value (epoch 1) as a plain operand: constant, as it must be.
   The LRU keeps ``GRAPH_CACHE`` keys; before a capture the executor waits for outstanding calls.
-* **Replay.** ``graph.replay()`` on the caller's stream, one event for the watchdog (a ``GraphCall`` milestone that
-  knows every wait of the captured program, so a stall names the first unsatisfied wait of each rank and stream),
-  and with ``sync=True`` the host wait and error check as in eager mode.
+* **Replay.** ``cuGraphLaunch`` of the graph's instantiation on the caller's stream (torch's ``graph.replay()``
+  where the driver entry point is missing), one event for the watchdog (a ``GraphCall`` milestone that knows every
+  wait of the captured program, so a stall names the first unsatisfied wait of each rank and stream), and with
+  ``sync=True`` the host wait and error check as in eager mode. Completed calls leave the watch every
+  ``PRUNE_AT`` calls, after one event query when they all ran on one stream.
+* **Bound calls.** ``Executor.bind(inputs, outputs)`` checks and keys a tensor set once and returns a
+  ``BoundCall``: calling it replays straight away (no key, no lookup). ``ditron.ops`` keeps one per set of tensors
+  it was called with, so a repeated op call costs its key (address, dtype, shape, strides of each tensor) and one
+  replay (``benchmarks/bench_host.py`` on an H200 host: ``ops.all_reduce`` 11.7 us per call, the bound call 6.2,
+  ``cuGraphLaunch`` 2.1 against 2.6 for ``CUDAGraph.replay``; one torch elementwise op 5.8).
 * **Outputs.** Given outputs are written in place. Without them, the executor allocates outputs once per key and
   returns those same tensors on every call with the same inputs: the next such call overwrites them (as with
   torch's CUDA graphs). Inputs must be contiguous (a graph reads fixed addresses).
@@ -44,7 +55,7 @@ from __future__ import annotations
 
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DitronRuntimeError
@@ -97,6 +108,32 @@ class GraphEntry:
     tensors: dict[int, list[Any]]        # per local rank: the program's argument tensors
     result: Any                          # executor-owned outputs (None when the caller gives outputs)
     graphs: list[Any]                    # per parity: the captured graph, or None
+    execs: list[int] = field(default_factory=lambda: [0, 0])  # per parity: its instantiation's raw handle
+    live: bool = True                    # False once evicted from the LRU (or the executor cleared it)
+
+
+class BoundCall:
+    """One set of tensors bound to a graph-mode executor (``Executor.bind``): calling it replays that set's graph
+    with no key to build and nothing to look up -- the cheapest host path to a call. The tensors must keep their
+    storage (a graph reads fixed addresses). If the LRU evicted the set meanwhile, the call binds it again."""
+
+    __slots__ = ("runner", "entry", "inputs", "outputs")
+
+    def __init__(self, runner: "GraphRunner", entry: GraphEntry, inputs, outputs):
+        self.runner, self.entry, self.inputs, self.outputs = runner, entry, inputs, outputs
+
+    @property
+    def live(self) -> bool:
+        """Whether a call replays at once (the executor usable and the set still cached)."""
+        ex = self.runner.ex
+        return self.entry.live and not ex._closed and ex._broken is None
+
+    def __call__(self, sync: bool = True):
+        """One call, as ``Executor.run(inputs, outputs, sync=sync)`` with the bound tensors."""
+        self.runner.ex._check_usable()
+        if not self.entry.live:
+            self.entry = self.runner.entry(self.inputs, self.outputs)
+        return self.runner.replay(self.entry, self.outputs, sync)
 
 
 class TorchGraphs:
@@ -125,19 +162,30 @@ class TorchGraphs:
             graph.capture_end()
         return graph
 
-    def replay(self, graph) -> None:
-        """Launch the graph on the current stream."""
-        graph.replay()
+    def executable(self, graph) -> int:
+        """The raw handle of the graph's instantiation (0 where torch does not expose it)."""
+        raw = getattr(graph, "raw_cuda_graph_exec", None)
+        return raw() if raw is not None else 0
 
-    def record(self, event, device: int, driver) -> None:
-        """Record ``event`` on the current stream of ``device``: through the driver with the raw stream handle when
-        it can (torch's ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
+    def replay(self, graph, graph_exec: int, stream: int, driver) -> None:
+        """Launch the graph on the current stream (raw handle ``stream``): through the driver when it can, else
+        torch's replay."""
+        if driver is None or not driver.launch_graph(graph_exec, stream):
+            graph.replay()
+
+    def current(self, device: int) -> int:
+        """The raw handle of the current stream of ``device``."""
         import torch
-        if driver is None or not driver.record(event.cuda_event, torch._C._cuda_getCurrentRawStream(device)):
+        return torch._C._cuda_getCurrentRawStream(device)
+
+    def record(self, event, stream: int, driver) -> None:
+        """Record ``event`` on the current stream (raw handle ``stream``): through the driver when it can (torch's
+        ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
+        if driver is None or not driver.record(event.cuda_event, stream):
             event.record()
 
 
-def _tensor_key(x) -> tuple:
+def tensor_key(x) -> tuple:
     """What a graph bakes in about a tensor: its address (unique across devices: unified addressing), element type,
     shape and strides."""
     try:
@@ -151,12 +199,14 @@ class GraphRunner:
 
     def __init__(self, ex, signal_via: str, wait_via: str):
         import torch
+        self._torch = torch
         self.ex = ex
         self.traces: dict[int, list] = ex._graph_traces
         self.backend = TorchGraphs(ex._stream())
         self.entries: OrderedDict[tuple, GraphEntry] = OrderedDict()
         self.calls = [self._graph_call(p) for p in (0, 1)]
         self.captures = 0
+        self._streams: set[int] = set()   # the streams the watched graph calls were enqueued on
         # One event per call in flight, reused round-robin (creating one costs as much as a small replay). Reusing
         # an event whose milestone is still queued only records it later on the same stream: the watchdog then
         # sees that call complete a little later, never earlier.
@@ -219,7 +269,7 @@ class GraphRunner:
             drv.write(h, word.data_ptr() + 4, 2)
         try:
             graph = self.backend.capture(body)
-            self.backend.replay(graph)
+            self.backend.replay(graph, 0, 0, None)  # through torch: the probe is run once
             torch.cuda.synchronize(ex.device)
             got = word.tolist()
             problem = None if got == [1, 2] else f"a replayed probe wrote [1, 2] and read back {got}"
@@ -249,42 +299,64 @@ class GraphRunner:
                 for row in group:
                     if isinstance(row, (list, tuple)):
                         parts.append(len(row))
-                        parts += [_tensor_key(x) for x in row]
+                        parts += [tensor_key(x) for x in row]
                     else:
                         parts.append(("?", id(row)))
             else:
-                parts += [_tensor_key(x) for x in group]
+                parts += [tensor_key(x) for x in group]
         return tuple(parts)
 
-    def run(self, inputs, outputs, sync: bool):
-        import torch
-        ex = self.ex
-        if torch.cuda.current_device() != ex.device.index:  # the context manager costs more than a replay
-            with torch.cuda.device(ex.device):
-                return self.run(inputs, outputs, sync)
+    def entry(self, inputs, outputs) -> GraphEntry:
+        """The cached entry of this set of tensors (made, and checked in full, the first time)."""
         key = self.key(inputs, outputs)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self._new_entry(key, inputs, outputs)
-        else:
-            self.entries.move_to_end(key)
+            return self._new_entry(key, inputs, outputs)
+        self.entries.move_to_end(key)
+        return entry
+
+    def run(self, inputs, outputs, sync: bool):
+        return self.replay(self.entry(inputs, outputs), outputs, sync)
+
+    def replay(self, entry: GraphEntry, outputs, sync: bool):
+        """One call of ``entry``'s tensors: the next epoch's parity graph (captured the first time), its
+        completion event for the watchdog, and with ``sync`` the host wait."""
+        ex = self.ex
+        torch = self._torch
+        if torch.cuda.current_device() != ex.device.index:  # the context manager costs more than a replay
+            with torch.cuda.device(ex.device):
+                return self.replay(entry, outputs, sync)
         epoch = ex.epoch + 1
         parity = epoch % 2
         graph = entry.graphs[parity]
         if graph is None:
             graph = entry.graphs[parity] = self._capture(entry, parity)
+            entry.execs[parity] = self.backend.executable(graph)
         ex.epoch = epoch
+        stream = self.backend.current(ex.device.index)
         if ex.watch.pending(GRAPH_KEY) >= PRUNE_AT:  # querying events costs ~2 us each: not on every call
-            ex.watch.prune()
-        self.backend.replay(graph)
+            self._prune()
+        self.backend.replay(graph, entry.execs[parity], stream, self._driver)
         done = self._events[epoch % len(self._events)]
-        self.backend.record(done, ex.device.index, self._driver)  # on the caller's stream, after the replay
+        self.backend.record(done, stream, self._driver)  # on the caller's stream, after the replay
+        self._streams.add(stream)
         ex.watch.add(GRAPH_KEY, Milestone(done, -1, -1, self.calls[parity], epoch))
         if sync:
             ex._synchronize()
         if outputs is None:
             return entry.result
         return [list(row) for row in outputs] if ex.world.is_virtual else list(outputs)
+
+    def _prune(self) -> None:
+        """Drop the completed calls from the watch: all of them after one query when they were all enqueued on one
+        stream (its newest call done means every earlier one is), else one query per call."""
+        queue = self.ex.watch.queues[GRAPH_KEY]
+        if len(self._streams) == 1 and queue[-1].event.query():
+            queue.clear()
+        else:
+            self.ex.watch.prune()
+        if not queue:
+            self._streams.clear()
 
     def _new_entry(self, key: tuple, inputs, outputs) -> GraphEntry:
         import torch
@@ -298,7 +370,7 @@ class GraphRunner:
         ex._synchronize()  # nothing in flight from here: evicted graphs are idle, nothing spins while we allocate
         tensors, result = ex._bind_io(inputs, outputs)
         while len(self.entries) >= GRAPH_CACHE:
-            self.entries.popitem(last=False)
+            self.entries.popitem(last=False)[1].live = False
         entry = self.entries[key] = GraphEntry(tensors, result if outputs is None else None, [None, None])
         return entry
 
@@ -318,6 +390,8 @@ class GraphRunner:
                         ex._check_action(r, a)
                     work.append(ex._prepare(r, a, entry.tensors[r]))
             spans = {r: self.span(1 - parity, r) for r in ex.ranks}
+            ex._final_clear = {r: (b, spans[r].view(torch.int32)) for r in ex.ranks
+                               if (b := self._clearing_barrier(r)) is not None}
 
             def body(cap):
                 start = torch.cuda.Event()
@@ -325,7 +399,8 @@ class GraphRunner:
                 for s in ex.streams.values():
                     s.wait_event(start)
                 for r in ex.ranks:
-                    ex._zero(ex.streams[(r, 0)], spans[r])
+                    if r not in ex._final_clear:
+                        ex._zero(ex.streams[(r, 0)], spans[r])
                 for enqueue in work:
                     enqueue()
                 torch.cuda.set_stream(cap)
@@ -340,7 +415,21 @@ class GraphRunner:
         finally:
             ex._capturing = False
             ex._barriers = {}
+            ex._final_clear = {}
             ex._use_parity(0)
+
+    def _clearing_barrier(self, rank: int):
+        """The barrier that ends ``rank``'s call on stream 0, where the runtime barrier kernel runs it and can zero
+        the rank's pads of the other parity before arriving (else None: the call starts with a zeroing node)."""
+        ex = self.ex
+        last = next((a for a in reversed(self.traces[rank]) if a.stream == 0), None)
+        kernel = ex.program.barrier_kernel
+        stream = ex.streams[(rank, 0)]
+        if not isinstance(last, BarrierAction) or not kernel or \
+                "clear_words" not in {a.name for a in ex._kernel(kernel).args} or \
+                not (ex._signals_by_kernel(rank, stream) and ex._waits_by_kernel(rank, stream)):
+            return None
+        return last
 
     # ---------------------------------------------------------------------------------------- watchdog
     def blocked(self, m: Milestone, pads) -> list[Blocked]:
@@ -356,7 +445,10 @@ class GraphRunner:
         return out
 
     def clear(self) -> None:
+        for entry in self.entries.values():
+            entry.live = False
         self.entries.clear()
 
 
-__all__ = ["GRAPH_CACHE", "GraphCall", "GraphModeError", "GraphRunner", "TorchGraphs", "check_graph_program"]
+__all__ = ["GRAPH_CACHE", "BoundCall", "GraphCall", "GraphModeError", "GraphRunner", "TorchGraphs", "check_graph_program",
+           "tensor_key"]

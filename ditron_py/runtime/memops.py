@@ -6,6 +6,8 @@ in GPU memory, or writes one, without a kernel and without an SM.
     drv.write(stream.cuda_stream, addr, 7)        # *addr := 7, after a fence over the stream's earlier work
     drv.record(event.cuda_event, stream_handle)   # cuEventRecord: a completion event without torch's Python
                                                   # stream lookup (torch.cuda.Event.record() costs ~7 us, this ~1)
+    drv.launch_graph(exec_handle, stream_handle)  # cuGraphLaunch: a graph replay without torch's wrapper (2.1 us
+                                                  # against CUDAGraph.replay()'s 2.6: benchmarks/bench_host.py)
 
 ``cuStreamWaitValue32`` with ``CU_STREAM_WAIT_VALUE_GEQ`` compares cyclically, ``(int32)(*addr - value) >= 0``:
 for the small, growing values of signal pads that is ``*addr >= value``, and INT32_MAX (what the watchdog writes to
@@ -42,6 +44,15 @@ def _bind(lib, names: tuple[str, ...]):
     return None, None
 
 
+def _handles(lib, name: str):
+    """``name`` bound as CUresult name(handle, handle), or None where the driver lacks it."""
+    fn = getattr(lib, name, None)
+    if fn is not None:
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+        fn.restype = ctypes.c_int
+    return fn
+
+
 class DriverMemops:
     """Bound driver entry points for stream waits and writes on 32-bit words (see the module doc)."""
 
@@ -51,10 +62,8 @@ class DriverMemops:
         self.write_name, self._write = _bind(lib, ("cuStreamWriteValue32_v2", "cuStreamWriteValue32"))
         if self._wait is None or self._write is None:
             raise OSError("libcuda.so.1 has no cuStreamWaitValue32 / cuStreamWriteValue32")
-        self._record = getattr(lib, "cuEventRecord", None)
-        if self._record is not None:
-            self._record.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
-            self._record.restype = ctypes.c_int
+        self._record = _handles(lib, "cuEventRecord")
+        self._graph_launch = _handles(lib, "cuGraphLaunch")
         self._error_name = getattr(lib, "cuGetErrorName", None)
         if self._error_name is not None:
             self._error_name.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
@@ -100,6 +109,16 @@ class DriverMemops:
         """cuEventRecord(event, stream) (both raw handles); False where the driver lacks it or refuses (the caller
         records through torch then)."""
         return self._record is not None and event != 0 and self._record(event, stream) == 0
+
+    def launch_graph(self, graph_exec: int, stream: int) -> bool:
+        """cuGraphLaunch(graph_exec, stream) (raw handles); False where the driver lacks it (the caller replays
+        through torch then). Raises DitronRuntimeError when the driver refuses the launch."""
+        if self._graph_launch is None or not graph_exec:
+            return False
+        code = self._graph_launch(graph_exec, stream)
+        if code:
+            raise DitronRuntimeError(f"cuGraphLaunch failed: CUresult {code} ({self.error_name(code)})")
+        return True
 
 
 __all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError"]

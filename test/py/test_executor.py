@@ -452,8 +452,9 @@ class FakeLauncher:
         elif self.name == "ditron_rt_barrier":
             arrived = [False]
 
-            def barrier():  # set this rank's slot everywhere once, then spin like the wait kernel
+            def barrier():  # zero clear[:clear_words], set this rank's slot everywhere once, then spin like the wait kernel
                 if not arrived[0]:
+                    v["clear"][:v["clear_words"]] = 0
                     for q in range(gpu.ex.W):
                         gpu.peer(v["pad"], q)[v["rank"]] = v["value"]
                     arrived[0] = True

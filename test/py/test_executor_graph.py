@@ -102,7 +102,11 @@ class FakeGraphs:
         finally:
             gpu.recording = None
 
-    def replay(self, graph) -> None:
+    def executable(self, graph) -> int:
+        return id(graph)
+
+    def replay(self, graph, graph_exec, stream, driver) -> None:
+        assert graph_exec in (0, id(graph)) and driver is None
         gpu, cap = self.gpu, self.capture_stream
         gpu.replays += 1
         caller = gpu.cur
@@ -115,8 +119,11 @@ class FakeGraphs:
         end.record(cap)
         caller.wait_event(end)
 
-    def record(self, event, device, driver) -> None:
-        assert driver is None  # no CUDA driver on the CPU: torch's record on the current stream
+    def current(self, device) -> int:
+        return id(self.gpu.cur)
+
+    def record(self, event, stream, driver) -> None:
+        assert driver is None and stream == id(self.gpu.cur)  # no CUDA driver on the CPU: torch's record
         event.record()
 
 
@@ -201,6 +208,9 @@ def test_graph_mode_refuses_a_program_that_does_not_end_with_a_barrier(tmp_path_
 def test_a_virtual_world_replays_a_program_without_barrier(monkeypatch, tmp_path_factory):
     case = small("all_reduce2", 3)
     gpu, ex = graph_executor(monkeypatch, compiled(tmp_path_factory, case), 3, EP.program(case)[1], graph=True)
+    zeroed = []
+    real_zero = ex._zero
+    monkeypatch.setattr(ex, "_zero", lambda stream, t: zeroed.append(t) or real_zero(stream, t))
     xs = EP.make_inputs(case, 1, device="cpu")
     for call in range(1, 4):
         for row, new in zip(xs, EP.make_inputs(case, call, device="cpu")):
@@ -208,7 +218,28 @@ def test_a_virtual_world_replays_a_program_without_barrier(monkeypatch, tmp_path
         outs = ex.run(xs)
         want = EP.reference(case, xs)
         assert all(tolerance_equal(outs[r][0], want[r][0]) for r in range(3)), call
-    assert ex._graphs.captures == 2
+    assert ex._graphs.captures == 2 and len(zeroed) == 2 * 3  # no final barrier: each capture zeroes every rank's
+    ex.close()
+
+
+def test_the_final_barrier_kernel_zeroes_the_other_parity(monkeypatch, gather_artifacts):
+    """A call that ends with the runtime barrier kernel on stream 0 zeroes the rank's pads of the other parity in
+    that kernel, before arriving: no zeroing node."""
+    W = 3
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    zeroed, clears = [], []
+    monkeypatch.setattr(ex, "_zero", lambda stream, t: zeroed.append(t))
+    real_barrier = ex._barrier
+    monkeypatch.setattr(ex, "_barrier", lambda rank, stream, a: clears.append(dict(ex._final_clear)) or
+                        real_barrier(rank, stream, a))
+    xs = gather_inputs(W, 1)
+    for _ in range(3):
+        ex.run(xs)
+    assert not zeroed and ex._graphs.captures == 2 and ex._final_clear == {}
+    assert all(set(c) == set(range(W)) for c in clears) and len(clears) == 2 * W  # one final barrier per rank
+    bar = ex.program.alloc_index("g_bar")
+    for r in range(W):  # call 3 (parity 1) cleared parity 0, which call 2 had used
+        assert ex._parity_views[0][(bar, r)].abs().sum() == 0 and ex._parity_views[1][(bar, r)].tolist() == [1] * W
     ex.close()
 
 
@@ -242,9 +273,9 @@ def test_two_parity_layout():
 
 def test_tensor_keys():
     x = torch.zeros(4, 6)
-    assert G._tensor_key(x) == G._tensor_key(x.view(4, 6)) != G._tensor_key(x.t())
-    assert G._tensor_key(x) != G._tensor_key(x.clone()) and G._tensor_key(x) != G._tensor_key(x.view(torch.int32))
-    assert G._tensor_key([1])[0] == "?"
+    assert G.tensor_key(x) == G.tensor_key(x.view(4, 6)) != G.tensor_key(x.t())
+    assert G.tensor_key(x) != G.tensor_key(x.clone()) and G.tensor_key(x) != G.tensor_key(x.view(torch.int32))
+    assert G.tensor_key([1])[0] == "?"
 
 
 # ------------------------------------------------------------------------------------------- runs on the fake GPU
@@ -291,6 +322,38 @@ def test_given_outputs_and_pipelined_graph_calls(monkeypatch, gather_artifacts):
     ex.close()
 
 
+def test_graph_calls_are_pruned_with_one_query_per_stream(monkeypatch, gather_artifacts):
+    """Completed graph calls leave the watch every PRUNE_AT calls: after one event query when they all ran on one
+    stream, else one query per call."""
+    from test_executor import FakeEvent, FakeStream
+    W = 3
+    monkeypatch.setattr(G, "PRUNE_AT", 4)
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    queries, prunes = [], []
+    real = FakeEvent.query
+    monkeypatch.setattr(FakeEvent, "query", lambda self: queries.append(self) or real(self))
+    real_prune = G.GraphRunner._prune
+    monkeypatch.setattr(G.GraphRunner, "_prune",
+                        lambda self: prunes.append(self.ex.watch.pending(G.GRAPH_KEY)) or real_prune(self))
+    xs, outs = gather_inputs(W, 1), [[torch.zeros(W * 8, 16)] for _ in range(W)]
+    for _ in range(2):  # both parities captured
+        ex.run(xs, outputs=outs)
+    queries.clear()
+    for _ in range(9):
+        ex.run(xs, outputs=outs, sync=False)
+        assert ex.watch.pending(G.GRAPH_KEY) <= 4
+    assert prunes == [4, 4] and len(queries) == 2  # one query per prune: every call ran on the caller's stream
+    user, other = gpu.cur, FakeStream(gpu, "other")
+    queries.clear()
+    for k in range(4):  # the next calls alternate between two streams: each call is queried
+        gpu.cur = other if k % 2 else user
+        ex.run(xs, outputs=outs, sync=False)
+    gpu.cur = user
+    assert prunes == [4, 4, 4] and len(queries) == 4
+    ex.synchronize()
+    ex.close()
+
+
 def test_graph_lru_and_input_checks(monkeypatch, gather_artifacts):
     W = 3
     monkeypatch.setattr(G, "GRAPH_CACHE", 2)
@@ -308,6 +371,36 @@ def test_graph_lru_and_input_checks(monkeypatch, gather_artifacts):
     with pytest.raises(DitronRuntimeError, match="a virtual world of 3 rank\\(s\\) takes one list of tensors per rank"):
         ex.run(bad[:2])
     ex.close()
+
+
+def test_bound_calls_replay_and_rebind_after_eviction(monkeypatch, gather_artifacts):
+    W = 3
+    monkeypatch.setattr(G, "GRAPH_CACHE", 2)
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    xs = gather_inputs(W, 1)
+    outs = [[torch.zeros(W * 8, 16)] for _ in range(W)]
+    bound = ex.bind(xs, outs)
+    assert bound.live and ex._graphs.captures == 0  # bound and checked, nothing captured or run yet
+    got = bound(sync=False)
+    assert got[1][0] is outs[1][0] and ex.epoch == 1
+    bound()
+    assert torch.equal(outs[2][0], torch.cat([x[0] for x in xs])) and ex._graphs.captures == 2 and ex.epoch == 2
+    for k in (2, 3):  # two other tensor sets evict the bound one from the LRU of 2
+        ex.run(gather_inputs(W, k))
+    assert not bound.live
+    outs[0][0].zero_()
+    bound()  # binds again (a new entry, captured again) and runs
+    assert bound.live and torch.equal(outs[0][0], torch.cat([x[0] for x in xs])) and ex._graphs.captures == 5  # one parity each
+    with pytest.raises(DitronRuntimeError, match="input argument 0 of rank 0 is not contiguous"):
+        ex.bind([[x[0].t()] for x in gather_inputs(W, 4, K=8)])
+    ex.close()
+    assert not bound.live
+    with pytest.raises(DitronRuntimeError, match="this executor is closed"):
+        bound()
+    gpu, eager = graph_executor(monkeypatch, gather_artifacts[W], W)
+    with pytest.raises(DitronRuntimeError, match=r"bind\(\) replays CUDA graphs: make the executor with graph=True"):
+        eager.bind(xs)
+    eager.close()
 
 
 def test_memops_fall_back_when_capture_fails(monkeypatch, gather_artifacts):
@@ -426,3 +519,24 @@ def test_the_watchdog_names_a_silent_graph_stall():
     head = Milestone(None, -1, -1, G.GraphCall(1, {}), 7)
     with pytest.raises(DitronRuntimeError, match=r"the CUDA graph of call 7 \(parity 1\)"):
         raise_silent_stall([head], 31.0)
+
+
+def test_driver_graph_launch_and_record_through_ctypes_entry_points():
+    """DriverMemops binds cuGraphLaunch and cuEventRecord where the driver has them: a launch returns True, a
+    missing entry point or handle False (torch replays then), a refused launch raises naming the CUresult."""
+    from ditron.runtime.memops import DriverMemops
+
+    class Lib:
+        def __init__(self, **fns):
+            self.calls = []
+            for name in ("cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2"):
+                setattr(self, name, lambda *a: 0)
+            for name, code in fns.items():
+                setattr(self, name, lambda *a, name=name, code=code: self.calls.append((name, a)) or code)
+    lib = Lib(cuGraphLaunch=0, cuEventRecord=0)
+    drv = DriverMemops(lib)
+    assert drv.launch_graph(0xabc, 0x10) and drv.record(0xdef, 0x10) and not drv.launch_graph(0, 0x10)
+    assert lib.calls == [("cuGraphLaunch", (0xabc, 0x10)), ("cuEventRecord", (0xdef, 0x10))]
+    assert not DriverMemops(Lib()).launch_graph(0xabc, 0x10) and not DriverMemops(Lib()).record(0xdef, 0x10)
+    with pytest.raises(DitronRuntimeError, match=r"cuGraphLaunch failed: CUresult 400 \(CUDA_ERROR_\?\)"):
+        DriverMemops(Lib(cuGraphLaunch=400)).launch_graph(0xabc, 0x10)

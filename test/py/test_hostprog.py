@@ -243,8 +243,9 @@ def test_runtime_kernels_needed():
 @pytest.mark.parametrize("target, needle", [("cuda:90", "ld.acquire.sys.global.b32"),
                                             ("hip:gfx942", "global_atomic_add")])
 def test_runtime_barrier_kernel_compiles(target, needle):
-    """A program with a barrier gets ditron_rt_barrier: it sets its slot on every rank (release, through the
-    heap bases) and spins on every slot with the backend's acquire load, bounded like the wait kernel."""
+    """A program with a barrier gets ditron_rt_barrier: it zeroes clear[0 .. clear_words), then sets its slot on
+    every rank (release, through the heap bases) and spins on every slot with the backend's acquire load, bounded
+    like the wait kernel."""
     from ditron.compiler import lower_and_compile
     barrier = _program('    %s = "ditron_device.alloc_symmetric"() {name = "bar"} : () -> memref<4xi32>\n'
                        '    "ditron_device.barrier"(%s) : (memref<4xi32>) -> ()')
@@ -260,8 +261,9 @@ def test_runtime_barrier_kernel_compiles(target, needle):
     assert [a[0] for a in k.metadata["abi"]] == ["rank", "num_ranks", "heap_bases"]
     asm = k.asm["ptx" if target.startswith("cuda") else "amdgcn"]
     assert needle in asm
-    if target.startswith("cuda"):
+    if target.startswith("cuda"):  # the zeroing of clear[0 .. clear_words) is ordered before the arrival
         assert "release.sys" in asm or "sys.release" in asm
+        assert asm.index("bar.sync") < asm.index("release.sys" if "release.sys" in asm else "sys.release")
 
 
 @pytest.mark.parametrize("target, needle", [("cuda:90", "ld.acquire.sys.global.b32"),

@@ -432,15 +432,71 @@ def test_repeated_calls_skip_the_signature_but_not_the_checks(library_dir, monke
     assert not lib._fast
 
 
+
+def test_repeated_graph_calls_replay_their_bound_call(library_dir, monkeypatch):
+    """graph=True: the first call with a set of tensors binds it (Executor.bind); the next calls with the same
+    tensors (address, dtype, shape, strides) only call the bound call, until it is no longer live."""
+    import torch
+
+    from ditron.runtime.world import World
+    lib = ops.Library(library_dir, target="cuda:90", compile=False)
+    world = World(2, None, torch.device("cpu"))
+    exe = lib.executable(sig("ag_gemm", [(64, 32), (32, 16)], 2))
+    binds, calls = [], []
+
+    class Bound:
+        live = True
+        runner = type("R", (), {"ex": type("E", (), {"exe": exe})()})()
+
+        def __init__(self, inputs, outputs):
+            self.inputs, self.outputs = inputs, outputs
+
+        def __call__(self, sync=True):
+            calls.append((self, sync))
+            return [[torch.zeros(1)] for _ in range(2)]
+
+    class Ex:
+        def bind(self, inputs, outputs=None):
+            binds.append(Bound(inputs, outputs))
+            return binds[-1]
+    monkeypatch.setattr(exe, "executor", lambda w, graph=False: Ex() if graph and w is world else pytest.fail())
+    a = [torch.zeros(64, 32, dtype=torch.bfloat16) for _ in range(2)]
+    b = [torch.zeros(32, 16, dtype=torch.bfloat16) for _ in range(2)]
+    for _ in range(3):
+        ops.ag_gemm(a, b, world, library=lib, graph=True, sync=False)
+    assert len(binds) == 1 and [c[0] for c in calls] == [binds[0]] * 3 and calls[-1][1] is False
+    assert binds[0].inputs == [[a[0], b[0]], [a[1], b[1]]] and binds[0].outputs is None
+    ops.ag_gemm([a[1], a[0]], b, world, library=lib, graph=True)  # other tensors (addresses): bound anew
+    ops.ag_gemm(a, b, world, library=lib, graph=True, out=[torch.zeros(128, 16, dtype=torch.bfloat16)] * 2)
+    assert len(binds) == 3 and binds[2].outputs is not None
+    out = [torch.zeros(128, 16, dtype=torch.bfloat16)] * 2
+    monkeypatch.setattr(torch.Tensor, "unbind", lambda *a: pytest.fail("keyed the rows of a tensor"))
+    for _ in range(2):
+        ops.ag_gemm(a, b, world, library=lib, graph=True, out=out)
+    assert len(binds) == 4 and calls[-1][0] is binds[3]
+    binds[0].live = False  # evicted by the executor: the next call binds the same tensors again
+    ops.ag_gemm(a, b, world, library=lib, graph=True)
+    assert len(binds) == 5 and calls[-1][0] is binds[4]
+    lib.release(sig("ag_gemm", [(64, 32), (32, 16)], 2))
+    assert not lib._bound
+
 # ------------------------------------------------------------------------------------- the benchmark's cases
 
-def _bench():
+def _bench(name: str = "bench_dist"):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_dist", REPO / "benchmarks" / "bench_dist.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_dist"] = module  # dataclasses look their module up
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def test_host_benchmark_builds_its_artifact(tmp_path):
+    """bench_host --build compiles the one-rank all-reduce whose calls --run times; the library finds it."""
+    bench = _bench("bench_host")
+    bench.build(tmp_path)
+    lib = ops.Library(tmp_path, compile=False)
+    assert lib.path(bench.signature()).is_dir() and lib.executable(bench.signature()).host_program is not None
 
 
 def test_benchmark_cases_are_valid_signatures():
