@@ -262,6 +262,14 @@ def gemm_rs_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_s
     return max(t_gemm + tail, t_gemm / (world * chunks_per_shard) + t_red) + t_sync
 
 
+# GEMM+AR in the epilogue: the gather of the reduced rows and the copy of the output take this many times their
+# modelled time, fully exposed. Modelled as overlapping the own rows' last tiles they were under-estimated by 1.7-2.5x
+# (2xH200 ablation, bench_dist --passes ditron-tile:all-reduce=one_shot against the model's epilogue: GEMM+AR
+# LLaMA-8B M=8192 864 us for the GEMM then the one-launch all-reduce, 922 in the epilogue; 70B M=1024 386 against
+# 481; 70B M=8192 2961 against 3149; the epilogue's GEMM+RS part alone was modelled within 6 %).
+EPILOGUE_GATHER_SLOWDOWN = 2.0
+
+
 def gemm_rs_epilogue_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int,
                               peaks: TargetPeaks, *, engine: str = "copy_engine", one_wave: bool = False) -> float:
     """GEMM+RS with the reduction in the GEMM's epilogue: every rank computes the other ranks' rows first (peer
@@ -302,6 +310,28 @@ def all_reduce_estimates(rows: int, cols: int, world: int, peaks: TargetPeaks, *
         copy_time((world - 1) * shard * cols * elem_bytes, peaks, engine="copy_engine", peers=world - 1,
                   chunks=world - 1) + peaks.signal_latency * world
     return {"one_shot": one, "two_shot": two}
+
+
+def reduce_scatter_estimates(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
+                             sms: int | None = None, chunks: int = 4) -> dict[str, float]:
+    """Modelled time of each standalone reduce-scatter (rows/W of the sum per rank): reduce_kernel (the copy engine
+    pulls the peers' partials of the own rows in ``chunks`` chunks, each handed over by a wait and a signal, and a
+    kernel sums the staged copies: the three in sequence -- measured, they do not overlap: 2xH200, 128 MB, 397 us
+    against 288 modelled so and 181 for the pulls alone) and one_launch (x copied whole into the symmetric buffer,
+    then one kernel sums the own rows, reading the peers' partials over the link once a flag says they are there:
+    316 us measured against 254 modelled)."""
+    sms = sms or peaks.num_sms
+    shard = math.ceil(rows / world)
+    shard_bytes = shard * cols * elem_bytes
+    if world == 1:
+        t = local_copy_time(shard_bytes, peaks)
+        return {"reduce_kernel": t, "one_launch": t}
+    staged = copy_time((world - 1) * shard_bytes, peaks, engine="copy_engine", peers=world - 1,
+                       chunks=(world - 1) * chunks) + peaks.hop_latency * chunks + \
+        (world + 1) * shard_bytes / peaks.hbm_copy_bw + peaks.launch_latency
+    one = local_copy_time(rows * cols * elem_bytes, peaks) + \
+        reduce_time(shard, cols, world, peaks, sms=sms, elem_bytes=elem_bytes) + peaks.signal_latency
+    return {"reduce_kernel": staged, "one_launch": one}
 
 
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,

@@ -335,6 +335,12 @@ def reduce_scatter(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None
     ch = Chunking.of(t, rows // t.world)
     _check_rows(lw, op, rows, t.world, ch)
     p, stage = _partials(lw, x, op)
+    if t.algorithm == "one_launch":  # x copied whole into P on stream 0, then one reduce launch of the own rows
+        if stage is not None:
+            lw._local_copy(stage, p, lane="compute")
+        _one_launch_reduce(lw, t, p, out, owner_rows=ch.shard,
+                           tile={"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4})
+        return
     red = Reduction(p, lw.b.pad(t.world * ch.count, "rs_count"), ch, t.world, 1, None)
     lw.cross_rank = True
     if stage is not None and x not in lw.inputs:

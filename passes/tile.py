@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from ..cost_model import (GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates, all_reduce_one_launch_time, copy_time, gemm_candidates,
-                          gemm_rs_epilogue_estimate,
-                          gemm_rs_estimate, gemm_time, local_copy_time, peaks_for, reduce_time)
+from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates,
+                          all_reduce_one_launch_time, copy_time, gemm_candidates, gemm_rs_epilogue_estimate,
+                          gemm_rs_estimate, gemm_time, local_copy_time, peaks_for, reduce_scatter_estimates)
 from ..dialects import device, task
 from ..dialects.context import diagnostic_at
 from ..dialects.opbase import walk_ops
@@ -51,6 +51,10 @@ ENGINES = ("copy_engine", "sm")
 ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot")
 # GEMM+AR may also reduce in the GEMM's epilogue (as GEMM+RS does), then all-gather the reduced rows
 GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
+# those the model chooses among for GEMM+AR: two_shot (GEMM+RS with reduce kernels on a few SMs, then an all-gather)
+# ran 3-9x over its estimate at every measured shape (2xH200 ablation, bench_dist --passes
+# ditron-tile:all-reduce=two_shot: LLaMA-8B M=8192 4100 us against 864 for one_shot), so it is only run when asked
+GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue")
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
 REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch")
 ALL_GATHER_ALGORITHMS = ("pull", "push")
@@ -330,7 +334,8 @@ class TilePass(Pass):
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue), reduce_kernel (reduction kernels on SMs "
                                      "beside the GEMM) or one_launch (the GEMM, then one reduce launch of the own "
-                                     "rows) (default: the model's choice)")
+                                     "rows); a standalone reduce-scatter takes reduce_kernel (staged by the copy "
+                                     "engine) or one_launch (default: the model's choice)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
 
     def __post_init__(self):
@@ -485,7 +490,7 @@ class _Planner:
             return [self.o.all_reduce]
         if rows % w:
             return ["one_shot"]
-        return list(GEMM_AR_ALGORITHMS if fused and w > 1 and not self.o.comm_sms else ALL_REDUCE_ALGORITHMS)
+        return list(GEMM_AR_MODEL_ALGORITHMS if fused and w > 1 and not self.o.comm_sms else ALL_REDUCE_ALGORITHMS)
 
     def world(self, op: ir.Operation) -> int:
         return axis_size(self.o.name, self.mesh, op, ir.StringAttr(op.attributes["axis"]).value)
@@ -591,11 +596,11 @@ class _Planner:
                 chunks = shard_rows // rows
                 t = gemm_rs_epilogue_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks, engine=engine,
                                               one_wave=one_wave)
-                if g.kind == "matmul_ar":  # the gather of the reduced rows overlaps the own rows' tiles
-                    t_ag = copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine", peers=w - 1,
-                                     chunks=(w - 1) * chunks) + self.peaks.hop_latency * chunks
-                    exposed = t_ag if one_wave else max(t_ag / chunks, t_ag - t_gemm / w)
-                    t += exposed + local_copy_time(m * n * eb, self.peaks) / chunks
+                if g.kind == "matmul_ar":  # then the gather of the reduced rows and the copy of the output
+                    t += EPILOGUE_GATHER_SLOWDOWN * (
+                        copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine", peers=w - 1,
+                                  chunks=(w - 1) * chunks) + self.peaks.hop_latency * chunks +
+                        local_copy_time(m * n * eb, self.peaks))
                 yield t, "epilogue", engine, 0, sms, cfg, shard_rows, rows, chunks
 
     def timed_gemm(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int) -> tuple[GemmConfig, float]:
@@ -669,15 +674,35 @@ class _Planner:
                 algorithm, engine = "one_shot", "sm"
             kind, shard_rows = "all_reduce", rows if algorithm == "one_shot" else math.ceil(rows / w)
         else:
-            algorithm, kind, shard_rows = None, "reduce_scatter", rows // w
-            t = reduce_time(shard_rows, cols, w, self.peaks, sms=sms, elem_bytes=eb)
+            kind, shard_rows = "reduce_scatter", rows // w
+            algorithm = self.standalone_reduce_scatter(op, w)
+            estimates = reduce_scatter_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
+            if algorithm is None and self.o.engine != "copy_engine" and w > 1:
+                algorithm = min(estimates, key=estimates.get) if self.o.engine != "sm" else "one_launch"
+            t = estimates[algorithm or "reduce_kernel"]
+            if algorithm == "one_launch":  # one kernel reads the peers' partials: the SMs move the data
+                engine = "sm"
+            else:
+                algorithm = None  # the staged reduce kernel: the pattern's default
         best_rows = self.chunk_options(op, shard_rows, 64)
         # more chunks overlap the staging copy with the reduction; the model prefers ~4 when free to choose
         rows_per_chunk = min(best_rows, key=lambda r: abs(math.ceil(shard_rows / r) - 4))
-        tile = self.one_launch_tile(rows, cols, eb, sms) if engine == "sm" else {}
+        tile_rows = rows if kind == "all_reduce" else shard_rows
+        tile = self.one_launch_tile(tile_rows, cols, eb, sms) if engine == "sm" else {}
         return Tiling(kind=kind, target=self.peaks.target, world=w, shard_rows=shard_rows,
                       chunk_rows=rows_per_chunk, num_chunks=math.ceil(shard_rows / rows_per_chunk),
                       engine=engine, comm_sms=sms, algorithm=algorithm, est_us=t * 1e6, **tile)
+
+    def standalone_reduce_scatter(self, op: ir.Operation, w: int) -> str | None:
+        """The reduce-scatter option for a standalone reduce-scatter (None: the model's choice)."""
+        algorithm = self.o.reduce_scatter or None
+        if algorithm not in (None, "reduce_kernel", "one_launch"):
+            raise op_error(self.o.name, op, f"reduce-scatter={algorithm} reduces in a GEMM's epilogue; this "
+                                            "reduce-scatter does not follow a GEMM (use reduce_kernel or one_launch)")
+        if algorithm == "one_launch" and self.o.engine == "copy_engine":
+            raise op_error(self.o.name, op, "reduce-scatter=one_launch reads the peers' partials with SMs; it "
+                                            "cannot use engine=copy_engine")
+        return algorithm if w > 1 else None
 
     def one_launch_tile(self, rows: int, cols: int, eb: int, sms: int) -> dict[str, int]:
         """The one-launch all-reduce's tile (kernels.reduce.publish_tile); block-m / block-n / num-warps override."""

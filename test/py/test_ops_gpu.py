@@ -54,6 +54,8 @@ def _cases() -> dict[str, ops.Signature]:
                 add(f"{op}_w{W}_m{m}", op, W, m)
             if W > 1:
                 add(f"gemm_rs1l_w{W}_m{m}", "gemm_rs", W, m, passes={"ditron-tile": {"reduce-scatter": "one_launch"}})
+                add(f"reduce_scatter_staged_w{W}_m{m}", "reduce_scatter", W, m,  # the default is one launch
+                    passes={"ditron-tile": {"reduce-scatter": "reduce_kernel"}})
                 add(f"all_reduce1_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot")
                 add(f"all_reduce1ce_w{W}_m{m}", "all_reduce", W, m, algorithm="one_shot",  # staged, not one launch
                     passes={"ditron-tile": {"engine": "copy_engine"}})
@@ -62,6 +64,8 @@ def _cases() -> dict[str, ops.Signature]:
     for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
         add(f"real_{op}_w2_m4091", op, 2, 4091, virtual=False)
     add("real_all_reduce1_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="one_shot")
+    add("real_reduce_scatter_staged_w2_m4091", "reduce_scatter", 2, 4091, virtual=False,
+        passes={"ditron-tile": {"reduce-scatter": "reduce_kernel"}})
     return out
 
 
