@@ -334,13 +334,11 @@ def reduce_scatter(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None
     rows = shape_of(rs.input)[0]
     ch = Chunking.of(t, rows // t.world)
     _check_rows(lw, op, rows, t.world, ch)
-    p, stage = _partials(lw, x, op)
-    if t.algorithm == "one_launch":  # x copied whole into P on stream 0, then one reduce launch of the own rows
-        if stage is not None:
-            lw._local_copy(stage, p, lane="compute")
-        _one_launch_reduce(lw, t, p, out, owner_rows=ch.shard,
+    if t.algorithm == "one_launch":  # one reduce launch of the own rows; it copies x into P tile by tile
+        _one_launch_reduce(lw, t, x, out, owner_rows=ch.shard,
                            tile={"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4})
         return
+    p, stage = _partials(lw, x, op)
     red = Reduction(p, lw.b.pad(t.world * ch.count, "rs_count"), ch, t.world, 1, None)
     lw.cross_rank = True
     if stage is not None and x not in lw.inputs:
@@ -373,12 +371,12 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
 
 def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None,
                        owner_rows: int | None = None) -> None:
-    """One-shot all-reduce in one kernel (engine sm): each program copies its tiles of x into the symmetric P and
-    sets their slots on its own pad, then sums every rank's tiles, waiting on each rank's slot first (reduce
-    template, ``publish``). No copy engine, no stream hand-offs: for latency-bound sizes. ``owner_rows``: reduce
-    only this rank's rows [rank * owner_rows, +owner_rows) into out (a reduce-scatter; x must be symmetric and
-    complete, e.g. a GEMM's output before this launch on the same stream: then a set slot means the whole of P is
-    there)."""
+    """One-shot all-reduce in one kernel (engine sm): each program copies a tile of x into the symmetric P, sets
+    its slot on its own pad and sums that tile from every rank, waiting on each rank's slot first, tile after tile
+    (reduce template, ``publish``). No copy engine, no stream hand-offs. ``owner_rows``: reduce only this rank's
+    rows [rank * owner_rows, +owner_rows) into out (a reduce-scatter): a tile's copy covers its place in every
+    rank's rows, or, when x is already symmetric and complete (a GEMM's output before this launch on the same
+    stream), nothing is copied and every slot is set first."""
     from ..kernels import chunk, reduce
     b = lw.b
     p, stage = _partials(lw, x, None)

@@ -204,8 +204,9 @@ class RegionEmitter:
     def _wide(self, x):
         return T.int_cast(x, self.idx_t)
 
-    def tile_offsets(self, side: str, tm, tn):
-        """(element offsets [BM, BN] into buffer side, mask or None, row index vector [BM] in side coordinates)."""
+    def tile_offsets(self, side: str, tm, tn, row0=None):
+        """(element offsets [BM, BN] into buffer side, mask or None, row index vector [BM] in side coordinates).
+        ``row0``: a value taking the place of the side's first row (else the record's {side}_row)."""
         rec = self.rec
         bm, bn = rec["block_m"], rec["block_n"]
         r = T.add(T.mul(tm, bm), T.make_range(0, bm))
@@ -216,7 +217,10 @@ class RegionEmitter:
         if rec["cols"] % bn:
             cm = T.broadcast(T.expand_dims(T.lt(cc, rec["cols"]), 0), [bm, bn])
             mask = cm if mask is None else T.and_(mask, cm)
-        rows = T.add(r, self.value(rec.get(f"{side}_row", 0))) if rec.get(f"{side}_row", 0) != 0 else r
+        if row0 is not None:
+            rows = T.add(r, row0)
+        else:
+            rows = T.add(r, self.value(rec.get(f"{side}_row", 0))) if rec.get(f"{side}_row", 0) != 0 else r
         cols = T.add(cc, self.value(rec.get(f"{side}_col", 0))) if rec.get(f"{side}_col", 0) != 0 else cc
         off = T.add(T.mul(T.expand_dims(self._wide(rows), 1), rec[f"{side}_ld"]), T.expand_dims(self._wide(cols), 0))
         return off, mask, rows

@@ -318,12 +318,13 @@ def test_one_shot_all_reduce_is_one_launch_unless_the_copy_engine_is_asked_for()
 
 
 def test_standalone_reduce_scatter_is_one_launch_unless_the_copy_engine_is_asked_for():
-    """The model runs a standalone reduce-scatter as a local copy into P and one reduce launch of the own rows (the
-    staged pipeline measured 1.26x slower at 128 MB on 2xH200); engine=copy_engine or reduce-scatter=reduce_kernel
-    keeps the staged form."""
+    """The model runs a standalone reduce-scatter as one reduce launch of the own rows that copies x into P tile by
+    tile (the staged pipeline measured 1.48x slower at 128 MB on 2xH200); engine=copy_engine or
+    reduce-scatter=reduce_kernel keeps the staged form."""
     text = local_program("reduce_scatter", 4, 100)
     one = lower(text, FULL % ("", ""))
     assert one.count('ditron.role = "rs.one_launch"') == 1 and "rs.stage" not in one and "ditron_device.signal" not in one
+    assert 'copy_from = "x"' in one and "ditron_device.copy" not in one
     for option in ("engine=copy_engine", "reduce-scatter=reduce_kernel"):
         staged = lower(text, FULL % (option, ""))
         assert "rs.one_launch" not in staged and 'ditron.role = "rs.stage"' in staged

@@ -470,9 +470,10 @@ def test_reduce_ir_matches_tiles_and_numpy(W, dtype, out_dtype):
 
 @pytest.mark.parametrize("W,copy_from", [(2, "x"), (3, None)])
 def test_reduce_publish_ir_matches_tiles_and_numpy(W, copy_from):
-    """The one-launch all-reduce: phase one copies x into src tile by tile and sets the tile's slot; phase two
-    waits on every rank's slot before reading its tile. Ranks run one after the other here, so every pad starts
-    at the value and src already holds x (the simulator checks the concurrent protocol)."""
+    """The one-launch all-reduce: phase one copies x into src tile by tile and sets the tile's slot (without a
+    copy: sets every slot); phase two waits on every rank's slot before reading its tile. Ranks run one after the
+    other here, so every pad starts at the value and src already holds x (the simulator checks the concurrent
+    protocol)."""
     rows, cols = 37, 70
     rec = reduce.make_record(rows, cols, dtype="bf16", block_m=16, block_n=32, grid=4,
                              publish={"arg": "published", **({"copy_from": copy_from} if copy_from else {})})
@@ -501,31 +502,51 @@ def test_reduce_publish_ir_matches_tiles_and_numpy(W, copy_from):
     assert steps[0].notifies[0] == reduce.SlotNotify("published", 1, 3, None, op="set")
     reduce_step = steps[mine if copy_from else 1]
     assert [(w.rank, w.slot) for w in reduce_step.waits] == [(None, 1)] + [(r, 1) for r in range(1, W)]
+    if copy_from:  # every tile copied and published before the first is reduced
+        assert mine > 1 and len(steps) == 2 * mine and [w.arg for w in steps[0].writes] == ["src"]
+        assert steps[1].notifies == [reduce.SlotNotify("published", 1 + rec["grid"], 3, None, op="set")]
+    else:
+        assert len(steps) == 1 + mine and len(steps[0].notifies) == mine
 
 
-def test_reduce_publish_of_own_rows_matches_tiles_and_numpy():
-    """A reduce-scatter by one launch: each rank sums its own rows (run-time src_row) of every rank's complete src,
-    after setting the slots of its region's tiles (no copy)."""
+@pytest.mark.parametrize("copy_from", [None, "x"])
+def test_reduce_publish_of_own_rows_matches_tiles_and_numpy(copy_from):
+    """A reduce-scatter by one launch: each rank sums its own rows (run-time src_row) of every rank's src, after
+    setting the slots of its region's tiles: src complete before the launch, or copied from x tile by tile, each
+    tile at its place in every rank's rows (the rows the peers read)."""
     W, shard, cols = 3, 20, 40
     rec = reduce.make_record(shard, cols, dtype="bf16", block_m=16, block_n=32, grid=2, src_row="arg:src_row",
-                             publish={"arg": "published"})
-    assert rec["args"] == ["src", "dst", "published", "publish_value", "src_row"]
+                             publish={"arg": "published", **({"copy_from": copy_from} if copy_from else {})})
+    assert rec["args"] == ["src", "dst"] + ([copy_from] if copy_from else []) + ["published", "publish_value",
+                                                                              "src_row"]
     rng = np.random.default_rng(RNG_SEED)
-    mem = {}
+    mem, xs = {}, []
     for r in range(W):
-        mem[("src", r)] = random("bf16", (W * shard * cols,), rng)
+        xs.append(random("bf16", (W * shard * cols,), rng))
+        mem[("src", r)] = xs[r].copy()  # ranks run one after the other: the peers' copies are there
+        if copy_from:
+            mem[("x", r)] = xs[r].copy()
         mem[("dst", r)] = np.zeros(shard * cols, np.float32)
         mem[("published", r)] = np.full(chunk.num_tiles(rec), 5, np.int32)
-    lds = {"src": cols, "dst": cols, "published": None}
+    lds = {"src": cols, "dst": cols, "x": cols, "published": None}
     for r in range(W):
+        if copy_from:
+            mem[("src", r)] = np.zeros(W * shard * cols, np.float32)  # this rank's own copy happens in the launch
         mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=[r], num_ranks=W,
                                      scalars={"publish_value": 5, "src_row": r * shard})
         rows = slice(r * shard * cols, (r + 1) * shard * cols)
-        want = round_to("bf16", sum(mem[("src", q)][rows].astype(np.float32) for q in range(W)))
+        want = round_to("bf16", sum(xs[q][rows].astype(np.float32) for q in range(W)))
         close(mem_ir[("dst", r)], want)
         np.testing.assert_array_equal(mem_tiles[("dst", r)], mem_ir[("dst", r)])
-    with pytest.raises(VerificationError, match="'copy_from' needs a constant src region"):
-        reduce.make_record(8, 8, src_row="arg:r", publish={"arg": "p", "copy_from": "x"})
+        if copy_from:  # every rank's rows copied, not only its own, each tile's right before it is reduced
+            np.testing.assert_array_equal(mem_ir[("src", r)], xs[r])
+            np.testing.assert_array_equal(mem_tiles[("src", r)], xs[r])
+            mem[("src", r)] = xs[r].copy()
+            steps = reduce.tiles(rec, rank=r, num_ranks=W, scalars={"publish_value": 5, "src_row": r * shard})[0]
+            assert [len(st.writes) for st in steps[:W + 1]] == [1] * W + [1] and steps[W].waits and \
+                steps[W - 1].notifies and not steps[W].notifies
+    with pytest.raises(VerificationError, match="'copy_from' needs a constant src_col"):
+        reduce.make_record(8, 8, src_col="arg:c", publish={"arg": "p", "copy_from": "x"})
 
 
 def test_reduce_publish_rejects_unsafe_records():

@@ -2,20 +2,19 @@
 // RUN: ditron-opt %s --pass-pipeline='ditron-tile{reduce-scatter=reduce_kernel},ditron-lower-task-to-device' | FileCheck %s --check-prefix=STAGED
 // RUN: not ditron-opt %s --pass-pipeline='ditron-tile{reduce-scatter=epilogue}' 2>&1 | FileCheck %s --check-prefix=EPI
 // RUN: not ditron-opt %s --pass-pipeline='ditron-tile{reduce-scatter=one_launch engine=copy_engine}' 2>&1 | FileCheck %s --check-prefix=CE
-// A standalone reduce_scatter in one launch: x copied whole into the symmetric P on stream 0, then one reduce launch
-// of this rank's rows [rank * 64, +64): each program sets its tiles' slots (the copy before it on the same stream
-// put all of P there), then waits on every rank's slot of a tile before reading that rank's P. No copy engine
-// staging, no count pad, no host signals.
+// A standalone reduce_scatter in one launch of this rank's rows [rank * 64, +64): for each of its tiles a program
+// copies the tile's place in every rank's rows from x into the symmetric P, sets the tile's slot, then waits on
+// every rank's slot of the tile before reading that rank's P. No copy engine, no count pad, no host signals.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // CHECK-LABEL: func.func @reduce_scatter
   // CHECK: %[[P:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_partial"} : () -> memref<256x32xbf16>
   // CHECK: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_published"} : () -> memref<{{[0-9]+}}xi32>
   // CHECK-NOT: ditron_device.signal
-  // CHECK: "ditron_device.copy"(%arg0, %[[P]], {{.*}}) {ditron.lane = "compute", ditron.role = "local", engine = "copy_engine"}
+  // CHECK-NOT: ditron_device.copy
   // CHECK: %[[ROW:.*]] = arith.muli %{{.*}}, %c64 : index
-  // CHECK: "ditron_device.launch"(%[[P]], %arg1, %[[PUB]], %arg2, %[[ROW]]) {ditron.lane = "compute", ditron.role = "rs.one_launch"{{.*}}kernel = @reduce
+  // CHECK: "ditron_device.launch"(%[[P]], %arg1, %arg0, %[[PUB]], %arg2, %[[ROW]]) {ditron.lane = "compute", ditron.role = "rs.one_launch"{{.*}}kernel = @reduce
   // CHECK-NEXT: "ditron_device.barrier"
-  // CHECK: func.func private @reduce({{.*}}args = ["src", "dst", "published", "epoch", "src_row"]{{.*}}publish = {arg = "published", scope = "sys", value_arg = "epoch"}, rows = 64 : i64{{.*}}src_row = "arg:src_row"
+  // CHECK: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch", "src_row"]{{.*}}publish = {arg = "published", copy_from = "x", scope = "sys", value_arg = "epoch"}, rows = 64 : i64{{.*}}src_row = "arg:src_row"
   // STAGED: "ditron_device.copy"(%arg0, %{{.*}}) {ditron.lane = "comm", ditron.role = "rs.stage"
   // STAGED-NOT: rs.one_launch
   func.func @reduce_scatter(%x: tensor<256x32xbf16>) -> tensor<64x32xbf16> attributes {ditron.view = "local"} {
