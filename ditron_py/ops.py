@@ -586,6 +586,8 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
             hot, bound = None, None
         if bound is not None and bound[0] is world and bound[1].live:
             result = bound[1](sync)
+            if out is not None:  # the caller's tensors (the bound ones may be other objects on the same memory)
+                return list(out) if world.is_virtual else out
             return [r[0] for r in result] if world.is_virtual else result[0]
     # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a
     # few microseconds; the full checks cost tens): keyed on the op, the world, rank 0's shapes and dtypes, the
