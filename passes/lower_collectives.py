@@ -335,8 +335,7 @@ def reduce_scatter(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None
     ch = Chunking.of(t, rows // t.world)
     _check_rows(lw, op, rows, t.world, ch)
     if t.algorithm == "one_launch":  # one reduce launch of the own rows; it copies x into P tile by tile
-        _one_launch_reduce(lw, t, x, out, owner_rows=ch.shard,
-                           tile={"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4})
+        _one_launch_reduce(lw, t, x, out, owner_rows=ch.shard)
         return
     p, stage = _partials(lw, x, op)
     red = Reduction(p, lw.b.pad(t.world * ch.count, "rs_count"), ch, t.world, 1, None)
@@ -384,7 +383,7 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     lw.cross_rank = True
     publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {})}
     programs = t.comm_sms or 16
-    if tile is None:  # ditron-tile's (standalone all-reduce), else the template's choice
+    if tile is None:  # ditron-tile's (standalone all-reduce or reduce-scatter), else the template's choice
         tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
     region = {} if owner_rows is None else {"src_row": "arg:src_row"}
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), src_ld=n,

@@ -22,8 +22,9 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   and graph mode runs stream 0's barriers with it), that kernel does the zeroing instead of a node at the start:
   it zeroes parity 1 - p, then arrives (release, after a CTA barrier). Still safe: (1) holds as before, call e - 1
   having ended on this rank's stream 0 before call e began, and (2) a peer writes parity 1 - p again only after
-  passing call e's barrier, that is after this arrival. One node less per call (~1.3 us on an H200). In a virtual world all ranks are in one graph whose replays run one after another on the
-  caller's stream (every stream joins back into it), so call e has ended everywhere before call e + 1 starts.
+  passing call e's barrier, that is after this arrival. One node less per call (~1.3 us on an H200). In a virtual
+  world all ranks are in one graph whose replays run one after another on the caller's stream (every stream joins
+  back into it), so call e has ended everywhere before call e + 1 starts.
 * **Capture.** One ``torch.cuda.CUDAGraph`` per (parity, key); key = address, dtype, shape, strides and device of
   every input and output tensor, so calls with the same tensors replay. All local ranks' streams are captured into
   one graph: they fork from the capture stream through an event and join back into it at the end. Copies and
