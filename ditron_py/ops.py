@@ -579,16 +579,19 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
     lib = library or default_library()
     if graph:  # a call with the same tensors as an earlier one: replay its graph straight away
         try:
-            hot = (op, id(world), tuple(params.items()), None if passes is None else _pass_triples(passes),
-                   _tensors_key(tensors, world), None if out is None else _tensors_key((out,), world))
+            virtual = world.is_virtual
+            hot = (op, id(world), tuple(params.items()) if params else (),
+                   None if passes is None else _pass_triples(passes),
+                   _tensors_key(tensors, world) if virtual else tuple(map(tensor_key, tensors)),
+                   None if out is None else _tensors_key((out,), world) if virtual else tensor_key(out))
             bound = lib._bound.get(hot)
         except (TypeError, AttributeError, KeyError, DitronError):
             hot, bound = None, None
         if bound is not None and bound[0] is world and bound[1].live:
             result = bound[1](sync)
             if out is not None:  # the caller's tensors (the bound ones may be other objects on the same memory)
-                return list(out) if world.is_virtual else out
-            return [r[0] for r in result] if world.is_virtual else result[0]
+                return list(out) if virtual else out
+            return [r[0] for r in result] if virtual else result[0]
     # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a
     # few microseconds; the full checks cost tens): keyed on the op, the world, rank 0's shapes and dtypes, the
     # parameters and overrides. The executor checks every rank's tensors against the program either way.

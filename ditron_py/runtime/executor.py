@@ -46,7 +46,7 @@ from .graphs import BoundCall, GraphCall, GraphRunner, check_graph_program
 from .heap import SymmetricHeap, program_layout
 from .memops import DriverMemops, MemopError
 from .program import (DTYPES, BarrierAction, Buf, CopyAction, HostProgram, HostProgramError, LaunchAction,
-                      SignalAction, WaitAction, slot_runs)
+                      SignalAction, WaitAction, slot_runs, without_entry_fork)
 from .timeouts import DRAIN_S, SILENT_STALL_FACTOR, Blocked, Milestone, Watch, raise_silent_stall, timeout_message
 from .world import World
 
@@ -402,7 +402,7 @@ class Executor:
             epoch = self.epoch + 1
             work = []
             for r in self.ranks:
-                for a in self.program.trace(r, self.W, epoch):
+                for a in without_entry_fork(self.program.trace(r, self.W, epoch), r):
                     if (r, a.site) not in self._checked_sites:
                         self._check_action(r, a)
                     work.append(self._prepare(r, a, tensors[r]))

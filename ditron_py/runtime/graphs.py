@@ -40,7 +40,8 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   where the driver entry point is missing), one event for the watchdog (a ``GraphCall`` milestone that knows every
   wait of the captured program, so a stall names the first unsatisfied wait of each rank and stream), and with
   ``sync=True`` the host wait and error check as in eager mode. Completed calls leave the watch every
-  ``PRUNE_AT`` calls, after one event query when they all ran on one stream.
+  ``PRUNE_AT`` calls: after one event query when they all ran on one stream and the newest is done, else a
+  bisection for the newest done.
 * **Bound calls.** ``Executor.bind(inputs, outputs)`` checks and keys a tensor set once and returns a
   ``BoundCall``: calling it replays straight away (no key, no lookup). ``ditron.ops`` keeps one per set of tensors
   it was called with, so a repeated op call costs its key (address, dtype, shape, strides of each tensor) and one
@@ -55,13 +56,13 @@ Real worlds: every rank must create its executor with the same ``graph`` setting
 from __future__ import annotations
 
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DitronRuntimeError
 from .memops import DriverMemops, MemopError
-from .program import BarrierAction, Buf, HostProgram, LaunchAction, WaitAction
+from .program import BarrierAction, Buf, HostProgram, LaunchAction, WaitAction, without_entry_fork
 from .timeouts import Blocked, Milestone
 
 GRAPH_CACHE = 8            # keys (tensor sets) whose graphs are kept
@@ -81,7 +82,7 @@ def check_graph_program(program: HostProgram, ranks, world_size: int, real: bool
     a world of one rank has no peer: there the calls are ordered without a barrier (W = 1 programs have none)."""
     traces = {}
     for r in ranks:
-        trace = program.trace(r, world_size, 1)
+        trace = without_entry_fork(program.trace(r, world_size, 1), r)
         last = next((a for a in reversed(trace) if a.stream == 0), None)
         if real and world_size > 1 and not isinstance(last, BarrierAction):
             what = "does nothing on stream 0" if last is None else \
@@ -131,10 +132,12 @@ class BoundCall:
 
     def __call__(self, sync: bool = True):
         """One call, as ``Executor.run(inputs, outputs, sync=sync)`` with the bound tensors."""
-        self.runner.ex._check_usable()
+        runner = self.runner
+        if runner.ex._closed or runner.ex._broken:
+            runner.ex._check_usable()
         if not self.entry.live:
-            self.entry = self.runner.entry(self.inputs, self.outputs)
-        return self.runner.replay(self.entry, self.outputs, sync)
+            self.entry = runner.entry(self.inputs, self.outputs)
+        return runner.replay(self.entry, self.outputs, sync)
 
 
 class TorchGraphs:
@@ -174,16 +177,25 @@ class TorchGraphs:
         if driver is None or not driver.launch_graph(graph_exec, stream):
             graph.replay()
 
+    def launch(self, graph, graph_exec: int, stream: int, driver, event) -> None:
+        """``replay``, then record ``event`` on the same stream: through the driver when it can (torch's
+        ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
+        if driver is None or not driver.launch_graph(graph_exec, stream):
+            graph.replay()
+        if driver is None or not driver.record(event.cuda_event, stream):
+            event.record()
+
+    @staticmethod
+    def device() -> int:
+        """The current device's index (torch's C entry point: its Python wrapper costs as much again)."""
+        import torch
+        get = getattr(torch._C, "_cuda_getDevice", None)
+        return get() if get is not None else torch.cuda.current_device()
+
     def current(self, device: int) -> int:
         """The raw handle of the current stream of ``device``."""
         import torch
         return torch._C._cuda_getCurrentRawStream(device)
-
-    def record(self, event, stream: int, driver) -> None:
-        """Record ``event`` on the current stream (raw handle ``stream``): through the driver when it can (torch's
-        ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
-        if driver is None or not driver.record(event.cuda_event, stream):
-            event.record()
 
 
 def tensor_key(x) -> tuple:
@@ -204,6 +216,7 @@ class GraphRunner:
         self.ex = ex
         self.traces: dict[int, list] = ex._graph_traces
         self.backend = TorchGraphs(ex._stream())
+        self._index = ex.device.index
         self.entries: OrderedDict[tuple, GraphEntry] = OrderedDict()
         self.calls = [self._graph_call(p) for p in (0, 1)]
         self.captures = 0
@@ -322,26 +335,27 @@ class GraphRunner:
     def replay(self, entry: GraphEntry, outputs, sync: bool):
         """One call of ``entry``'s tensors: the next epoch's parity graph (captured the first time), its
         completion event for the watchdog, and with ``sync`` the host wait."""
-        ex = self.ex
-        torch = self._torch
-        if torch.cuda.current_device() != ex.device.index:  # the context manager costs more than a replay
-            with torch.cuda.device(ex.device):
+        ex, backend = self.ex, self.backend
+        if backend.device() != self._index:  # the context manager costs more than a replay
+            with self._torch.cuda.device(ex.device):
                 return self.replay(entry, outputs, sync)
         epoch = ex.epoch + 1
-        parity = epoch % 2
+        parity = epoch & 1
         graph = entry.graphs[parity]
         if graph is None:
             graph = entry.graphs[parity] = self._capture(entry, parity)
-            entry.execs[parity] = self.backend.executable(graph)
+            entry.execs[parity] = backend.executable(graph)
         ex.epoch = epoch
-        stream = self.backend.current(ex.device.index)
-        if ex.watch.pending(GRAPH_KEY) >= PRUNE_AT:  # querying events costs ~2 us each: not on every call
+        stream = backend.current(self._index)
+        queue = ex.watch.queues.get(GRAPH_KEY)
+        if queue is None:
+            queue = ex.watch.queues[GRAPH_KEY] = deque()
+        elif len(queue) >= PRUNE_AT:  # querying events costs ~2 us each: not on every call
             self._prune()
-        self.backend.replay(graph, entry.execs[parity], stream, self._driver)
-        done = self._events[epoch % len(self._events)]
-        self.backend.record(done, stream, self._driver)  # on the caller's stream, after the replay
+        done = self._events[epoch % EVENT_RING]
+        backend.launch(graph, entry.execs[parity], stream, self._driver, done)  # its event after it, same stream
         self._streams.add(stream)
-        ex.watch.add(GRAPH_KEY, Milestone(done, -1, -1, self.calls[parity], epoch))
+        queue.append(Milestone(done, -1, -1, self.calls[parity], epoch))
         if sync:
             ex._synchronize()
         if outputs is None:
@@ -349,13 +363,25 @@ class GraphRunner:
         return [list(row) for row in outputs] if ex.world.is_virtual else list(outputs)
 
     def _prune(self) -> None:
-        """Drop the completed calls from the watch: all of them after one query when they were all enqueued on one
-        stream (its newest call done means every earlier one is), else one query per call."""
+        """Drop the completed calls from the watch. When they were all enqueued on one stream, a call done means
+        every earlier one is: one query when the newest is done, else a bisection for the newest done (a few
+        queries drop most of the queue, where querying from the oldest costs one per call: ~2 us each); calls on
+        several streams are queried one by one."""
         queue = self.ex.watch.queues[GRAPH_KEY]
-        if len(self._streams) == 1 and queue[-1].event.query():
+        if len(self._streams) != 1:
+            self.ex.watch.prune()
+        elif queue[-1].event.query():
             queue.clear()
         else:
-            self.ex.watch.prune()
+            lo, hi = 0, len(queue) - 1  # the newest done is below hi; queue[:lo] are done
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if queue[mid].event.query():
+                    lo = mid + 1
+                else:
+                    hi = mid
+            for _ in range(lo):
+                queue.popleft()
         if not queue:
             self._streams.clear()
 

@@ -369,6 +369,38 @@ class HostProgram:
         return out
 
 
+def without_entry_fork(trace: list[Action], rank: int) -> list[Action]:
+    """``trace`` less the part of its entry fork that the executor's own fork implies, where that helps. The entry
+    fork (ditron's lowering, ``entry_fork`` / ``sync`` at program entry) orders the side streams after stream 0's
+    start: stream 0's first action sets a slot of the rank's own pad (gpu scope) and each side stream's first action
+    waits for it. The executor starts every stream of a call from one event on the caller's stream, recorded after
+    the previous call's streams were joined into it, so those waits hold when the streams start. A side stream's
+    wait is dropped where its next action is a copy to or from another rank (the copy engine starts on the link at
+    once: 2xH200, AG+GEMM 70B M = 128 by push, 99 -> 92 us); it is kept before a local copy, which runs on SMs (the
+    pulls' AG+GEMM at 70B M = 1024 measured 401 us with the wait, 464 without). The signal goes when no wait or
+    kernel reads its slot any more."""
+    firsts: dict[int, int] = {}
+    for i, a in enumerate(trace):
+        firsts.setdefault(a.stream, i)
+    head = trace[firsts[0]] if 0 in firsts else None
+    if not (isinstance(head, SignalAction) and head.op == "set" and head.scope == "gpu" and head.target == rank
+            and head.pad.kind == "sym"):
+        return trace
+    def link_copy_next(i: int) -> bool:
+        nxt = next((b for b in trace[i + 1:] if b.stream == trace[i].stream), None)
+        return isinstance(nxt, CopyAction) and nxt.src_rank != nxt.dst_rank
+    waits = {i for s, i in firsts.items()
+             if s != 0 and isinstance(a := trace[i], WaitAction) and a.where == "stream" and a.pad == head.pad
+             and a.slots == (head.slot,) and a.value <= head.value and link_copy_next(i)}
+    if not waits:
+        return trace
+    rest = [a for i, a in enumerate(trace) if i not in waits and i != firsts[0]]
+    if any(isinstance(a, WaitAction) and a.pad == head.pad and head.slot in a.slots or
+           isinstance(a, LaunchAction) and head.pad in a.operands for a in rest):
+        return [a for i, a in enumerate(trace) if i not in waits]  # another reader of the slot: keep setting it
+    return rest
+
+
 class _Run:
     def __init__(self, rank: int, world_size: int, out: list[Action]):
         self.rank, self.world_size, self.out = rank, world_size, out
@@ -503,4 +535,5 @@ def slot_runs(slots: tuple[int, ...], lanes: int) -> list[tuple[int, int]]:
 
 
 __all__ = ["Action", "AllocInfo", "ArgInfo", "BarrierAction", "Buf", "CopyAction", "DTYPES", "HostProgram",
-           "HostProgramError", "KernelInfo", "LaunchAction", "SignalAction", "WaitAction", "slot_runs"]
+           "HostProgramError", "KernelInfo", "LaunchAction", "SignalAction", "WaitAction", "slot_runs",
+           "without_entry_fork"]

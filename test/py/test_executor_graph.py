@@ -119,6 +119,14 @@ class FakeGraphs:
         end.record(cap)
         caller.wait_event(end)
 
+    def launch(self, graph, graph_exec, stream, driver, event) -> None:
+        self.replay(graph, graph_exec, stream, driver)
+        self.record(event, stream, driver)
+
+    @staticmethod
+    def device():
+        return None  # the fake device is the CPU: index None
+
     def current(self, device) -> int:
         return id(self.gpu.cur)
 
@@ -352,6 +360,31 @@ def test_graph_calls_are_pruned_with_one_query_per_stream(monkeypatch, gather_ar
     assert prunes == [4, 4, 4] and len(queries) == 4
     ex.synchronize()
     ex.close()
+
+
+@pytest.mark.parametrize("done", [0, 1, 9, 15, 16])
+def test_pruning_bisects_for_the_newest_completed_call(done):
+    """Graph calls on one stream complete in order: with the newest not done yet, a bisection finds the newest done
+    call in a few queries and drops it and every earlier one."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from ditron.runtime.timeouts import Milestone, Watch
+    queries = []
+
+    class Ev:
+        def __init__(self, k):
+            self.k = k
+
+        def query(self):
+            queries.append(self.k)
+            return self.k < done
+    watch = Watch()
+    watch.queues[G.GRAPH_KEY] = deque(Milestone(Ev(k), -1, -1, None, k) for k in range(16))
+    runner = SimpleNamespace(ex=SimpleNamespace(watch=watch), _streams={7})
+    G.GraphRunner._prune(runner)
+    assert [m.epoch for m in watch.queues[G.GRAPH_KEY]] == list(range(done, 16))
+    assert len(queries) <= 1 + 4
 
 
 def test_graph_lru_and_input_checks(monkeypatch, gather_artifacts):
