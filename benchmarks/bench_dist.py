@@ -150,12 +150,13 @@ def cases(W: int, size: str = "default") -> list[Case]:
 
 # ================================================================================ build (CPU box, needs MLIR)
 
-def build(directory: Path, worlds: list[int], modes: list[str], size: str, target: str) -> None:
+def build(directory: Path, worlds: list[int], modes: list[str], size: str, target: str,
+          only: list[str] | None = None) -> None:
     from ditron import ops
     sigs = []
     for W in worlds:
         for mode in modes:
-            sigs += [c.signature(W, mode == "virtual", target) for c in cases(W, size)]
+            sigs += [c.signature(W, mode == "virtual", target) for c in cases(W, size) if selected(c, only)]
     sigs = list(dict.fromkeys(sigs))
     start = time.perf_counter()
     failed = []
@@ -690,8 +691,8 @@ def main(argv=None) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_const", dest="size", const="quick", help="a subset of the cases")
     size.add_argument("--full", action="store_const", dest="size", const="full", help="also Qwen2-72B and GPT-3")
-    p.add_argument("--ops", nargs="+", help="with --run: only these ops")
-    p.add_argument("--only", metavar="OP[,OP]", help="with --run: only these rows: op names, or texts that the case "
+    p.add_argument("--ops", nargs="+", help="only these ops")
+    p.add_argument("--only", metavar="OP[,OP]", help="only these rows (at --build too): op names, or texts that the case "
                    "labels contain (comma-separated)")
     p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
                    help="with --run: ditron in CUDA-graph mode (default; --no-graph: eager only)")
@@ -710,11 +711,11 @@ def main(argv=None) -> None:
     size_name = args.size or "default"
     if not args.build and not args.run:
         p.error("give --build DIR (CPU box) or --run DIR (GPU box)")
+    only = (args.ops or []) + [t.strip() for t in (args.only or "").split(",") if t.strip()]
     if args.build:
         modes = ["virtual", "real"] if args.mode == "both" else [args.mode]
-        build(Path(args.build), args.world, modes, size_name, args.target)
+        build(Path(args.build), args.world, modes, size_name, args.target, only or None)
     if args.run:
-        only = (args.ops or []) + [t.strip() for t in (args.only or "").split(",") if t.strip()]
         run(Path(args.run), args.virtual, size_name, Path(args.out), args.iters, only or None, args.graph)
 
 

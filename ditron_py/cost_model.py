@@ -334,6 +334,29 @@ def reduce_scatter_estimates(rows: int, cols: int, world: int, peaks: TargetPeak
     return {"reduce_kernel": staged, "one_launch": one}
 
 
+# The two-shot launch measured 3 % slower than the one-shot launch at 16 MB on 2xH200 where this model (without the
+# factor) put it 2 % faster: at W = 2 both move the same bytes and the model cannot tell them apart, so the two-shot
+# launch carries this factor (its scatter phase: a second release and flag per tile); from W = 4 on it moves far
+# fewer bytes and still wins.
+TWO_SHOT_LAUNCH_SLOWDOWN = 1.1
+
+
+def all_reduce_two_shot_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
+                                    sms: int | None = None) -> float:
+    """Two-shot all-reduce as one kernel (reduce template, publish.scatter): the copy into the symmetric buffer,
+    the reduction of 1/W of the tiles (reading them from every peer), the sums written back into the peers'
+    buffers, a second flag, and the copy of the other tiles out of the own buffer. The writes back are charged
+    after the reads: on 2xH200 the two-shot launch measured no faster than the one-shot one (16 MB: 78.6 us
+    against 76.0; results/ablation_ar_two_shot.csv), so they do not ride the idle direction of the link for free.
+    Fewer bytes cross the links than one-shot's W-1 full reads once W > 2."""
+    sms = sms or peaks.num_sms
+    nbytes = rows * cols * elem_bytes
+    shard = math.ceil(rows / world)
+    writes = (world - 1) * shard * cols * elem_bytes / peaks.sm_link_bw(sms, world - 1) if world > 1 else 0.0
+    return TWO_SHOT_LAUNCH_SLOWDOWN * (reduce_time(shard, cols, world, peaks, sms=sms, elem_bytes=elem_bytes) + writes +
+                                       nbytes * (2 * world - 1) / world / peaks.hbm_copy_bw + 2 * peaks.signal_latency)
+
+
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
                                sms: int | None = None) -> float:
     """One-shot all-reduce as one kernel: each program copies its tiles into the symmetric buffer, sets their

@@ -192,10 +192,14 @@ def gather(lw: "_FunctionLowering", x: ir.Value, dst: ir.Value, t: Tiling, dim: 
 def gather_push(lw: "_FunctionLowering", x: ir.Value, g: ir.Value, t: Tiling, dim: int, *,
                 group: int | None) -> Gather:
     """All-gather x into the symmetric buffer g by push: chunk by chunk, this rank copies its chunk into g on every
-    rank (its own first) and sets ``ready`` there. No offer and no pull: a peer's buffer is free to write because
-    the previous call ended with a barrier, after which nobody reads it until this call's ``ready``."""
+    rank and sets ``ready`` there. No offer and no pull: a peer's buffer is free to write because the previous call
+    ended with a barrier, after which nobody reads it until this call's ``ready``. Order: its own rank first (the
+    GEMM starts on its own rows), unless a GEMM tile is taller than a shard: then no tile can start before the
+    peers' rows land, so the peers come first and the quick local copy last (2xH200, 70B M = 128: the push to the
+    peer started ~10 us later behind the local copy and its signal)."""
     b = lw.b
     shard = ir.MemRefType(x.type).shape[dim]
+    first = 1 if t.block_m and 0 < shard < t.block_m else 0
     ga = gather_setup(lw, g, t, dim, shard, group=group, gather_buf=g)
     if x not in lw.inputs:
         b.sync("compute", "comm", "ag.fork")
@@ -206,7 +210,7 @@ def gather_push(lw: "_FunctionLowering", x: ir.Value, g: ir.Value, t: Tiling, di
         src_o, _ = _box(list(ir.MemRefType(x.type).shape), dim, off, size)
         slot = b.add(b.mul(b.rank, ga.ch.count), c)
         with b.loop(0, ga.world, role="ag.push_peers", group=group) as d:
-            q = b.peer(d)
+            q = b.peer(b.add(d, first))
             ga.tag(b.copy(x, g, src_rank=b.rank, dst_rank=q, src_offsets=src_o, dst_offsets=dst_o, sizes=sizes,
                           engine=ga.engine, lane="comm", role="ag.push", group=group))
             ga.tag(b.signal(ga.ready, target=q, slot=slot, lane="comm", role="ag.arrive", group=group))
@@ -357,8 +361,8 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
     if ar.reduce != "sum":
         raise lw.error(op, f"reduces with '{ar.reduce}'; the reduce template sums")
     _require_2d(lw, op, ar.input)
-    if t.algorithm == "one_shot" and t.engine == "sm":
-        _one_launch_reduce(lw, t, x, out)
+    if t.algorithm in ("one_shot", "two_shot") and t.engine == "sm":
+        _one_launch_reduce(lw, t, x, out, two_shot=t.algorithm == "two_shot")
         return
     p, stage = _partials(lw, x, op)
     lw.cross_rank = True
@@ -369,19 +373,22 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
 
 
 def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None,
-                       owner_rows: int | None = None) -> None:
+                       owner_rows: int | None = None, two_shot: bool = False) -> None:
     """One-shot all-reduce in one kernel (engine sm): each program copies a tile of x into the symmetric P, sets
     its slot on its own pad and sums that tile from every rank, waiting on each rank's slot first, tile after tile
     (reduce template, ``publish``). No copy engine, no stream hand-offs. ``owner_rows``: reduce only this rank's
     rows [rank * owner_rows, +owner_rows) into out (a reduce-scatter): a tile's copy covers its place in every
     rank's rows, or, when x is already symmetric and complete (a GEMM's output before this launch on the same
-    stream), nothing is copied and every slot is set first."""
+    stream), nothing is copied and every slot is set first. ``two_shot``: each tile is summed on one rank only,
+    which writes the sum into every peer's P and sets the tile's slot of ``ar_reduced`` there; the others copy it
+    from their P (``publish.scatter``): half the bytes each way of a link at W = 2, against all of them one way."""
     from ..kernels import chunk, reduce
     b = lw.b
     p, stage = _partials(lw, x, None)
     rows, n = ir.MemRefType(p.type).shape
     lw.cross_rank = True
-    publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {})}
+    publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {}),
+               **({"scatter": "reduced"} if two_shot else {})}
     programs = t.comm_sms or 16
     if tile is None:  # ditron-tile's (standalone all-reduce or reduce-scatter), else the template's choice
         tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
@@ -393,6 +400,8 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     rec = reduce.make_record(rows, n, grid=max(1, min(programs, tiles)), **fields)  # they spin: all resident
     pad = b.pad(chunk.num_tiles(rec), "ar_published" if owner_rows is None else "rs_published")
     args = [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)]
+    if two_shot:
+        args.append(b.pad(chunk.num_tiles(rec), "ar_reduced"))
     if owner_rows is not None:
         args.append(b.mul(b.rank, owner_rows))
     lw.launch(rec, args, lane="compute", role="ar.one_launch" if owner_rows is None else "rs.one_launch")

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from mlir import ir
 
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates,
-                          all_reduce_one_launch_time, copy_time, gemm_candidates, gemm_rs_epilogue_estimate,
-                          gemm_rs_estimate, gemm_time, local_copy_time, peaks_for, reduce_scatter_estimates)
+                          all_reduce_one_launch_time, all_reduce_two_shot_launch_time, copy_time, gemm_candidates,
+                          gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
+                          reduce_scatter_estimates)
 from ..dialects import device, task
 from ..dialects.context import diagnostic_at
 from ..dialects.opbase import walk_ops
@@ -663,15 +664,7 @@ class _Planner:
         sms = self.peaks.num_sms if self.o.comm_sms is None else max(1, self.o.comm_sms)
         engine = "copy_engine"  # the partials are staged by the copy engine, reduced by a kernel on ``sms`` SMs
         if task.AllReduce.match(op):
-            estimates = all_reduce_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
-            allowed = self.all_reduce_algorithms(op, rows, w)
-            if "one_shot" in allowed and self.o.engine != "copy_engine":
-                estimates["one_launch"] = all_reduce_one_launch_time(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
-                allowed = allowed + ["one_launch"] if self.o.engine != "sm" else ["one_launch"]
-            algorithm = min(allowed, key=estimates.get)
-            t = estimates[algorithm]
-            if algorithm == "one_launch":  # one kernel: the SMs publish, signal and reduce
-                algorithm, engine = "one_shot", "sm"
+            algorithm, engine, t = self.standalone_all_reduce(op, rows, cols, w, eb, sms)
             kind, shard_rows = "all_reduce", rows if algorithm == "one_shot" else math.ceil(rows / w)
         else:
             kind, shard_rows = "reduce_scatter", rows // w
@@ -692,6 +685,28 @@ class _Planner:
         return Tiling(kind=kind, target=self.peaks.target, world=w, shard_rows=shard_rows,
                       chunk_rows=rows_per_chunk, num_chunks=math.ceil(shard_rows / rows_per_chunk),
                       engine=engine, comm_sms=sms, algorithm=algorithm, est_us=t * 1e6, **tile)
+
+    def standalone_all_reduce(self, op: ir.Operation, rows: int, cols: int, w: int, eb: int,
+                              sms: int) -> tuple[str, str, float]:
+        """(algorithm, engine, modelled seconds) of a standalone all-reduce: one_shot or two_shot, each staged by
+        the copy engine and reduced by a kernel (engine copy_engine; two_shot needs rows divisible by W) or as one
+        kernel whose SMs publish, signal and reduce (engine sm); the all-reduce and engine options narrow them."""
+        if self.o.all_reduce == "epilogue":
+            self.all_reduce_algorithms(op, rows, w)  # raises: no GEMM to reduce in
+        staged = all_reduce_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
+        launch = {"one_shot": all_reduce_one_launch_time, "two_shot": all_reduce_two_shot_launch_time}
+        options = []
+        for algorithm in (self.o.all_reduce,) if self.o.all_reduce else ("one_shot", "two_shot"):
+            if self.o.engine != "sm" and (algorithm == "one_shot" or rows % w == 0):
+                options.append((staged[algorithm], algorithm, "copy_engine"))
+            if self.o.engine != "copy_engine":
+                options.append((launch[algorithm](rows, cols, w, self.peaks, elem_bytes=eb, sms=sms), algorithm,
+                                "sm"))
+        if not options:
+            raise op_error(self.o.name, op, f"all-reduce={self.o.all_reduce} with the copy engine needs the {rows} "
+                                            f"rows divisible by the {w} ranks; use one_shot or engine=sm")
+        t, algorithm, engine = min(options, key=lambda o: o[0])
+        return algorithm, engine, t
 
     def standalone_reduce_scatter(self, op: ir.Operation, w: int) -> str | None:
         """The reduce-scatter option for a standalone reduce-scatter (None: the model's choice)."""

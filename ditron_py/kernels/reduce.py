@@ -22,7 +22,13 @@ dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
              rows, which the peers read, right before t is reduced, so the copies overlap the reads over the link
              (128 MB: 268 us, 316 with a whole copy before the launch). Every program publishes a tile before it
              waits for it, so the kernel cannot deadlock as long as all its programs are resident (grid <= SMs).
-             Exclusive with ``wait``.
+             Exclusive with ``wait``. With ``scatter`` (an i32 pad argument, one slot per tile; a constant region)
+             the all-reduce is two-shot: tile t is reduced only on its owner rank t mod num_ranks, which stores the
+             sum into its dst and into every peer's src at the tile's place (over the link, the peers' copies
+             already read) and sets slot t of ``scatter`` on that peer (release); another rank waits on its own
+             slot t and copies its src tile into dst. Each rank reads 1/W of the tiles from every peer and writes
+             them back: both directions of each link carry (W-1)/W of the data, against all of it inbound
+             one-shot.
 
 Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, then the
 i32 arguments that 'arg:<name>' fields name.
@@ -96,7 +102,7 @@ def _arg_names(rec) -> list[str]:
         args.append(rec["notify"]["arg"])
     if "publish" in rec:
         p = rec["publish"]
-        args += [a for a in (p.get("copy_from"), p["arg"], p["value_arg"]) if a and a not in args]
+        args += [a for a in (p.get("copy_from"), p["arg"], p["value_arg"], p.get("scatter")) if a and a not in args]
     fields = [rec[f"{s}_{f}"] for s in ("src", "dst") for f in ("row", "col")]
     if "notify" in rec:
         fields += [rec["notify"]["slot"], rec["notify"]["peer"]]
@@ -125,6 +131,10 @@ def check(rec) -> None:
         if p.get("copy_from") and not isinstance(rec["src_col"], int):
             raise chunk.err(_TEMPLATE, "'publish' with 'copy_from' needs a constant src_col (each rank copies "
                                        "the tiles its peers read)")
+        if p.get("scatter") is not None and (not isinstance(p["scatter"], str) or any(
+                not isinstance(rec[f"{a}_{b}"], int) for a in ("src", "dst") for b in ("row", "col"))):
+            raise chunk.err(_TEMPLATE, "'publish.scatter' (two-shot) needs the name of its signal pad and a "
+                                       "constant region (an all-reduce: every rank holds every tile)")
     if len(set(rec["args"])) != len(rec["args"]):
         raise chunk.err(_TEMPLATE, f"argument names collide: {rec['args']}")
 
@@ -150,12 +160,16 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
         if pub and not _interleaved(rec):
             steps += _publish_steps(rec, pid, num_ranks, scalars)
         tn_count = chunk.tiles_n(rec)
+        scatter: list[TileStep] = []
         for tm, tn in chunk.program_tiles(rec, pid):
             if pub and _interleaved(rec):
                 steps += _publish_copy_steps(rec, tm, tn, num_ranks, scalars)
             (r0, c0), size = chunk.tile_box(rec, "src", tm, tn, scalars)
             srcs = [Region("src", (r0, c0), size, rank=None if r == rank else r) for r in order]
             dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
+            if pub and pub.get("scatter"):
+                scatter.append(_scatter_step(rec, tm * tn_count + tn, srcs, dst, order, rank, num_ranks, scalars))
+                continue
             step = TileStep(reads=srcs, writes=[dst], compute=_sum(srcs, dst, rec["out_dtype"]))
             if pub:
                 value = int(scalars[pub["value_arg"]])
@@ -166,6 +180,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.waits = [SlotWait(w["arg"], s, int(scalars[w["value_arg"]]), rank=None if r == rank else r)
                               for r in order for s in _slots(rec, r0, size[0])]
             steps.append(step)
+        steps += [st for st in scatter if st.notifies] + [st for st in scatter if not st.notifies]  # owned first
         notifies = chunk.program_notifies(rec, rank, num_ranks, scalars, None)
         if notifies:
             if not steps:
@@ -173,6 +188,32 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             steps[-1].notifies = notifies
         out.append(steps)
     return out
+
+
+def _scatter_step(rec, t: int, srcs, dst, order, rank: int, num_ranks: int, scalars) -> TileStep:
+    """Tile t of a two-shot all-reduce (publish.scatter): on its owner, the sum of every rank's src tile into dst
+    and into each peer's src, then the peer's scatter slot t; elsewhere, the wait on the own slot t and the copy
+    of the own src tile (the owner's sum by then) into dst. A program reduces its owned tiles first, then copies
+    the others: a reduction waits only on the copies into src, so no rank waits for another's copy phase."""
+    pub = rec["publish"]
+    value = int(scalars[pub["value_arg"]])
+    own = srcs[0]
+    if scatter_owner(rec, t, num_ranks) != rank:
+        step = TileStep(reads=[own], writes=[dst], compute=_copy(own, dst))
+        step.waits = [SlotWait(pub["scatter"], t, value, rank=None)]
+        return step
+    peers = [Region("src", own.offsets, own.sizes, rank=q) for q in order[1:]]
+    step = TileStep(reads=srcs, writes=[dst] + peers, compute=_sum(srcs, dst, rec["out_dtype"], also=peers,
+                                                                         also_dtype=rec["dtype"]))
+    step.waits = [SlotWait(pub["arg"], t, value, rank=None if r == rank else r) for r in order]
+    step.notifies = [SlotNotify(pub["scatter"], t, value, q, op="set") for q in order[1:]]
+    return step
+
+
+def scatter_owner(rec, t: int, num_ranks: int) -> int:
+    """The rank that reduces tile t of a two-shot all-reduce: every num_ranks-th tile of each program (its k-th
+    tile, t = pid + k * grid, on rank k mod num_ranks), so that every program reduces its share."""
+    return t // rec["grid"] % num_ranks
 
 
 def _interleaved(rec) -> bool:
@@ -219,12 +260,16 @@ def _copy(a, s):
     return compute
 
 
-def _sum(srcs, dst, out_dtype):
+def _sum(srcs, dst, out_dtype, also=(), also_dtype=None):
+    """dst := the fp32 sum of srcs, rounded to out_dtype; ``also``: regions that get it too, rounded to
+    ``also_dtype``."""
     def compute(view):
         acc = np.zeros(dst.sizes, np.float32)
         for s in srcs:
             acc = acc + np.asarray(view(s), dtype=np.float32)
         view(dst)[...] = round_to(out_dtype, acc)
+        for a in also:
+            view(a)[...] = round_to(also_dtype, acc)
 
     return compute
 
@@ -238,6 +283,8 @@ def build(record, *, ip, loc=None):
         types = {"src": T.ptr(rec["dtype"]), "dst": T.ptr(rec["out_dtype"])}
         if "publish" in rec:
             types[rec["publish"]["arg"]] = T.ptr("i32")
+            if rec["publish"].get("scatter"):
+                types[rec["publish"]["scatter"]] = T.ptr("i32")
             if rec["publish"].get("copy_from"):
                 types[rec["publish"]["copy_from"]] = T.ptr(rec["dtype"])
         return types
@@ -248,27 +295,73 @@ def build(record, *, ip, loc=None):
 def _emit(rec, args):
     e = chunk.RegionEmitter(rec, args)
     bm, bn = rec["block_m"], rec["block_n"]
-    rank, num_ranks = e.rank(), e.num_ranks()
+    e.rank(), e.num_ranks()  # defined here, at the top: every later use is dominated
     pub = rec.get("publish")
     if pub and not _interleaved(rec):
         _emit_publish(rec, args, e)
+    if pub and pub.get("scatter"):
+        for owned in (True, False):
+            with e.for_tiles() as loop:
+                _emit_scatter_tile(rec, args, e, loop.iv, owned)
+        e.notify()
+        return
     with e.for_tiles() as loop:
         tm, tn = e.tile_coords(loop.iv)
         if pub and _interleaved(rec):
             _emit_publish_copy(rec, args, e, loop.iv, tm, tn)
         src_off, mask, _ = e.tile_offsets("src", tm, tn)
         dst_off, _, _ = e.tile_offsets("dst", tm, tn)
-        with T.For(0, num_ranks, 1, [T.zeros([bm, bn], "fp32")]) as peers:
-            r = T.rem(T.add(rank, peers.iv), num_ranks)
-            src = core.SymmAt.build(args["src"], r).result
-            if "wait" in rec:
-                src = core.ConsumeToken.build(src, _wait(rec, args, tm, r)).result
-            if pub:
-                src = _published(pub, args, loop.iv, r, src)
-            vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask, 0.0 if mask is not None else None)
-            peers.yield_(T.add(peers.args[0], T.cast(vals, "fp32")))
-        T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(peers.results[0], rec["out_dtype"]), mask)
+        acc = _emit_sum(rec, args, e, loop.iv, tm, src_off, mask)
+        T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(acc, rec["out_dtype"]), mask)
     e.notify()
+
+
+def _emit_sum(rec, args, e, t, tm, src_off, mask):
+    """The fp32 sum of the tile over every rank's src, this rank's first (after each rank's wait, if any)."""
+    bm, bn, pub = rec["block_m"], rec["block_n"], rec.get("publish")
+    rank, num_ranks = e.rank(), e.num_ranks()
+    with T.For(0, num_ranks, 1, [T.zeros([bm, bn], "fp32")]) as peers:
+        r = T.rem(T.add(rank, peers.iv), num_ranks)
+        src = core.SymmAt.build(args["src"], r).result
+        if "wait" in rec:
+            src = core.ConsumeToken.build(src, _wait(rec, args, tm, r)).result
+        if pub:
+            src = _published(pub, args, t, r, src)
+        vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask, 0.0 if mask is not None else None)
+        peers.yield_(T.add(peers.args[0], T.cast(vals, "fp32")))
+    return peers.results[0]
+
+
+def _emit_scatter_tile(rec, args, e, t, owned: bool):
+    """Tile t of the two-shot all-reduce, in the loop over the owned tiles (``owned``) or over the others. Its
+    owner (``scatter_owner``) sums it, stores the sum into dst and into every peer's src, then sets the peer's
+    scatter slot t (the release follows a CTA barrier: every thread's stores first); any other rank waits on its
+    own slot t and copies its src tile into dst."""
+    pub, bm, bn = rec["publish"], rec["block_m"], rec["block_n"]
+    rank, num_ranks = e.rank(), e.num_ranks()
+    tm, tn = e.tile_coords(t)
+    src_off, mask, _ = e.tile_offsets("src", tm, tn)
+    dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+    owner = T.rem(T.div(t, rec["grid"]), num_ranks)
+    dst = T.addptr(T.splat(args["dst"], [bm, bn]), dst_off)
+    with T.if_(T.cmp("eq" if owned else "ne", owner, rank)):
+        if owned:
+            acc = _emit_sum(rec, args, e, t, tm, src_off, mask)
+            T.store(dst, T.cast(acc, rec["out_dtype"]), mask)
+            total = T.cast(acc, rec["dtype"])
+            with T.For(1, num_ranks, 1) as qs:
+                q = T.rem(T.add(rank, qs.iv), num_ranks)
+                T.store(T.addptr(T.splat(core.SymmAt.build(args["src"], q).result, [bm, bn]), src_off), total,
+                        mask)
+            with T.For(1, num_ranks, 1) as qs:
+                core.Notify.build(T.addptr(args[pub["scatter"]], t), T.rem(T.add(rank, qs.iv), num_ranks),
+                                  args[pub["value_arg"]], op="set", scope=pub["scope"], semantic="release")
+        else:
+            slot = core.SymmAt.build(T.addptr(args[pub["scatter"]], t), rank).result
+            token = core.Wait.build(slot, args[pub["value_arg"]], scope=pub["scope"]).token
+            src = core.ConsumeToken.build(args["src"], token).result
+            vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask, 0.0 if mask is not None else None)
+            T.store(dst, T.cast(vals, rec["out_dtype"]), mask)
 
 
 def _emit_publish(rec, args, e):

@@ -184,6 +184,17 @@ def test_tile_model_reduces_large_gemms_in_the_epilogue(kind, W, algorithm):
         assert t["comm_sms"] == (0 if algorithm == "epilogue" else 132)
 
 
+@pytest.mark.parametrize("W,algorithm", [(2, "one_shot"), (4, "two_shot"), (8, "two_shot")])
+def test_tile_model_all_reduces_large_tensors_two_shot_from_four_ranks(W, algorithm):
+    """A 16 MB all-reduce runs in one launch (engine sm) either way: one-shot on two ranks, where both move the same
+    bytes and the two-shot launch measured slower (cost_model.TWO_SHOT_LAUNCH_SLOWDOWN), two-shot from four ranks
+    on (each rank reads 1/W of the tiles from every peer and writes the sums back, instead of W-1 full reads)."""
+    rows = 16384 // W  # local_program's m: one shard; the all-reduce's input is W * m rows
+    text = lower(local_program("all_reduce", W, rows, k=512), "ditron-tile")
+    (t,) = _tilings(text)
+    assert (t["algorithm"], t["engine"]) == (algorithm, "sm")
+
+
 # ----------------------------------------------------------------------------------------- the registry
 
 def test_passes_and_default_pipeline_are_registered():
@@ -295,7 +306,8 @@ KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gathe
          ("gemm_rs", "reduce-scatter=one_launch"), ("gemm_ar", "all-reduce=one_shot"), ("gemm_ar", "all-reduce=two_shot"),
          ("all_gather", ""), ("reduce_scatter", ""), ("reduce_scatter", "reduce-scatter=reduce_kernel"),
          ("all_reduce", "all-reduce=one_shot"),
-         ("all_reduce", "all-reduce=one_shot engine=copy_engine"), ("all_reduce", "all-reduce=two_shot")]
+         ("all_reduce", "all-reduce=one_shot engine=copy_engine"), ("all_reduce", "all-reduce=two_shot engine=sm"),
+         ("all_reduce", "all-reduce=two_shot engine=copy_engine"), ("all_reduce", "")]
 
 
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
@@ -336,7 +348,7 @@ SCHEDULES = [("ag_gemm", "all-gather=pull num-chunks=4", "pull=ring"),
              ("ag_gemm", "engine=copy_engine num-chunks=2", "engine=sm"), ("all_gather", "engine=sm", "engine=copy_engine"),
              ("ag_gemm", "engine=sm comm-sms=8 num-chunks=2", "comm-sms=12"),
              ("all_gather", "engine=copy_engine num-chunks=2", "pull=ring"),
-             ("all_reduce", "all-reduce=two_shot num-chunks=2", "pull=ring"),
+             ("all_reduce", "all-reduce=two_shot engine=copy_engine num-chunks=2", "pull=ring"),
              ("gemm_ar", "all-reduce=two_shot block-m=32 num-chunks=4", "copy-streams=2"),
              ("gemm_rs", "block-m=32 num-chunks=4 reduce-scatter=reduce_kernel", "tile-order=row_major"),
              ("gemm_rs", "reduce-scatter=reduce_kernel", "streams=false"),

@@ -549,6 +549,54 @@ def test_reduce_publish_of_own_rows_matches_tiles_and_numpy(copy_from):
         reduce.make_record(8, 8, src_col="arg:c", publish={"arg": "p", "copy_from": "x"})
 
 
+@pytest.mark.parametrize("W", [2, 3])
+def test_reduce_two_shot_ir_matches_tiles_and_numpy(W):
+    """publish.scatter (the two-shot all-reduce in one launch): tile t is summed on rank t mod W only, which stores
+    the sum into its dst and every peer's src and sets the peer's scatter slot t; another rank copies its src tile
+    into dst once its slot t is set. Ranks run one after the other here with every pad set beforehand, so a rank
+    copies what its src holds when it runs (the simulator checks the concurrent protocol)."""
+    rows, cols = 37, 70
+    rec = reduce.make_record(rows, cols, dtype="bf16", block_m=16, block_n=32, grid=4,
+                             publish={"arg": "published", "copy_from": "x", "scatter": "reduced"})
+    assert rec["args"] == ["src", "dst", "x", "published", "publish_value", "reduced"]
+    tiles, tn = chunk.num_tiles(rec), chunk.tiles_n(rec)
+    rng = np.random.default_rng(RNG_SEED)
+    mem, xs = {}, []
+    for r in range(W):
+        xs.append(random("bf16", (rows * cols,), rng))
+        mem[("x", r)] = xs[r].copy()
+        mem[("src", r)] = xs[r].copy()  # the peers' copies are there (sequential ranks)
+        mem[("dst", r)] = np.zeros(rows * cols, np.float32)
+        mem[("published", r)] = np.full(tiles, 3, np.int32)
+        mem[("reduced", r)] = np.full(tiles, 3, np.int32)
+    lds = {"src": cols, "dst": cols, "x": cols, "published": None, "reduced": None}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W, scalars={"publish_value": 3})
+    total = round_to("bf16", sum(x.astype(np.float32) for x in xs)).reshape(rows, cols)
+    for r in range(W):
+        np.testing.assert_array_equal(mem_tiles[("dst", r)], mem_ir[("dst", r)])
+        np.testing.assert_array_equal(mem_tiles[("src", r)], mem_ir[("src", r)])
+        dst = mem_ir[("dst", r)].reshape(rows, cols)
+        for t in range(tiles):
+            box = np.s_[t // tn * 16: t // tn * 16 + 16, t % tn * 32: t % tn * 32 + 32]
+            if reduce.scatter_owner(rec, t, W) == r:  # owned: the sum, in dst and in the src of every peer that ran before (a later one's
+                close(dst[box], total[box])  # own copy overwrites it: sequential ranks)
+                for q in range(r):
+                    close(mem_ir[("src", q)].reshape(rows, cols)[box], total[box])
+            else:  # another rank's: a copy of this src tile (here this rank's own copy of x, made last)
+                np.testing.assert_array_equal(dst[box], xs[r].reshape(rows, cols)[box])
+    steps = reduce.tiles(rec, rank=1, num_ranks=W, scalars={"publish_value": 3})[1]
+    mine = chunk.program_tiles(rec, 1)  # program 1's tiles 1, 5 (, 9): its k-th on rank k mod W; owned first
+    phase2 = [st for st in steps if st.reads and st.reads[0].arg == "src"]
+    assert [len(st.reads) for st in phase2] == sorted((W if k % W == 1 else 1 for k in range(len(mine))),
+                                                      reverse=True)
+    owned, copied = phase2[0], phase2[-1]
+    assert [(w.arg, w.rank) for w in copied.waits] == [("reduced", None)]
+    assert [w.rank for w in owned.writes[1:]] == [(1 + i) % W for i in range(1, W)]
+    assert [(n.arg, n.rank) for n in owned.notifies] == [("reduced", (1 + i) % W) for i in range(1, W)]
+    with pytest.raises(VerificationError, match="'publish.scatter' \\(two-shot\\) needs"):
+        reduce.make_record(8, 8, src_row="arg:r", publish={"arg": "p", "scatter": "s"})
+
+
 def test_reduce_publish_rejects_unsafe_records():
     with pytest.raises(VerificationError, match="exclude each other"):
         reduce.make_record(8, 8, publish={"arg": "p"}, wait={"arg": "s", "rows_per_slot": 4})

@@ -1,6 +1,7 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot engine=copy_engine},ditron-lower-task-to-device' | FileCheck %s
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=ONE
-// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWO
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot engine=copy_engine},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWO
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWOL
 
 // Standalone reduce_scatter of an argument: stage it into a symmetric buffer, count chunks on their owners.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
@@ -21,8 +22,9 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
 // -----
 
 // all_reduce: one-shot staged by the copy engine counts every chunk on every rank; one-shot on SMs (the model's
-// choice) is one reduce launch that publishes x tile by tile and waits per tile; two-shot reduces by owner, then
-// all-gathers.
+// choice) is one reduce launch that publishes x tile by tile and waits per tile; two-shot staged by the copy engine
+// reduces by owner, then all-gathers; two-shot on SMs (the model's choice for two_shot) is one launch that also
+// takes the ar_reduced pad (publish.scatter): each tile summed on one rank, written back into the peers' P.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // ONE-LABEL: func.func @all_reduce
   // ONE: %[[P:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_partial"} : () -> memref<128x32xbf16>
@@ -43,6 +45,14 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // TWO: "ditron_device.signal"({{.*}}ditron.lane = "reduce", ditron.role = "ag.ready"
   // TWO: "ditron_device.copy"({{.*}}ditron.role = "ag.pull"
   // TWO: "ditron_device.wait"({{.*}}ditron.lane = "compute", ditron.role = "ar.join"
+  // TWOL-LABEL: func.func @all_reduce
+  // TWOL: %[[P:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_partial"} : () -> memref<128x32xbf16>
+  // TWOL: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_published"} : () -> memref<[[#TILES:]]xi32>
+  // TWOL: %[[RED:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_reduced"} : () -> memref<[[#TILES]]xi32>
+  // TWOL-NOT: ditron_device.copy
+  // TWOL: "ditron_device.launch"(%[[P]], %arg1, %arg0, %[[PUB]], %arg2, %[[RED]]) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
+  // TWOL-NEXT: "ditron_device.barrier"
+  // TWOL: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch", "reduced"]{{.*}}publish = {arg = "published", copy_from = "x", scatter = "reduced", scope = "sys", value_arg = "epoch"}
   func.func @all_reduce(%x: tensor<128x32xbf16>) -> tensor<128x32xbf16> attributes {ditron.view = "local"} {
     %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<128x32xbf16>) -> tensor<128x32xbf16>
     return %y : tensor<128x32xbf16>
