@@ -375,10 +375,11 @@ def without_entry_fork(trace: list[Action], rank: int) -> list[Action]:
     start: stream 0's first action sets a slot of the rank's own pad (gpu scope) and each side stream's first action
     waits for it. The executor starts every stream of a call from one event on the caller's stream, recorded after
     the previous call's streams were joined into it, so those waits hold when the streams start. A side stream's
-    wait is dropped where its next action is a copy to or from another rank (the copy engine starts on the link at
-    once: 2xH200, AG+GEMM 70B M = 128 by push, 99 -> 92 us); it is kept before a local copy, which runs on SMs (the
-    pulls' AG+GEMM at 70B M = 1024 measured 401 us with the wait, 464 without). The signal goes when no wait or
-    kernel reads its slot any more."""
+    wait is dropped where the stream waits for nothing else (an all-gather by push: copies and signals only), so
+    its copies start with the call (2xH200, AG+GEMM by push at M = 128: 8B 56 -> 48 us, 70B 99 -> 92). A stream
+    that waits for the peers (an all-gather by pull) keeps it: without it the pulls' AG+GEMM measured 464 us at
+    70B M = 1024 against 401 with it, 2-3 % slower at M = 8192 (and 7 % faster at 8B M = 1024); why was not
+    established. The signal goes when no wait or kernel reads its slot any more."""
     firsts: dict[int, int] = {}
     for i, a in enumerate(trace):
         firsts.setdefault(a.stream, i)
@@ -386,12 +387,11 @@ def without_entry_fork(trace: list[Action], rank: int) -> list[Action]:
     if not (isinstance(head, SignalAction) and head.op == "set" and head.scope == "gpu" and head.target == rank
             and head.pad.kind == "sym"):
         return trace
-    def link_copy_next(i: int) -> bool:
-        nxt = next((b for b in trace[i + 1:] if b.stream == trace[i].stream), None)
-        return isinstance(nxt, CopyAction) and nxt.src_rank != nxt.dst_rank
+    def waits_for_nothing_else(i: int) -> bool:
+        return not any(isinstance(b, WaitAction) and b.stream == trace[i].stream for b in trace[i + 1:])
     waits = {i for s, i in firsts.items()
              if s != 0 and isinstance(a := trace[i], WaitAction) and a.where == "stream" and a.pad == head.pad
-             and a.slots == (head.slot,) and a.value <= head.value and link_copy_next(i)}
+             and a.slots == (head.slot,) and a.value <= head.value and waits_for_nothing_else(i)}
     if not waits:
         return trace
     rest = [a for i, a in enumerate(trace) if i not in waits and i != firsts[0]]

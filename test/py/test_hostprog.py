@@ -348,28 +348,28 @@ def test_kernels_ready_tells_whether_the_pipeline_must_run():
 
 def test_the_entry_fork_is_dropped_where_the_executors_fork_implies_it():
     """Stream 0's first action sets the rank's own sync slot (gpu scope) and each side stream starts by waiting
-    for it: the executor starts every stream of a call from one event, so a wait before a copy over the link goes
-    (and the signal with the last such wait); a wait before a local copy stays, so does a signal another action
-    reads; other heads are left alone."""
+    for it: the executor starts every stream of a call from one event, so the wait of a stream that waits for
+    nothing else goes (and the signal with the last such wait); the wait of a stream that later waits for a peer
+    stays, so does a signal another action reads; other heads are left alone."""
     from ditron.runtime.program import (Buf, CopyAction, LaunchAction, SignalAction, WaitAction,
                                         without_entry_fork)
-    pad, data = Buf("sym", 0), Buf("sym", 1)
+    pad, data, avail = Buf("sym", 0), Buf("sym", 1), Buf("sym", 2)
 
     def sig(rank=0, scope="gpu", slot=0):
         return SignalAction(0, None, 0, pad, rank, slot, 1, "set", scope)
 
-    def wait(stream, slot=0):
-        return WaitAction(stream, None, 1, pad, 1, (slot,), "stream")
+    def wait(stream, slot=0, on=pad):
+        return WaitAction(stream, None, 1, on, 1, (slot,), "stream")
 
     def copy(stream, dst_rank):
         return CopyAction(stream, None, 2, Buf("arg", 0), data, 0, dst_rank, (0,), (0,), (8,), "copy_engine")
     push, local = copy(1, 1), copy(2, 0)
     launch = LaunchAction(0, None, 3, "k", (data, 1), (4, 1, 1), 4, "grouped")
     assert without_entry_fork([sig(), wait(1), push, launch], 0) == [push, launch]
-    assert without_entry_fork([sig(), wait(1), wait(2), push, local, launch], 0) == \
-        [sig(), wait(2), push, local, launch]  # stream 2 starts with a local copy (SMs): its wait stays
-    late = WaitAction(1, None, 4, pad, 1, (0,), "stream")  # not the first action of stream 1
-    assert without_entry_fork([sig(), wait(1), push, launch, late], 0) == [sig(), push, launch, late]
+    pull = [sig(), wait(1), push, wait(2), local, wait(2, on=avail), copy(2, 0), launch]
+    assert without_entry_fork(pull, 0) == [sig(), push, wait(2), local, wait(2, on=avail), copy(2, 0), launch]
+    late = WaitAction(1, None, 4, pad, 1, (0,), "stream")  # stream 1 waits again later: its entry wait stays
+    assert without_entry_fork([sig(), wait(1), push, launch, late], 0) == [sig(), wait(1), push, launch, late]
     reader = LaunchAction(0, None, 3, "k", (pad, 1), (4, 1, 1), 4, "grouped")
     assert without_entry_fork([sig(), wait(1), push, reader], 0) == [sig(), push, reader]
     for head in (sig(rank=1), sig(scope="sys")):  # a peer's slot, or one a peer may read: not the fork
