@@ -45,8 +45,8 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
 * **Bound calls.** ``Executor.bind(inputs, outputs)`` checks and keys a tensor set once and returns a
   ``BoundCall``: calling it replays straight away (no key, no lookup). ``ditron.ops`` keeps one per set of tensors
   it was called with, so a repeated op call costs its key (address, dtype, shape, strides of each tensor) and one
-  replay (``benchmarks/bench_host.py`` on an H200 host: ``ops.all_reduce`` 11.7 us per call, the bound call 6.2,
-  ``cuGraphLaunch`` 2.1 against 2.6 for ``CUDAGraph.replay``; one torch elementwise op 5.8).
+  replay (``benchmarks/bench_host.py`` on an H200 host: ``ops.all_reduce`` 9.4 us per call, the bound call 5.6,
+  ``cuGraphLaunch`` 2.3 against 2.7 for ``CUDAGraph.replay``; one torch elementwise op 6.3).
 * **Outputs.** Given outputs are written in place. Without them, the executor allocates outputs once per key and
   returns those same tensors on every call with the same inputs: the next such call overwrites them (as with
   torch's CUDA graphs). Inputs must be contiguous (a graph reads fixed addresses).
@@ -178,10 +178,13 @@ class TorchGraphs:
             graph.replay()
 
     def launch(self, graph, graph_exec: int, stream: int, driver, event) -> None:
-        """``replay``, then record ``event`` on the same stream: through the driver when it can (torch's
+        """``replay``, then ``record`` of ``event`` on the same stream."""
+        self.replay(graph, graph_exec, stream, driver)
+        self.record(event, stream, driver)
+
+    def record(self, event, stream: int, driver) -> None:
+        """Record ``event`` on the current stream (raw handle ``stream``): through the driver when it can (torch's
         ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
-        if driver is None or not driver.launch_graph(graph_exec, stream):
-            graph.replay()
         if driver is None or not driver.record(event.cuda_event, stream):
             event.record()
 
