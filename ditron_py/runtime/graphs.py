@@ -45,8 +45,8 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
 * **Bound calls.** ``Executor.bind(inputs, outputs)`` checks and keys a tensor set once and returns a
   ``BoundCall``: calling it replays straight away (no key, no lookup). ``ditron.ops`` keeps one per set of tensors
   it was called with, so a repeated op call costs its key (address, dtype, shape, strides of each tensor) and one
-  replay (``benchmarks/bench_host.py`` on an H200 host: ``ops.all_reduce`` 9.4 us per call, the bound call 5.6,
-  ``cuGraphLaunch`` 2.3 against 2.7 for ``CUDAGraph.replay``; one torch elementwise op 6.3).
+  replay (``benchmarks/bench_host.py`` on an H200 host: ``ops.all_reduce`` 8.0 us per call, the bound call 4.8,
+  ``cuGraphLaunch`` 2.0 against 2.8 for ``CUDAGraph.replay``; one torch elementwise op 6.3).
 * **Outputs.** Given outputs are written in place. Without them, the executor allocates outputs once per key and
   returns those same tensors on every call with the same inputs: the next such call overwrites them (as with
   torch's CUDA graphs). Inputs must be contiguous (a graph reads fixed addresses).
@@ -144,7 +144,11 @@ class TorchGraphs:
     """Capture and replay through ``torch.cuda.CUDAGraph`` (the CPU tests substitute a stand-in)."""
 
     def __init__(self, capture_stream):
+        import torch
         self.capture_stream = capture_stream
+        # bound once: these run on every replay (torch's Python wrapper of the first costs as much again)
+        self.device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device  # current index
+        self.current = torch._C._cuda_getCurrentRawStream  # (device index) -> raw handle of its current stream
 
     def capture(self, body) -> Any:
         """A graph of what ``body(capture_stream)`` enqueues (it may fork to other streams and must join back)."""
@@ -187,18 +191,6 @@ class TorchGraphs:
         ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
         if driver is None or not driver.record(event.cuda_event, stream):
             event.record()
-
-    @staticmethod
-    def device() -> int:
-        """The current device's index (torch's C entry point: its Python wrapper costs as much again)."""
-        import torch
-        get = getattr(torch._C, "_cuda_getDevice", None)
-        return get() if get is not None else torch.cuda.current_device()
-
-    def current(self, device: int) -> int:
-        """The raw handle of the current stream of ``device``."""
-        import torch
-        return torch._C._cuda_getCurrentRawStream(device)
 
 
 def tensor_key(x) -> tuple:
