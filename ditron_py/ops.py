@@ -581,9 +581,8 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
         try:
             virtual = world.is_virtual
             hot = (op, id(world), tuple(params.items()) if params else (),
-                   None if passes is None else _pass_triples(passes),
-                   _tensors_key(tensors, world) if virtual else tuple(map(tensor_key, tensors)),
-                   None if out is None else _tensors_key((out,), world) if virtual else tensor_key(out))
+                   None if passes is None else _pass_triples(passes), _tensors_key(tensors, virtual),
+                   None if out is None else _tensors_key((out,), virtual))
             bound = lib._bound.get(hot)
         except (TypeError, AttributeError, KeyError, DitronError):
             hot, bound = None, None
@@ -627,10 +626,10 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
     return [r[0] for r in result] if world.is_virtual else result[0]
 
 
-def _tensors_key(tensors: Sequence[Any], world) -> tuple:
+def _tensors_key(tensors: Sequence[Any], virtual: bool) -> tuple:
     """What a graph bakes in about the call's tensor arguments (each a list of one tensor per rank in a virtual
     world), as a key."""
-    if world.is_virtual:
+    if virtual:
         return tuple(tuple(map(tensor_key, per_rank)) for per_rank in tensors)
     return tuple(map(tensor_key, tensors))
 

@@ -23,15 +23,16 @@ dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
              (128 MB: 268 us, 316 with a whole copy before the launch). Every program publishes a tile before it
              waits for it, so the kernel cannot deadlock as long as all its programs are resident (grid <= SMs).
              Exclusive with ``wait``. With ``scatter`` (an i32 pad argument, one slot per tile; a constant region)
-             the all-reduce is two-shot: tile t is reduced only on its owner rank t mod num_ranks, which stores the
-             sum into its dst and into every peer's src at the tile's place (over the link, the peers' copies
-             already read) and sets slot t of ``scatter`` on that peer (release); another rank waits on its own
-             slot t and copies its src tile into dst. Each rank reads 1/W of the tiles from every peer and writes
+             the all-reduce is two-shot: tile t is reduced only on its owner (``scatter_owner``: a program's
+             k-th tile on rank k mod num_ranks), which stores the sum into its dst and into every peer's src at
+             the tile's place (over the link, the peers' copies already read) and sets slot t of ``scatter`` on
+             that peer (release); another rank waits on its own slot t and copies its src tile into dst. A
+             program sums its owned tiles first, then copies the others. Each rank reads 1/W of the tiles from every peer and writes
              them back: both directions of each link carry (W-1)/W of the data, against all of it inbound
              one-shot.
 
-Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, then the
-i32 arguments that 'arg:<name>' fields name.
+Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, the
+scatter pad, then the i32 arguments that 'arg:<name>' fields name.
 """
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
         if pub and not _interleaved(rec):
             steps += _publish_steps(rec, pid, num_ranks, scalars)
         tn_count = chunk.tiles_n(rec)
-        scatter: list[TileStep] = []
+        owned, others = [], []  # two-shot (publish.scatter): the owned tiles first, then the copies of the others
         for tm, tn in chunk.program_tiles(rec, pid):
             if pub and _interleaved(rec):
                 steps += _publish_copy_steps(rec, tm, tn, num_ranks, scalars)
@@ -168,7 +169,9 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             srcs = [Region("src", (r0, c0), size, rank=None if r == rank else r) for r in order]
             dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
             if pub and pub.get("scatter"):
-                scatter.append(_scatter_step(rec, tm * tn_count + tn, srcs, dst, order, rank, num_ranks, scalars))
+                t = tm * tn_count + tn
+                (owned if scatter_owner(rec, t, num_ranks) == rank else others).append(
+                    _scatter_step(rec, t, srcs, dst, order, rank, num_ranks, scalars))
                 continue
             step = TileStep(reads=srcs, writes=[dst], compute=_sum(srcs, dst, rec["out_dtype"]))
             if pub:
@@ -180,7 +183,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.waits = [SlotWait(w["arg"], s, int(scalars[w["value_arg"]]), rank=None if r == rank else r)
                               for r in order for s in _slots(rec, r0, size[0])]
             steps.append(step)
-        steps += [st for st in scatter if st.notifies] + [st for st in scatter if not st.notifies]  # owned first
+        steps += owned + others
         notifies = chunk.program_notifies(rec, rank, num_ranks, scalars, None)
         if notifies:
             if not steps:
