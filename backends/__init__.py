@@ -8,7 +8,8 @@ Contract (implemented by backends/nvidia and backends/amd; everything else in di
     Backend.lower_primitive(op, kernel)                    -> the TTIR for one ditron_core primitive (kernel: the
                                                               lowering pass's per-kernel context)
     Backend.primitives                                     -> the vendor hooks it uses (acquire_load, release_rmw,
-                                                              opaque_zero): the only place their asm/atomics live
+                                                              opaque_zero, pause): the only place their asm/atomics
+                                                              live
     Backend.stages(options)                                -> (triton backend, triton options, ordered
                                                               {"ttir": fn, "ttgir": fn, "llir": fn, ...})
     Backend.compile(ttir_text, options, dump_dir=None)     -> CompiledKernel

@@ -559,7 +559,8 @@ def if_(cond: Value) -> Iterator[None]:
         scf.YieldOp([])
 
 
-def bounded_spin(poll: Callable[[], Value], value: Value, *, bound: Value, err: Value, tag: Value) -> Value:
+def bounded_spin(poll: Callable[[], Value], value: Value, *, bound: Value, err: Value, tag: Value,
+                 pause: Callable[[Value], Value] | None = None) -> Value:
     """Spin until ``poll()`` (an i32, e.g. the minimum of the slots it read) is >= value (signed), stopping once
     ``bound`` (i64) polls have failed; returns the last value seen. The count is a loop-carried i64, a register:
     a poll costs poll's own memory access(es) and nothing more.
@@ -567,7 +568,8 @@ def bounded_spin(poll: Callable[[], Value], value: Value, *, bound: Value, err: 
     Giving up (seen < value when the loop ends) is recorded in the error record ``err`` (``!tt.ptr<i32>``,
     16-byte aligned: [count, tag, value seen, unused]) and the kernel goes on: err[0] += 1, err[1] = tag,
     err[2] = seen (relaxed atomics at gpu scope; one thread per program, as Triton does scalar atomics). The
-    executor reads the record after the call and raises WaitTimeoutError (ditron.runtime.timeouts)."""
+    executor reads the record after the call and raises WaitTimeoutError (ditron.runtime.timeouts). ``pause``: run on
+    the value seen after each failed poll (a vendor's back-off), its result carried instead."""
     count_t = i64()
     loop = scf.WhileOp([count_t, value.type], [c(0, count_t)])
     before = loop.before.blocks.append(count_t)
@@ -577,6 +579,8 @@ def bounded_spin(poll: Callable[[], Value], value: Value, *, bound: Value, err: 
         seen = poll()
         scf.ConditionOp(and_(lt(seen, value), lt(polls, bound)), [polls, seen])
     with ir.InsertionPoint(after):
+        if pause is not None:
+            pause(after.arguments[1])
         scf.YieldOp([add(after.arguments[0], 1)])
     seen = loop.results[1]
     with if_(lt(seen, value)):

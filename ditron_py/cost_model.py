@@ -357,6 +357,23 @@ def all_reduce_two_shot_launch_time(rows: int, cols: int, world: int, peaks: Tar
                                        nbytes * (2 * world - 1) / world / peaks.hbm_copy_bw + 2 * peaks.signal_latency)
 
 
+# SM stores into peer memory against SM loads of it: 2xH200, 16 MB each way at once (build/linkbw-style sweep
+# of a plain Triton copy, grid 66-264): stores 343 GB/s, loads 312, loads summed with a local tile 307
+SM_STORE_LINK_GAIN = 1.1
+
+
+def all_reduce_push_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
+                                sms: int | None = None) -> float:
+    """One-shot all-reduce by stores, as one kernel (reduce template, publish.push): each rank stores its x into
+    every peer's inbox (W-1 full writes over the links, at the store rate) and sets a flag per tile there, then
+    sums x and its W-1 inbox slabs from local memory. Against the one-launch pull: no copy into the symmetric
+    buffer, stores instead of loads over the link, and a flag that arrives with the data (no read round trip)."""
+    sms = sms or peaks.num_sms
+    nbytes = rows * cols * elem_bytes
+    remote = (world - 1) * nbytes / (peaks.sm_link_bw(sms, world - 1) * SM_STORE_LINK_GAIN) if world > 1 else 0.0
+    return peaks.launch_latency + remote + nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.signal_latency
+
+
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
                                sms: int | None = None) -> float:
     """One-shot all-reduce as one kernel: each program copies its tiles into the symmetric buffer, sets their

@@ -14,7 +14,7 @@ Ops (W = world size; shapes are each rank's):
 * ``gemm_ar(a, b)``: a [M, k], b [k, N] (K sharded)                          -> [M, N]    = all_reduce(a @ b)
 * ``all_gather(x, dim=0)``                                                   -> x's shape with dim * W
 * ``reduce_scatter(x, dim=0)``: sum over ranks, each keeps its 1/W of dim    -> x's shape with dim / W
-* ``all_reduce(x, algorithm="auto"|"one_shot"|"two_shot")``                  -> x's shape, summed over ranks
+* ``all_reduce(x, algorithm="auto"|"one_shot"|"two_shot"|"push")``          -> x's shape, summed over ranks
 
 How. Each op is a task program in the *global view*, written with ``ditron.frontend`` (``task_program``): the
 math and the shardings of its arguments and result, nothing else. ``ditron-default`` does the rest — partition
@@ -60,7 +60,7 @@ from .errors import DitronError, DitronRuntimeError
 from .runtime.graphs import GRAPH_CACHE, tensor_key
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce")
-ALGORITHMS = ("auto", "one_shot", "two_shot")
+ALGORITHMS = ("auto", "one_shot", "two_shot", "push")
 # the parameters each op takes, with their defaults
 PARAMS: dict[str, dict[str, Any]] = {
     "ag_gemm": {}, "gemm_rs": {}, "gemm_ar": {"algorithm": "auto"}, "all_gather": {"dim": 0},
@@ -660,7 +660,7 @@ def gemm_rs(a, b, world, *, out=None, sync: bool = True, library: Library | None
 def gemm_ar(a, b, world, *, algorithm: str = "auto", out=None, sync: bool = True, library: Library | None = None,
             passes=None, graph: bool = False):
     """GEMM + all-reduce: a [M, k], b [k, N] (K sharded) -> [M, N] = sum_ranks(a @ b). ``algorithm``: auto (the
-    cost model picks), one_shot or two_shot."""
+    cost model picks), one_shot, two_shot or push (one-shot by SM stores into the peers' inboxes)."""
     return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 
@@ -679,7 +679,8 @@ def reduce_scatter(x, world, dim: int = 0, *, out=None, sync: bool = True, libra
 def all_reduce(x, world, algorithm: str = "auto", *, out=None, sync: bool = True, library: Library | None = None,
                passes=None, graph: bool = False):
     """Sum x over the ranks; every rank gets the sum. ``algorithm``: auto (the cost model picks), one_shot (every
-    rank reduces everything) or two_shot (reduce-scatter, then all-gather)."""
+    rank reduces everything, reading the peers' copies), two_shot (reduce-scatter, then all-gather) or push (every
+    rank stores its x into each peer's inbox, then sums its own)."""
     return _call("all_reduce", (x,), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 

@@ -13,7 +13,9 @@
 * all-reduce: one_shot (every rank reduces every chunk) or two_shot (reduce by owner into a symmetric gather
   buffer, then the gather pattern distributes the reduced shards). One-shot on SMs (engine sm; GEMM+AR's one_shot
   always) is one reduce launch: each program publishes its tiles (copied into the symmetric buffer if x is not
-  one) by setting their slots, then sums every rank's tiles once their slots are set.
+  one) by setting their slots, then sums every rank's tiles once their slots are set. push (engine sm, standalone
+  or after GEMM+AR's GEMM) is one-shot by stores: each program stores its tiles into its slab of every peer's
+  inbox and sets the peer's slots, then sums its own tiles with its inbox once its own slots are set.
 
 Slots count up across calls: a chunk of call e is ready when its slot reaches e * expected (set-signals write the
 epoch itself). The end-of-program barrier keeps a rank from starting call e+1 while peers still read its buffers.
@@ -361,8 +363,11 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
     if ar.reduce != "sum":
         raise lw.error(op, f"reduces with '{ar.reduce}'; the reduce template sums")
     _require_2d(lw, op, ar.input)
-    if t.algorithm in ("one_shot", "two_shot") and t.engine == "sm":
-        _one_launch_reduce(lw, t, x, out, two_shot=t.algorithm == "two_shot")
+    if t.algorithm == "push" and t.engine != "sm":
+        raise lw.error(op, "all-reduce=push stores with SMs; it needs engine sm (run ditron-tile, or use one_shot "
+                           "with the copy engine)")
+    if t.algorithm in ("one_shot", "two_shot", "push") and t.engine == "sm":
+        _one_launch_reduce(lw, t, x, out, two_shot=t.algorithm == "two_shot", push=t.algorithm == "push")
         return
     p, stage = _partials(lw, x, op)
     lw.cross_rank = True
@@ -373,7 +378,7 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
 
 
 def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[str, int] | None = None,
-                       owner_rows: int | None = None, two_shot: bool = False) -> None:
+                       owner_rows: int | None = None, two_shot: bool = False, push: bool = False) -> None:
     """One-shot all-reduce in one kernel (engine sm): each program copies a tile of x into the symmetric P, sets
     its slot on its own pad and sums that tile from every rank, waiting on each rank's slot first, tile after tile
     (reduce template, ``publish``). No copy engine, no stream hand-offs. ``owner_rows``: reduce only this rank's
@@ -381,14 +386,22 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     rank's rows, or, when x is already symmetric and complete (a GEMM's output before this launch on the same
     stream), nothing is copied and every slot is set first. ``two_shot``: each tile is summed on one rank only,
     which writes the sum into every peer's P and sets the tile's slot of ``ar_reduced`` there; the others copy it
-    from their P (``publish.scatter``): half the bytes each way of a link at W = 2, against all of them one way."""
+    from their P (``publish.scatter``): half the bytes each way of a link at W = 2, against all of them one way.
+    ``push``: one-shot by stores (``publish.push``): P is an inbox of W - 1 slabs of x's shape; each rank stores
+    its x into its slab of every peer's inbox and sets the peer's slots, then sums x and its own inbox."""
     from ..kernels import chunk, reduce
     b = lw.b
-    p, stage = _partials(lw, x, None)
-    rows, n = ir.MemRefType(p.type).shape
+    if push:
+        mt = ir.MemRefType(x.type)
+        p, stage = b.alloc([(t.world - 1) * mt.shape[0], mt.shape[1]], mt.element_type, "ar_inbox"), x
+        lw.symmetric.add(p)
+        rows, n = mt.shape
+    else:
+        p, stage = _partials(lw, x, None)
+        rows, n = ir.MemRefType(p.type).shape
     lw.cross_rank = True
     publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {}),
-               **({"scatter": "reduced"} if two_shot else {})}
+               **({"scatter": "reduced"} if two_shot else {}), **({"push": t.world - 1} if push else {})}
     programs = t.comm_sms or 16
     if tile is None:  # ditron-tile's (standalone all-reduce or reduce-scatter), else the template's choice
         tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
@@ -398,7 +411,8 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     rows = rows if owner_rows is None else owner_rows
     tiles = chunk.num_tiles(reduce.make_record(rows, n, **fields))
     rec = reduce.make_record(rows, n, grid=max(1, min(programs, tiles)), **fields)  # they spin: all resident
-    pad = b.pad(chunk.num_tiles(rec), "ar_published" if owner_rows is None else "rs_published")
+    pad = b.pad(chunk.num_tiles(rec) * (t.world - 1 if push else 1),
+                "ar_published" if owner_rows is None else "rs_published")
     args = [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)]
     if two_shot:
         args.append(b.pad(chunk.num_tiles(rec), "ar_reduced"))
@@ -607,6 +621,8 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
         _all_reduce_from(lw, g.consumer, t, p, out, red, lane="compute", stage_from=None, group=g.group)
         return
     _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
-    # one-shot: after the GEMM, one reduce launch reading P where it is (the tiling's tile fields are the GEMM's)
+    # one-shot: after the GEMM, one reduce launch reading P where it is, or (push) storing it into the peers'
+    # inboxes (the tiling's tile fields are the GEMM's)
     from ..kernels.reduce import publish_tile
-    _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))
+    _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16),
+                       push=t.algorithm == "push")

@@ -215,7 +215,7 @@ class _KernelLowering:
         the minimum observed (i32)."""
         return ttir.bounded_spin(lambda: ttir.reduce_min(self.prims.acquire_load(ptr, scope=scope, semantic=semantic)),
                                  value, bound=self.args["wait_bound"], err=self.args["wait_err"],
-                                 tag=self.args["wait_tag"])
+                                 tag=self.args["wait_tag"], pause=self.prims.pause)
 
     def for_each_rank(self, body: Callable[[ir.Value], None]) -> None:
         with ttir.For(0, self.args["num_ranks"], 1) as loop:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from mlir import ir
 
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates,
-                          all_reduce_one_launch_time, all_reduce_two_shot_launch_time, copy_time, gemm_candidates,
+                          all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
+                          copy_time, gemm_candidates,
                           gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
                           reduce_scatter_estimates)
 from ..dialects import device, task
@@ -49,13 +50,14 @@ OVERLAP_KINDS = {  # kind -> (producer wrapper, consumer wrapper)
 # marked by ditron-fuse-overlap but not fused by the device lowering yet: the two ops are lowered one by one
 DEFERRED_KINDS = ("a2a_grouped_matmul",)
 ENGINES = ("copy_engine", "sm")
-ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot")
+# push: one-shot by SM stores into the peers' inboxes (engine sm only)
+ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot", "push")
 # GEMM+AR may also reduce in the GEMM's epilogue (as GEMM+RS does), then all-gather the reduced rows
 GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
 # those the model chooses among for GEMM+AR: two_shot (GEMM+RS with reduce kernels on a few SMs, then an all-gather)
 # ran 3-9x over its estimate at every measured shape (2xH200 ablation, bench_dist --passes
 # ditron-tile:all-reduce=two_shot: LLaMA-8B M=8192 4100 us against 864 for one_shot), so it is only run when asked
-GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue")
+GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue", "push")
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
 REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch")
 ALL_GATHER_ALGORITHMS = ("pull", "push")
@@ -327,8 +329,8 @@ class TilePass(Pass):
     num_chunks: int | None = option(None, "chunks per shard (alternative to chunk-rows)")
     engine: str = option("", "copy engine for chunk copies: copy_engine or sm (default: the model's choice)")
     comm_sms: int | None = option(None, "SMs given to communication kernels (copies on SMs, reductions)")
-    all_reduce: str = option("", "all-reduce algorithm: one_shot or two_shot, or for GEMM+AR also epilogue "
-                                 "(default: the model's choice)")
+    all_reduce: str = option("", "all-reduce algorithm: one_shot, two_shot or push (one-shot by SM stores into "
+                                 "the peers' buffers), or for GEMM+AR also epilogue (default: the model's choice)")
     all_gather: str = option("", "AG+GEMM's all-gather: push (each rank copies its shard into every rank's gather "
                                  "buffer) or pull (it offers the shard, the peers pull it) (default: the model's "
                                  "choice)")
@@ -487,10 +489,13 @@ class _Planner:
         if self.o.all_reduce == "epilogue" and not fused:
             raise op_error(self.o.name, op, "all-reduce=epilogue reduces in a GEMM's epilogue; this all-reduce does "
                                             "not follow a GEMM (use one_shot or two_shot)")
+        if self.o.all_reduce == "push" and self.o.engine == "copy_engine":
+            raise op_error(self.o.name, op, "all-reduce=push stores into the peers' buffers with SMs; it cannot use "
+                                            "engine=copy_engine")
         if self.o.all_reduce:
             return [self.o.all_reduce]
         if rows % w:
-            return ["one_shot"]
+            return ["one_shot", "push"] if fused and w > 1 and not self.o.comm_sms else ["one_shot"]
         return list(GEMM_AR_MODEL_ALGORITHMS if fused and w > 1 and not self.o.comm_sms else ALL_REDUCE_ALGORITHMS)
 
     def world(self, op: ir.Operation) -> int:
@@ -542,18 +547,19 @@ class _Planner:
             algorithms = self.all_reduce_algorithms(g.consumer, m, w, fused=True)
         best = None
         for algorithm in algorithms:
-            shard_rows = m if algorithm == "one_shot" else math.ceil(m / w)
+            shard_rows = m if algorithm in ("one_shot", "push") else math.ceil(m / w)
             if algorithm == "epilogue":
                 for choice in self.epilogue_choices(g, m, n, k, eb, w, shard_rows):
                     if best is None or choice[0] < best[0] * 0.999:
                         best = choice
                 continue
-            if algorithm == "one_shot" and g.kind == "matmul_ar" or algorithm == "one_launch":
+            if algorithm in ("one_shot", "push") and g.kind == "matmul_ar" or algorithm == "one_launch":
                 # the GEMM on every SM, then one reduce launch (of every row for GEMM+AR, of the own rows for RS)
                 sms = self.peaks.num_sms
                 cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
-                rows = m if algorithm == "one_shot" else shard_rows
-                t = t_gemm + all_reduce_one_launch_time(rows, n, w, self.peaks, elem_bytes=eb, sms=sms)
+                rows = shard_rows if algorithm == "one_launch" else m
+                launch = all_reduce_push_launch_time if algorithm == "push" else all_reduce_one_launch_time
+                t = t_gemm + launch(rows, n, w, self.peaks, elem_bytes=eb, sms=sms)
                 if best is None or t < best[0] * 0.999:
                     best = (t, algorithm, "sm", sms, sms, cfg, rows, rows, 1)
                 continue
@@ -665,7 +671,7 @@ class _Planner:
         engine = "copy_engine"  # the partials are staged by the copy engine, reduced by a kernel on ``sms`` SMs
         if task.AllReduce.match(op):
             algorithm, engine, t = self.standalone_all_reduce(op, rows, cols, w, eb, sms)
-            kind, shard_rows = "all_reduce", rows if algorithm == "one_shot" else math.ceil(rows / w)
+            kind, shard_rows = "all_reduce", math.ceil(rows / w) if algorithm == "two_shot" else rows
         else:
             kind, shard_rows = "reduce_scatter", rows // w
             algorithm = self.standalone_reduce_scatter(op, w)
@@ -694,10 +700,15 @@ class _Planner:
         if self.o.all_reduce == "epilogue":
             self.all_reduce_algorithms(op, rows, w)  # raises: no GEMM to reduce in
         staged = all_reduce_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
-        launch = {"one_shot": all_reduce_one_launch_time, "two_shot": all_reduce_two_shot_launch_time}
+        launch = {"one_shot": all_reduce_one_launch_time, "two_shot": all_reduce_two_shot_launch_time,
+                  "push": all_reduce_push_launch_time}
+        if self.o.all_reduce == "push":
+            self.all_reduce_algorithms(op, rows, w)  # raises where push cannot run
         options = []
-        for algorithm in (self.o.all_reduce,) if self.o.all_reduce else ("one_shot", "two_shot"):
-            if self.o.engine != "sm" and (algorithm == "one_shot" or rows % w == 0):
+        for algorithm in (self.o.all_reduce,) if self.o.all_reduce else ALL_REDUCE_ALGORITHMS:
+            if algorithm == "push" and w == 1 and not self.o.all_reduce:
+                continue  # one rank: nothing to push
+            if self.o.engine != "sm" and algorithm != "push" and (algorithm == "one_shot" or rows % w == 0):
                 options.append((staged[algorithm], algorithm, "copy_engine"))
             if self.o.engine != "copy_engine":
                 options.append((launch[algorithm](rows, cols, w, self.peaks, elem_bytes=eb, sms=sms), algorithm,

@@ -10,6 +10,7 @@ Same hooks as backends/nvidia/primitives.py:
   sc0 sc1`` + ``s_waitcnt`` then ``global_atomic_swap|add ... sc1``.
 * ``opaque_zero(token)`` -- an i32 zero that depends on token and that no compiler can fold: inline GCN
   ``v_mov_b32 $0, 0`` taking token as an (unused) input.
+* ``pause(x)`` -- between two failed polls of a spin: ``s_sleep 1`` (64 clocks), returning x through ``v_mov_b32``.
 
 Triton 3.6 workaround: at gpu (agent) scope Triton turns atomics on tensors of pointers into buffer atomics, whose
 lowering swaps the fences (``emitFence`` reads getOrderingFlags' {acquire, release} pair the wrong way round): an
@@ -44,3 +45,7 @@ def release_rmw(ptr: ir.Value, value: ir.Value, *, op: str, scope: str, semantic
 
 def opaque_zero(token: ir.Value) -> ir.Value:
     return ttir.inline_asm("v_mov_b32 $0, 0", "=v,v", [token], ttir.i32(), pure=True)
+
+
+def pause(x: ir.Value) -> ir.Value:
+    return ttir.inline_asm("s_sleep 1\n\tv_mov_b32 $0, $1", "=v,v", [x], ttir.like(x, ttir.i32()), pure=False)

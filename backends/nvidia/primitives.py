@@ -1,6 +1,6 @@
 """NVIDIA lowering of the ditron_core primitives: the only place their PTX-level choices live.
 
-Hooks (every vendor's primitives module has the same three; ditron-lower-core-to-triton builds the rest -- spin loops,
+Hooks (every vendor's primitives module has the same four; ditron-lower-core-to-triton builds the rest -- spin loops,
 peer addresses, barriers -- from them):
 
 * ``acquire_load(ptr, scope=, semantic=)`` -- each slot ptr points at (scalar or tensor of !tt.ptr<i32>), read with
@@ -11,6 +11,10 @@ peer addresses, barriers -- from them):
   (``red.release`` when the result is unused); a scalar pointer is updated by one thread of the CTA.
 * ``opaque_zero(token)`` -- an i32 zero that depends on token and that no compiler can fold: inline PTX
   ``mov.b32 $0, 0;`` taking token as an (unused) input. consume_token adds it to pointers.
+* ``pause(x)`` -- between two failed polls of a spin: inline PTX ``nanosleep.u32`` (SPIN_PAUSE_NS), returning x
+  through ``mov`` so that the loop keeps it. Without it every thread of every spinning program issues system-scope
+  loads back to back; on a slot in local memory (an all-reduce by push waits on its own pad while the peers'
+  stores stream in) that measured slower and erratic.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from ...dialects.core import NOTIFY_RMW
 
 PTX_SCOPES = {"gpu": "gpu", "sys": "sys"}
 PTX_LOAD_SEMANTICS = {"acquire": "acquire", "relaxed": "relaxed"}
+SPIN_PAUSE_NS = 64
 
 
 def acquire_load(ptr: ir.Value, *, scope: str, semantic: str) -> ir.Value:
@@ -35,3 +40,8 @@ def release_rmw(ptr: ir.Value, value: ir.Value, *, op: str, scope: str, semantic
 
 def opaque_zero(token: ir.Value) -> ir.Value:
     return ttir.inline_asm("mov.b32 $0, 0;", "=r,r", [token], ttir.i32(), pure=True)
+
+
+def pause(x: ir.Value) -> ir.Value:
+    return ttir.inline_asm(f"nanosleep.u32 {SPIN_PAUSE_NS};\n\tmov.b32 $0, $1;", "=r,r", [x], ttir.like(x, ttir.i32()),
+                           pure=False)

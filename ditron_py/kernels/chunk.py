@@ -94,12 +94,13 @@ def check_region(template: str, rec, sides=("src", "dst")) -> None:
 
 
 def needs_i64(rec) -> bool:
-    """Whether element offsets may pass 2**31: a run-time row offset, or a last row * ld that large."""
+    """Whether element offsets may pass 2**31: a run-time row offset, or a last row * ld that large ({side}_extent:
+    the buffer's rows where a kernel addresses more of it than its region, e.g. an inbox of several slabs)."""
     for side in ("src", "dst"):
         if f"{side}_ld" not in rec:
             continue
         row = rec.get(f"{side}_row", 0)
-        if arg_of(row) or (row + rec["rows"]) * rec[f"{side}_ld"] >= 2 ** 31:
+        if arg_of(row) or max(row + rec["rows"], rec.get(f"{side}_extent", 0)) * rec[f"{side}_ld"] >= 2 ** 31:
             return True
     return False
 

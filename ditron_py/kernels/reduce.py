@@ -30,6 +30,15 @@ dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
              program sums its owned tiles first, then copies the others. Each rank reads 1/W of the tiles from every peer and writes
              them back: both directions of each link carry (W-1)/W of the data, against all of it inbound
              one-shot.
+             With ``push`` (an int: num_ranks - 1, the slabs of src; needs ``copy_from`` and src_row 0) the
+             one-shot all-reduce moves the data by writes: src is an inbox of ``push`` slabs of rows x cols, slab
+             j - 1 holding rank (rank + j) mod num_ranks's tiles. Each program stores each of its tiles of
+             ``copy_from`` into every peer's inbox (the slab the peer keeps for this rank) and sets that peer's
+             slot t * push + slab (release); between a tile's stores and its release it sums its previous
+             tile: waits on its own slots (local spins), adds its own tile and its inbox slabs, stores dst; the
+             last tile's sum ends the program. Every byte crosses the link as a store (2xH200:
+             343 GB/s against 312 for SM loads of peer memory) and nothing is copied into a local symmetric
+             buffer first. Excludes ``scatter``.
 
 Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, the
 scatter pad, then the i32 arguments that 'arg:<name>' fields name.
@@ -66,6 +75,8 @@ def make_record(rows: int, cols: int, *, name: str = "reduce", dtype: str = "bf1
         rec["notify"] = {"peer": "rank", "value": 1, "scope": "sys", **notify}
     if publish:
         rec["publish"] = {"value_arg": "publish_value", "scope": "sys", **publish}
+        if isinstance(publish.get("push"), int):
+            rec["src_extent"] = publish["push"] * rows  # the inbox's rows (chunk.needs_i64)
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -136,6 +147,16 @@ def check(rec) -> None:
                 not isinstance(rec[f"{a}_{b}"], int) for a in ("src", "dst") for b in ("row", "col"))):
             raise chunk.err(_TEMPLATE, "'publish.scatter' (two-shot) needs the name of its signal pad and a "
                                        "constant region (an all-reduce: every rank holds every tile)")
+        if p.get("push") is not None:
+            if not isinstance(p["push"], int) or isinstance(p["push"], bool) or p["push"] < 1:
+                raise chunk.err(_TEMPLATE, "'publish.push' is the number of inbox slabs (num_ranks - 1 >= 1)")
+            if not p.get("copy_from") or p.get("scatter") is not None:
+                raise chunk.err(_TEMPLATE, "'publish.push' pushes 'copy_from' into the peers' inboxes: it needs "
+                                           "'copy_from' and excludes 'scatter'")
+            if rec["src_row"] != 0 or any(not isinstance(rec[f"{a}_{b}"], int) for a in ("src", "dst")
+                                           for b in ("row", "col")):
+                raise chunk.err(_TEMPLATE, "'publish.push' needs a constant region with src_row 0 (the inbox "
+                                           "slabs start at row 0)")
     if len(set(rec["args"])) != len(rec["args"]):
         raise chunk.err(_TEMPLATE, f"argument names collide: {rec['args']}")
 
@@ -155,6 +176,8 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
     rec = record
     order = [(rank + i) % num_ranks for i in range(num_ranks)]
     pub = rec.get("publish")
+    if pub and pub.get("push") is not None:
+        return [_push_steps(rec, pid, rank, num_ranks, scalars) for pid in range(rec["grid"])]
     out = []
     for pid in range(rec["grid"]):
         steps = []
@@ -211,6 +234,47 @@ def _scatter_step(rec, t: int, srcs, dst, order, rank: int, num_ranks: int, scal
     step.waits = [SlotWait(pub["arg"], t, value, rank=None if r == rank else r) for r in order]
     step.notifies = [SlotNotify(pub["scatter"], t, value, q, op="set") for q in order[1:]]
     return step
+
+
+def _push_steps(rec, pid: int, rank: int, num_ranks: int, scalars) -> list[TileStep]:
+    """Program pid of a one-shot all-reduce by push: each tile of copy_from stored into every peer's inbox slab
+    for this rank, the previous tile summed from copy_from and the own inbox slabs (slab j - 1: rank (rank + j)
+    mod num_ranks) once their slots are set, then the tile's slots set on the peers; the last tile's sum last."""
+    pub = rec["publish"]
+    slabs, value, rows = pub["push"], int(scalars[pub["value_arg"]]), rec["rows"]
+    if slabs != num_ranks - 1:
+        raise chunk.err(_TEMPLATE, f"'publish.push' has {slabs} inbox slabs; a world of {num_ranks} ranks needs "
+                                   f"{num_ranks - 1}")
+    tn_count = chunk.tiles_n(rec)
+    pushes, sums = [], []
+    for tm, tn in chunk.program_tiles(rec, pid):
+        t = tm * tn_count + tn
+        (r0, c0), size = chunk.tile_box(rec, "src", tm, tn, scalars)
+        mine = Region(pub["copy_from"], (r0, c0), size)
+        peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]  # (peer, its slab)
+        boxes = [Region("src", (slab * rows + r0, c0), size, rank=q) for q, slab in peers]
+        pushes.append((TileStep(reads=[mine], writes=boxes, compute=_copies(mine, boxes)),
+                       [SlotNotify(pub["arg"], t * slabs + slab, value, q, op="set") for q, slab in peers]))
+        inbox = [Region("src", (j * rows + r0, c0), size) for j in range(slabs)]
+        dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
+        step = TileStep(reads=[mine] + inbox, writes=[dst], compute=_sum([mine] + inbox, dst, rec["out_dtype"]))
+        step.waits = [SlotWait(pub["arg"], t * slabs + j, value, rank=None) for j in range(slabs)]
+        sums.append(step)
+    # each tile's stores, the sum of the program's previous tile, the tile's slots (with the step before them:
+    # nothing is read in between); the last tile's sum (_emit_push)
+    steps = []
+    for i, (store, flags) in enumerate(pushes):
+        steps += [store] + ([sums[i - 1]] if i else [])
+        steps[-1].notifies = flags
+    return steps + sums[-1:]
+
+
+def _copies(a, targets):
+    def compute(view):
+        for s in targets:
+            view(s)[...] = view(a)
+
+    return compute
 
 
 def scatter_owner(rec, t: int, num_ranks: int) -> int:
@@ -300,6 +364,9 @@ def _emit(rec, args):
     bm, bn = rec["block_m"], rec["block_n"]
     e.rank(), e.num_ranks()  # defined here, at the top: every later use is dominated
     pub = rec.get("publish")
+    if pub and pub.get("push") is not None:
+        _emit_push(rec, args, e)
+        return
     if pub and not _interleaved(rec):
         _emit_publish(rec, args, e)
     if pub and pub.get("scatter"):
@@ -365,6 +432,56 @@ def _emit_scatter_tile(rec, args, e, t, owned: bool):
             src = core.ConsumeToken.build(args["src"], token).result
             vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask, 0.0 if mask is not None else None)
             T.store(dst, T.cast(vals, rec["out_dtype"]), mask)
+
+
+def _emit_push(rec, args, e):
+    """The one-shot all-reduce by push (publish.push), per tile of the program: its stores into every peer's
+    inbox slab for this rank, the sum of the program's previous tile (``_emit_push_sum``) while those stores are
+    in flight, then the tile's slots set on the peers (a release: it waits for the stores, after a CTA barrier);
+    the last tile's sum ends the program. A tile is summed one tile after its own push, by when the peers' copies
+    of it, pushed at the same pace, have landed; no release stalls a program with nothing else to do."""
+    pub, bm, bn, rows, grid = rec["publish"], rec["block_m"], rec["block_n"], rec["rows"], rec["grid"]
+    rank, num_ranks = e.rank(), e.num_ranks()
+    slabs = T.sub(num_ranks, 1)
+    with e.for_tiles() as loop:
+        tm, tn = e.tile_coords(loop.iv)
+        off, mask, _ = e.tile_offsets("src", tm, tn)
+        vals = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask, _other(mask))
+        with T.For(1, num_ranks, 1) as qs:
+            slab = T.sub(slabs, qs.iv)
+            inbox, _, _ = e.tile_offsets("src", tm, tn, row0=T.mul(slab, rows))
+            peer = core.SymmAt.build(args["src"], T.rem(T.add(rank, qs.iv), num_ranks)).result
+            T.store(T.addptr(T.splat(peer, [bm, bn]), inbox), vals, mask)
+        with T.if_(T.ge(loop.iv, T.add(T.program_id(0), grid))):
+            _emit_push_sum(rec, args, e, T.sub(loop.iv, grid), slabs)
+        with T.For(1, num_ranks, 1) as qs:
+            core.Notify.build(T.addptr(args[pub["arg"]], T.add(T.mul(loop.iv, slabs), T.sub(slabs, qs.iv))),
+                              T.rem(T.add(rank, qs.iv), num_ranks), args[pub["value_arg"]], op="set",
+                              scope=pub["scope"], semantic="release")
+    pid = T.program_id(0)  # grid <= tiles: every program has a last tile
+    _emit_push_sum(rec, args, e, T.add(pid, T.mul(T.div(T.sub(chunk.num_tiles(rec) - 1, pid), grid), grid)), slabs)
+
+
+def _emit_push_sum(rec, args, e, t, slabs):
+    """Tile t of a push all-reduce: wait on the own slots, sum copy_from's tile and the inbox slabs (rank order
+    from this rank on) in fp32, store dst."""
+    pub, bm, bn, rows = rec["publish"], rec["block_m"], rec["block_n"], rec["rows"]
+    tm, tn = e.tile_coords(t)
+    off, mask, _ = e.tile_offsets("src", tm, tn)
+    own = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask, _other(mask))
+    with T.For(0, slabs, 1, [T.cast(own, "fp32")]) as js:
+        slot = core.SymmAt.build(T.addptr(args[pub["arg"]], T.add(T.mul(t, slabs), js.iv)), e.rank()).result
+        token = core.Wait.build(slot, args[pub["value_arg"]], scope=pub["scope"]).token
+        inbox, _, _ = e.tile_offsets("src", tm, tn, row0=T.mul(js.iv, rows))
+        src = core.ConsumeToken.build(args["src"], token).result
+        part = T.load(T.addptr(T.splat(src, [bm, bn]), inbox), mask, _other(mask))
+        js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
+    dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+    T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(js.results[0], rec["out_dtype"]), mask)
+
+
+def _other(mask):
+    return 0.0 if mask is not None else None
 
 
 def _emit_publish(rec, args, e):

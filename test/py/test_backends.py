@@ -67,7 +67,7 @@ def test_supported_targets_and_backends():
         backend = get_backend(t)
         assert str(backend.target) == t
         assert backend.stage_names[-1] == ("cubin" if t.startswith("cuda") else "hsaco")
-        assert set(dir(backend.primitives)) >= {"acquire_load", "release_rmw", "opaque_zero"}
+        assert set(dir(backend.primitives)) >= {"acquire_load", "release_rmw", "opaque_zero", "pause"}
 
 
 # ------------------------------------------------------------------------------------------------------ options

@@ -160,7 +160,7 @@ def test_tile_rejects_bad_options():
         parse_pipeline("ditron-tile{block-q=4}")
     with pytest.raises(PassError, match="num-warps must be 1, 2, 4, 8 or 16, got 3"):
         parse_pipeline("ditron-tile{num-warps=3}")
-    with pytest.raises(PassError, match="all-reduce must be one of one_shot, two_shot, epilogue"):
+    with pytest.raises(PassError, match="all-reduce must be one of one_shot, two_shot, push, epilogue"):
         parse_pipeline("ditron-tile{all-reduce=three_shot}")
     with pytest.raises(PassError, match="reduce-scatter must be one of epilogue, reduce_kernel, one_launch"):
         parse_pipeline("ditron-tile{reduce-scatter=tree}")
@@ -173,22 +173,23 @@ def test_tile_epilogue_all_reduce_needs_a_gemm():
 
 
 @pytest.mark.parametrize("kind,W,algorithm", [("gemm_rs", 2, "epilogue"), ("gemm_ar", 4, "epilogue"),
-                                              ("gemm_ar", 2, "one_shot")])
+                                              ("gemm_ar", 2, "push")])
 def test_tile_model_reduces_large_gemms_in_the_epilogue(kind, W, algorithm):
     """At LLaMA-70B sizes the model keeps every SM on the GEMM and moves partials with the copy engine; for GEMM+AR
-    on two ranks the GEMM then the one-launch all-reduce (one read of the peer's output) costs less than the
-    epilogue's gather and output copy, as measured (cost_model.EPILOGUE_GATHER_SLOWDOWN)."""
+    on two ranks the GEMM then the one-launch all-reduce by push (its output stored into the peer's inbox) costs less
+    than the epilogue's gather and output copy, as measured (cost_model.EPILOGUE_GATHER_SLOWDOWN)."""
     text = lower(local_program(kind, W, 4096, k=14336, n=8192), "ditron-tile")
     for t in _tilings(text):
         assert t["algorithm"] == algorithm and t["sm_budget"] == 132
         assert t["comm_sms"] == (0 if algorithm == "epilogue" else 132)
 
 
-@pytest.mark.parametrize("W,algorithm", [(2, "one_shot"), (4, "two_shot"), (8, "two_shot")])
+@pytest.mark.parametrize("W,algorithm", [(2, "push"), (4, "two_shot"), (8, "two_shot")])
 def test_tile_model_all_reduces_large_tensors_two_shot_from_four_ranks(W, algorithm):
-    """A 16 MB all-reduce runs in one launch (engine sm) either way: one-shot on two ranks, where both move the same
-    bytes and the two-shot launch measured slower (cost_model.TWO_SHOT_LAUNCH_SLOWDOWN), two-shot from four ranks
-    on (each rank reads 1/W of the tiles from every peer and writes the sums back, instead of W-1 full reads)."""
+    """A 16 MB all-reduce runs in one launch (engine sm) either way: one-shot by push on two ranks, where every
+    algorithm moves the same bytes, the two-shot launch measured slower (cost_model.TWO_SHOT_LAUNCH_SLOWDOWN) and
+    stores beat loads over the link (cost_model.SM_STORE_LINK_GAIN); two-shot from four ranks on (each rank reads
+    1/W of the tiles from every peer and writes the sums back, instead of W-1 full transfers)."""
     rows = 16384 // W  # local_program's m: one shard; the all-reduce's input is W * m rows
     text = lower(local_program("all_reduce", W, rows, k=512), "ditron-tile")
     (t,) = _tilings(text)
@@ -307,7 +308,8 @@ KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gathe
          ("all_gather", ""), ("reduce_scatter", ""), ("reduce_scatter", "reduce-scatter=reduce_kernel"),
          ("all_reduce", "all-reduce=one_shot"),
          ("all_reduce", "all-reduce=one_shot engine=copy_engine"), ("all_reduce", "all-reduce=two_shot engine=sm"),
-         ("all_reduce", "all-reduce=two_shot engine=copy_engine"), ("all_reduce", "")]
+         ("all_reduce", "all-reduce=two_shot engine=copy_engine"), ("all_reduce", "all-reduce=push"),
+         ("gemm_ar", "all-reduce=push"), ("all_reduce", "")]
 
 
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
@@ -316,6 +318,23 @@ def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
     for m, seeds in ((128, (0, 1, 2)), (4091, (3,))):
         text = local_program(kind, w, m)
         check_sim(lower(text, FULL % (tile, "")), text, w, seeds=seeds)
+
+
+def test_push_all_reduce_stores_into_an_inbox_of_w_minus_one_slabs():
+    """all-reduce=push: one launch whose symmetric src is an inbox of W - 1 slabs of x (no copy into a local
+    symmetric buffer), with W - 1 slots per tile; GEMM+AR's push runs the GEMM into a buffer, then that launch."""
+    for kind in ("all_reduce", "gemm_ar"):
+        text = lower(local_program(kind, 4, 100), FULL % ("all-reduce=push", ""))
+        rows = 4 * 100  # local_program's m is a shard: W * m rows
+        assert text.count('ditron.role = "ar.one_launch"') == 1 and "rs.stage" not in text
+        assert f'{{name = "ar_inbox"}} : () -> memref<{3 * rows}x' in text
+        (rec,) = [k for k in _launches_and_kernels(text)[1].values() if k["template"] == "reduce"]
+        assert rec["publish"]["push"] == 3 and rec["src_extent"] == 3 * rows
+        tiles = -(-rows // rec["block_m"]) * -(-rec["cols"] // rec["block_n"])
+        assert f'{{name = "ar_published"}} : () -> memref<{3 * tiles}xi32>' in text
+    with pytest.raises(PassError, match="all-reduce=push stores into the peers' buffers with SMs; it cannot use "
+                                        "engine=copy_engine"):
+        lower(local_program("all_reduce", 2, 64), "ditron-tile{all-reduce=push engine=copy_engine}")
 
 
 def test_one_shot_all_reduce_is_one_launch_unless_the_copy_engine_is_asked_for():

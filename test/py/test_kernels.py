@@ -597,6 +597,58 @@ def test_reduce_two_shot_ir_matches_tiles_and_numpy(W):
         reduce.make_record(8, 8, src_row="arg:r", publish={"arg": "p", "scatter": "s"})
 
 
+@pytest.mark.parametrize("W", [2, 3])
+def test_reduce_push_ir_matches_tiles_and_numpy(W):
+    """publish.push (the one-shot all-reduce by stores): each program stores its tiles of x into every peer's
+    inbox slab for this rank (slab W - 1 - i on rank + i) and sets the peer's slot t * (W - 1) + slab, then waits
+    on its own slots and sums x with its inbox (slab j - 1 = rank + j). Ranks run one after the other with every
+    pad set and every inbox already holding what the peers push (the simulator checks the concurrent protocol)."""
+    rows, cols = 37, 70
+    rec = reduce.make_record(rows, cols, dtype="bf16", block_m=16, block_n=32, grid=4,
+                             publish={"arg": "published", "copy_from": "x", "push": W - 1})
+    assert rec["args"] == ["src", "dst", "x", "published", "publish_value"] and rec["src_extent"] == (W - 1) * rows
+    tiles, tn = chunk.num_tiles(rec), chunk.tiles_n(rec)
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [random("bf16", (rows * cols,), rng) for _ in range(W)]
+    mem = {}
+    for r in range(W):
+        mem[("x", r)] = xs[r].copy()
+        mem[("src", r)] = np.concatenate([xs[(r + j) % W] for j in range(1, W)])
+        mem[("dst", r)] = np.zeros(rows * cols, np.float32)
+        mem[("published", r)] = np.full(tiles * (W - 1), 3, np.int32)
+    lds = {"src": cols, "dst": cols, "x": cols, "published": None}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W, scalars={"publish_value": 3})
+    # summed in rank order from the own rank on, in fp32, as tiles() does
+    for r in range(W):
+        want = round_to("bf16", sum(xs[(r + j) % W].astype(np.float32) for j in range(W)))
+        np.testing.assert_array_equal(mem_ir[("dst", r)], want)
+        np.testing.assert_array_equal(mem_tiles[("dst", r)], mem_ir[("dst", r)])
+        np.testing.assert_array_equal(mem_ir[("src", r)], mem[("src", r)])
+    steps = reduce.tiles(rec, rank=1, num_ranks=W, scalars={"publish_value": 3})[1]
+    mine = chunk.program_tiles(rec, 1)  # stores+flags 0, stores 1, sum 0+flags 1, ..., sum of the last
+    t = mine[0][0] * tn + mine[0][1]
+    push, flags, total = steps[0], steps[0], steps[2]
+    assert len(mine) > 1 and len(steps) == 2 * len(mine) and [reg.arg for reg in push.reads] == ["x"]
+    assert [bool(st.notifies) for st in steps] == [True] + [False, True] * (len(mine) - 1) + [False]
+    assert [reg.arg for reg in total.writes] == ["dst"] and total.notifies[0].slot == (t + 4) * (W - 1) + W - 2
+    assert [(reg.rank, reg.offsets[0]) for reg in push.writes] == [((1 + i) % W, (W - 1 - i) * rows + 16 * mine[0][0])
+                                                                   for i in range(1, W)]
+    assert flags.notifies == [reduce.SlotNotify("published", t * (W - 1) + W - 1 - i, 3, (1 + i) % W, op="set")
+                             for i in range(1, W)]
+    assert [(w.rank, w.slot) for w in total.waits] == [(None, t * (W - 1) + j) for j in range(W - 1)]
+    assert [reg.rank for reg in total.reads] == [None] * W
+    with pytest.raises(VerificationError, match="a world of 3 ranks needs 2"):
+        reduce.tiles(rec if W == 2 else reduce.make_record(
+            rows, cols, block_m=16, block_n=32, grid=4, publish={"arg": "p", "copy_from": "x", "push": 1}),
+            rank=0, num_ranks=3, scalars={"publish_value": 1})
+    with pytest.raises(VerificationError, match="needs 'copy_from' and excludes 'scatter'"):
+        reduce.make_record(8, 8, publish={"arg": "p", "push": 1})
+    with pytest.raises(VerificationError, match="src_row 0"):
+        reduce.make_record(8, 8, src_row=8, publish={"arg": "p", "copy_from": "x", "push": 1})
+    with pytest.raises(VerificationError, match="number of inbox slabs"):
+        reduce.make_record(8, 8, publish={"arg": "p", "copy_from": "x", "push": 0})
+
+
 def test_reduce_publish_rejects_unsafe_records():
     with pytest.raises(VerificationError, match="exclude each other"):
         reduce.make_record(8, 8, publish={"arg": "p"}, wait={"arg": "s", "rows_per_slot": 4})

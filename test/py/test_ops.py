@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from ditron import ops
-from ditron.cost_model import all_reduce_estimates, peaks_for
+from ditron.cost_model import (all_reduce_estimates, all_reduce_one_launch_time, all_reduce_push_launch_time,
+                                all_reduce_two_shot_launch_time, peaks_for)
 from ditron.errors import DitronRuntimeError, PassError
 from ditron.passes.registry import PIPELINES
 from ditron.sim import simulate
@@ -183,8 +184,12 @@ def test_choices_follow_the_problem_and_the_target():
 def test_all_reduce_auto_is_the_cost_models_pick(rows):
     s = sig("all_reduce", [(rows, 512)], 8, virtual=False)
     chosen = ops.lower(s)[1][0]["algorithm"]
-    estimates = all_reduce_estimates(rows, 512, 8, peaks_for("cuda:90"), elem_bytes=2, sms=132)
-    assert chosen == min(estimates, key=estimates.get)
+    pk = peaks_for("cuda:90")
+    options = [(t, a) for a, t in all_reduce_estimates(rows, 512, 8, pk, elem_bytes=2, sms=132).items()]  # staged
+    options += [(f(rows, 512, 8, pk, elem_bytes=2, sms=132), a) for a, f in  # one launch
+                (("one_shot", all_reduce_one_launch_time), ("two_shot", all_reduce_two_shot_launch_time),
+                 ("push", all_reduce_push_launch_time))]
+    assert chosen == min(options)[1]
 
 
 def test_forced_algorithm_and_overrides_reach_the_program():
@@ -579,7 +584,9 @@ FAKE = [("ag_gemm", [(40, 32), (32, 16)], {}, (1, 2, 3)), ("gemm_rs", [("R", 32)
         ("gemm_ar", [("R", 32), (32, 16)], {}, (2, 3)), ("all_gather", [(40, 24)], {}, (1, 3)),
         ("all_gather", [(16, 8)], {"dim": 1}, (2,)), ("reduce_scatter", [("R", 24)], {}, (1, 4)),
         ("all_reduce", [("R", 24)], {"algorithm": "one_shot"}, (3,)),
-        ("all_reduce", [("R", 24)], {"algorithm": "two_shot"}, (2, 4)), ("all_reduce", [(20, 24)], {}, (1, 2))]
+        ("all_reduce", [("R", 24)], {"algorithm": "two_shot"}, (2, 4)), ("all_reduce", [(20, 24)], {}, (1, 2)),
+        ("all_reduce", [(20, 24)], {"algorithm": "push"}, (1, 3)), ("gemm_ar", [(20, 32), (32, 16)],
+                                                                   {"algorithm": "push"}, (2,))]
 
 
 @pytest.mark.parametrize("op,shapes,params,worlds", FAKE, ids=[f"{o}-{'-'.join(map(str, p.values())) or 'default'}"

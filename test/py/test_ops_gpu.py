@@ -62,11 +62,15 @@ def _cases() -> dict[str, ops.Signature]:
                 add(f"all_reduce2_w{W}_m{m}", "all_reduce", W, m, algorithm="two_shot")  # one launch
                 add(f"all_reduce2ce_w{W}_m{m}", "all_reduce", W, m, algorithm="two_shot",  # staged
                     passes={"ditron-tile": {"engine": "copy_engine"}})
+                add(f"all_reduce_push_w{W}_m{m}", "all_reduce", W, m, algorithm="push")
+                add(f"gemm_ar_push_w{W}_m{m}", "gemm_ar", W, m, algorithm="push")
         add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
     for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
         add(f"real_{op}_w2_m4091", op, 2, 4091, virtual=False)
     add("real_all_reduce1_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="one_shot")
     add("real_all_reduce2_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="two_shot")
+    add("real_all_reduce_push_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="push")
+    add("real_gemm_ar_push_w2_m4091", "gemm_ar", 2, 4091, virtual=False, algorithm="push")
     add("real_reduce_scatter_staged_w2_m4091", "reduce_scatter", 2, 4091, virtual=False,
         passes={"ditron-tile": {"reduce-scatter": "reduce_kernel"}})
     return out

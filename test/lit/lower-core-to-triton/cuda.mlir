@@ -60,7 +60,7 @@
 // -----
 
 // wait on one slot: every thread spins on an acquire load at system scope, at most wait_bound polls (an i64
-// counter carried by the loop, no memory access); the token is the value seen. Giving up adds 1 to wait_err[0] and
+// counter carried by the loop, no memory access), with a nanosleep between failed polls; the token is the value seen. Giving up adds 1 to wait_err[0] and
 // writes wait_tag to wait_err[1] and the value seen to wait_err[2] (relaxed, gpu scope), then goes on.
 // consume_token: the pointer is offset by an opaque zero made from the token (with a large divisibility hint).
 // CHECK-LABEL: module attributes {ditron.target = "cuda:90"}
@@ -73,7 +73,8 @@
 // CHECK-NEXT:   %[[AGAIN:.*]] = arith.andi %[[LOW]], %[[LEFT]] : i1
 // CHECK-NEXT:   scf.condition(%[[AGAIN]]) %[[N]], %[[SEEN]] : i64, i32
 // CHECK-NEXT: } do {
-// CHECK-NEXT: ^bb0(%[[M:.*]]: i64, %{{.*}}: i32):
+// CHECK-NEXT: ^bb0(%[[M:.*]]: i64, %[[WAS:.*]]: i32):
+// CHECK-NEXT:   %{{.*}} = "tt.elementwise_inline_asm"(%[[WAS]]) {asm_string = "nanosleep.u32 64;\0A\09mov.b32 $0, $1;", constraints = "=r,r", packed_element = 1 : i32, pure = false} : (i32) -> i32
 // CHECK-NEXT:   %[[ONE:.*]] = arith.constant 1 : i64
 // CHECK-NEXT:   %[[NEXT:.*]] = arith.addi %[[M]], %[[ONE]] : i64
 // CHECK-NEXT:   scf.yield %[[NEXT]] : i64
@@ -112,7 +113,8 @@
 // CHECK:     "tt.reduce.return"(%[[MIN]]) : (i32) -> ()
 // CHECK:   }) {axis = 0 : i32} : (tensor<8xi32>) -> i32
 // CHECK:   arith.cmpi slt, %[[M]]
-// CHECK: %[[Z:.*]] = "tt.elementwise_inline_asm"
+// CHECK: "tt.elementwise_inline_asm"({{.*}}) {asm_string = "nanosleep.u32 64;
+// CHECK: %[[Z:.*]] = "tt.elementwise_inline_asm"({{.*}}) {asm_string = "mov.b32 $0, 0;"
 // CHECK: %[[W:.*]] = arith.extsi %[[Z]] : i32 to i64
 // CHECK: %[[S:.*]] = "tt.splat"(%[[W]]) : (i64) -> tensor<8xi64>
 // CHECK: arith.addi %{{.*}}, %[[S]] : tensor<8xi64>

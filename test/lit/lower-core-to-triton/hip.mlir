@@ -1,8 +1,8 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-lower-core-to-triton{target=hip:gfx942}' | FileCheck %s
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-lower-core-to-triton{target=hip:gfx950}' | FileCheck %s --check-prefix=GFX950
 
-// wait on AMD: a system-scope acquire atomic add of 0 (global_atomic ... sc1 + buffer_inv in the ISA); consume_token
-// uses a GCN v_mov_b32 as its opaque zero.
+// wait on AMD: a system-scope acquire atomic add of 0 (global_atomic ... sc1 + buffer_inv in the ISA), s_sleep
+// between failed polls; consume_token uses a GCN v_mov_b32 as its opaque zero.
 // CHECK-LABEL: module attributes {ditron.target = "hip:gfx942"}
 // GFX950-LABEL: module attributes {ditron.target = "hip:gfx950"}
 // CHECK: ^bb0(%[[SIG:.*]]: !tt.ptr<i32>, %[[X:.*]]: !tt.ptr<f16>, %[[V:.*]]: i32, %[[BOUND:.*]]: i64, %[[ERR:.*]]: !tt.ptr<i32>, %[[TAG:.*]]: i32):
@@ -14,6 +14,8 @@
 // CHECK:   %[[LEFT:.*]] = arith.cmpi slt, %[[N]], %[[BOUND]] : i64
 // CHECK:   %[[AGAIN:.*]] = arith.andi %[[C]], %[[LEFT]] : i1
 // CHECK:   scf.condition(%[[AGAIN]]) %[[N]], %[[SEEN]] : i64, i32
+// CHECK: } do {
+// CHECK:   "tt.elementwise_inline_asm"(%{{.*}}) {asm_string = "s_sleep 1\0A\09v_mov_b32 $0, $1", constraints = "=v,v", packed_element = 1 : i32, pure = false} : (i32) -> i32
 // CHECK: scf.if
 // CHECK:   "tt.atomic_rmw"(%[[ERR]], {{.*}}) {atomic_rmw_op = 4 : i32, scope = 1 : i32, sem = 1 : i32}
 // CHECK: %[[Z:.*]] = "tt.elementwise_inline_asm"(%[[TOK]]#1) {asm_string = "v_mov_b32 $0, 0", constraints = "=v,v", packed_element = 1 : i32, pure = true, tt.divisibility = dense<1073741824> : tensor<1xi32>} : (i32) -> i32

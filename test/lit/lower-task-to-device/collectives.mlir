@@ -2,6 +2,7 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=one_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=ONE
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot engine=copy_engine},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWO
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWOL
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push},ditron-lower-task-to-device' | FileCheck %s --check-prefix=PUSH
 
 // Standalone reduce_scatter of an argument: stage it into a symmetric buffer, count chunks on their owners.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
@@ -24,7 +25,8 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
 // all_reduce: one-shot staged by the copy engine counts every chunk on every rank; one-shot on SMs (the model's
 // choice) is one reduce launch that publishes x tile by tile and waits per tile; two-shot staged by the copy engine
 // reduces by owner, then all-gathers; two-shot on SMs (the model's choice for two_shot) is one launch that also
-// takes the ar_reduced pad (publish.scatter): each tile summed on one rank, written back into the peers' P.
+// takes the ar_reduced pad (publish.scatter): each tile summed on one rank, written back into the peers' P. push
+// is one launch whose src is an inbox of W - 1 slabs (here one) that the peers store into, W - 1 slots per tile.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // ONE-LABEL: func.func @all_reduce
   // ONE: %[[P:.*]] = "ditron_device.alloc_symmetric"() {name = "rs_partial"} : () -> memref<128x32xbf16>
@@ -53,6 +55,13 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // TWOL: "ditron_device.launch"(%[[P]], %arg1, %arg0, %[[PUB]], %arg2, %[[RED]]) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
   // TWOL-NEXT: "ditron_device.barrier"
   // TWOL: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch", "reduced"]{{.*}}publish = {arg = "published", copy_from = "x", scatter = "reduced", scope = "sys", value_arg = "epoch"}
+  // PUSH-LABEL: func.func @all_reduce
+  // PUSH: %[[IN:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_inbox"} : () -> memref<128x32xbf16>
+  // PUSH: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_published"} : () -> memref<1xi32>
+  // PUSH-NOT: ditron_device.copy
+  // PUSH: "ditron_device.launch"(%[[IN]], %arg1, %arg0, %[[PUB]], %arg2) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
+  // PUSH-NEXT: "ditron_device.barrier"
+  // PUSH: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch"]{{.*}}publish = {arg = "published", copy_from = "x", push = 1 : i64, scope = "sys", value_arg = "epoch"}, rows = 128 : i64, src_col = 0 : i64, src_extent = 128 : i64
   func.func @all_reduce(%x: tensor<128x32xbf16>) -> tensor<128x32xbf16> attributes {ditron.view = "local"} {
     %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<128x32xbf16>) -> tensor<128x32xbf16>
     return %y : tensor<128x32xbf16>

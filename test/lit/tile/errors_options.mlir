@@ -2,6 +2,7 @@
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{chunk-rows=1000}' 2>&1 | FileCheck %s --check-prefix=CHUNK
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{block-m=256 block-n=256 block-k=128 num-stages=4}' 2>&1 | FileCheck %s --check-prefix=SMEM
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot engine=copy_engine}' 2>&1 | FileCheck %s --check-prefix=TWO
+// RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push engine=copy_engine}' 2>&1 | FileCheck %s --check-prefix=PUSH
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{target=cuda:75}' 2>&1 | FileCheck %s --check-prefix=TARGET
 // TARGET: error: ditron-tile: no performance numbers for target 'cuda:75'; known: cuda:90, cuda:80, hip:gfx942, hip:gfx950
 
@@ -19,7 +20,8 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
 
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   func.func @uneven(%x: tensor<10x64xbf16>) -> tensor<10x64xbf16> attributes {ditron.view = "local"} {
-    // TWO: errors_options.mlir:[[# @LINE + 1]]:10: error: ditron-tile: 'ditron_task.all_reduce' op all-reduce=two_shot with the copy engine needs the 10 rows divisible by the 4 ranks; use one_shot or engine=sm
+    // TWO: errors_options.mlir:[[# @LINE + 2]]:10: error: ditron-tile: 'ditron_task.all_reduce' op all-reduce=two_shot with the copy engine needs the 10 rows divisible by the 4 ranks; use one_shot or engine=sm
+    // PUSH: errors_options.mlir:[[# @LINE + 1]]:10: error: ditron-tile: 'ditron_task.all_reduce' op all-reduce=push stores into the peers' buffers with SMs; it cannot use engine=copy_engine
     %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<10x64xbf16>) -> tensor<10x64xbf16>
     return %y : tensor<10x64xbf16>
   }

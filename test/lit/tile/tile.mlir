@@ -36,7 +36,7 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // CHECK-LABEL: func.func @standalone
   // CHECK: "ditron_task.matmul"{{.*}}ditron.tiling = {{{.*}}kind = "matmul"
   // CHECK: "ditron_task.elementwise"{{.*}}ditron.tiling = {block = 1024 : i64, kind = "elementwise"
-  // CHECK: "ditron_task.all_reduce"{{.*}}algorithm = "{{one_shot|two_shot}}"{{.*}}kind = "all_reduce"
+  // CHECK: "ditron_task.all_reduce"{{.*}}algorithm = "{{one_shot|two_shot|push}}"{{.*}}kind = "all_reduce"
   // CHECK: "ditron_task.reduce_scatter"{{.*}}chunk_rows = 4091 : i64{{.*}}kind = "reduce_scatter", num_chunks = 1 : i64
   // CHECK: "ditron_task.all_gather"{{.*}}kind = "all_gather"{{.*}}shard_rows = 16364
   func.func @standalone(%x: tensor<16364x256xbf16>, %w: tensor<256x256xbf16>) -> (tensor<16364x256xbf16>, tensor<4091x256xbf16>, tensor<65456x256xbf16>) attributes {ditron.view = "local"} {
