@@ -374,6 +374,20 @@ def all_reduce_push_launch_time(rows: int, cols: int, world: int, peaks: TargetP
     return peaks.launch_latency + remote + nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.signal_latency
 
 
+def gemm_ar_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: TargetPeaks, *, tiles: int,
+                          sms: int, elem_bytes: int = 2) -> float:
+    """GEMM+AR by push (gemm template ``push``, then reduce ``publish.pushed``): each C tile is stored into the
+    peers' inboxes as the GEMM completes it, so the link time hides under the GEMM's except for its last wave's
+    share (``tiles`` C tiles over ``sms`` programs); then the local sum of x and the W-1 inbox slabs."""
+    nbytes = rows * cols * elem_bytes
+    if world == 1:
+        return t_gemm
+    link = (world - 1) * nbytes / (peaks.sm_link_bw(peaks.num_sms, world - 1) * SM_STORE_LINK_GAIN)
+    last_wave = link * min(1.0, sms / max(tiles, 1))
+    local_sum = nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.launch_latency
+    return max(t_gemm, link) + last_wave + local_sum + peaks.signal_latency
+
+
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
                                sms: int | None = None) -> float:
     """One-shot all-reduce as one kernel: each program copies its tiles into the symmetric buffer, sets their

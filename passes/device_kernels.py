@@ -41,7 +41,8 @@ def _template_error(err: VerificationError) -> PassError:
 
 def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
                 wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
-                rows_per_rank: int = 0, tile_order: str = "grouped", rank_shift: int = 0) -> KernelRecord:
+                push: dict | None = None, rows_per_rank: int = 0, tile_order: str = "grouped",
+                rank_shift: int = 0) -> KernelRecord:
     from ..kernels import gemm
     m, k = a_shape
     n = b_shape[1]
@@ -51,14 +52,15 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         config["num_sms"] = t.sm_budget
     if "block_m" in config and "block_n" in config and "block_k" in config:
         config["split_k"] = _fitting_split_k(m, n, k, a_type, c_type, t, config,
-                                             fused=bool(wait or notify or reduce_own))
+                                             fused=bool(wait or notify or reduce_own or push))
     if reduce_own is not None and config.get("block_m") and rows_per_rank:
         # the own rows' tiles come last only if no GROUP_M group straddles two ranks' rows
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
     try:
         return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
                                 tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift,
-                                wait=wait, notify=notify, reduce_own=reduce_own, target=t.target, **config)
+                                wait=wait, notify=notify, reduce_own=reduce_own, push=push, target=t.target,
+                                **config)
     except VerificationError as err:
         raise _template_error(err) from None
 

@@ -15,7 +15,8 @@
   always) is one reduce launch: each program publishes its tiles (copied into the symmetric buffer if x is not
   one) by setting their slots, then sums every rank's tiles once their slots are set. push (engine sm, standalone
   or after GEMM+AR's GEMM) is one-shot by stores: each program stores its tiles into its slab of every peer's
-  inbox and sets the peer's slots, then sums its own tiles with its inbox once its own slots are set.
+  inbox and sets the peer's slots, then sums its own tiles with its inbox once its own slots are set. GEMM+AR's
+  push has the GEMM store each tile into the peers' inboxes as it completes (and count it there), then sums.
 
 Slots count up across calls: a chunk of call e is ready when its slot reaches e * expected (set-signals write the
 epoch itself). The end-of-program barrier keeps a rank from starting call e+1 while peers still read its buffers.
@@ -620,9 +621,40 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
         red = _counted_gemm(lw, g, t, p, ch, lw.b.pad(t.world * ch.count, "ar_count"))
         _all_reduce_from(lw, g.consumer, t, p, out, red, lane="compute", stage_from=None, group=g.group)
         return
+    if t.algorithm == "push":
+        _pushing_gemm(lw, g, t, p, out)
+        return
     _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
-    # one-shot: after the GEMM, one reduce launch reading P where it is, or (push) storing it into the peers'
-    # inboxes (the tiling's tile fields are the GEMM's)
+    # one-shot: after the GEMM, one reduce launch reading P where it is (the tiling's tile fields are the GEMM's)
     from ..kernels.reduce import publish_tile
-    _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16),
-                       push=t.algorithm == "push")
+    _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))
+
+
+def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value) -> None:
+    """GEMM+AR by push: the GEMM stores each C tile into P and into its slab of every peer's inbox, counting the
+    tile in the peer's ``ar_pushed`` slot of its row block (gemm template ``push``), so the link carries the
+    partials while the GEMM runs; then one reduce launch (``publish.pushed``) sums P and the inbox, each tile
+    once its slots count every column tile of the call (epoch * tiles_n)."""
+    from ..kernels import chunk, reduce
+    b, mm = lw.b, task.Matmul(g.producer)
+    rows, n = ir.MemRefType(p.type).shape
+    elem = ir.MemRefType(p.type).element_type
+    slabs = t.world - 1
+    inbox = b.alloc([slabs * rows, n], elem, "ar_inbox")
+    lw.symmetric.add(inbox)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+                        push={"arg": "inbox", "pad": "pushed", "slabs": slabs})
+    tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
+    pad = b.pad(slabs * tiles_m, "ar_pushed")
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, inbox, pad], lane="compute", role="ar.gemm_push",
+              group=g.group)
+    lw.slot_step = max(lw.slot_step, tiles_n)
+    tile = reduce.publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16)
+    fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), dst_ld=ir.MemRefType(out.type).shape[1],
+                  publish={"arg": "pushed", "value_arg": "expect", "copy_from": "x", "push": slabs,
+                           "pushed": rec["block_m"]}, **tile)
+    programs = t.comm_sms or 16
+    grid = max(1, min(programs, chunk.num_tiles(reduce.make_record(rows, n, **fields))))
+    red = reduce.make_record(rows, n, grid=grid, **fields)
+    lw.launch(red, [inbox, out, p, pad, b.mul(b.epoch, tiles_n)], lane="compute", role="ar.sum_pushed",
+              group=g.group)

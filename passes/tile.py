@@ -25,7 +25,7 @@ from mlir import ir
 
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
-                          copy_time, gemm_candidates,
+                          copy_time, gemm_ar_push_estimate, gemm_candidates,
                           gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
                           reduce_scatter_estimates)
 from ..dialects import device, task
@@ -558,8 +558,11 @@ class _Planner:
                 sms = self.peaks.num_sms
                 cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
                 rows = shard_rows if algorithm == "one_launch" else m
-                launch = all_reduce_push_launch_time if algorithm == "push" else all_reduce_one_launch_time
-                t = t_gemm + launch(rows, n, w, self.peaks, elem_bytes=eb, sms=sms)
+                if algorithm == "push":  # the GEMM pushes its tiles as it goes, then a local sum
+                    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+                    t = gemm_ar_push_estimate(t_gemm, m, n, w, self.peaks, tiles=tiles, sms=sms, elem_bytes=eb)
+                else:
+                    t = t_gemm + all_reduce_one_launch_time(rows, n, w, self.peaks, elem_bytes=eb, sms=sms)
                 if best is None or t < best[0] * 0.999:
                     best = (t, algorithm, "sm", sms, sms, cfg, rows, rows, 1)
                 continue

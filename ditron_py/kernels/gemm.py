@@ -39,8 +39,15 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             each spin on a tile the other has not reached): tile_order 'rank_rotated' with
                             rank_shift 1 and group_m dividing R / block_m.
 
+    push    (optional)      {arg, pad, slabs, scope}: GEMM+AR by push. After a tile's store to ``c`` the tile is
+                            also stored into every peer's inbox ``arg`` ([slabs * m, n], slabs = num_ranks - 1),
+                            at rows slab * m + its rows, slab = num_ranks - 1 - i on peer rank + i (so slab j - 1
+                            of a rank's inbox holds rank + j's tiles), then 1 is added (release) to slot
+                            slab * tiles_m + pid_m of that peer's pad ``pad``: a slot counts tiles_n tiles per
+                            call. The reduce template's ``publish.pushed`` sums the inbox once they are there.
+
 Arguments (``record["args"]``): a, b, c, then the wait pad and value, the notify pad (if another one) and peer
-argument, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j holds rows j*M ...) and ``locks``
+argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j holds rows j*M ...) and ``locks``
 (i32, one per tile, zero before the first launch; the kernel leaves them zero).
 
 Tile order: tile t -> (pid_m, pid_n). row_major: t // tiles_n, t % tiles_n. grouped: GROUP_M m-blocks share a
@@ -97,15 +104,15 @@ def _pow2(x: int) -> bool:
 def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "bf16", out_dtype: str | None = None,
                 b_trans: bool = False, lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
                 tile_order: str = "grouped", rows_per_rank: int = 0, rank_shift: int = 0, wait: dict | None = None,
-                notify: dict | None = None, reduce_own: dict | None = None, target: str = "cuda:90",
-                **config) -> KernelRecord:
+                notify: dict | None = None, reduce_own: dict | None = None, push: dict | None = None,
+                target: str = "cuda:90", **config) -> KernelRecord:
     """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``."""
     out_dtype = out_dtype or ("bf16" if in_dtype.startswith("fp8") else in_dtype)
     unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
     if unknown:
         raise _err(f"unknown field(s) {sorted(unknown)}; known tuning fields: {', '.join(CONFIG_FIELDS)}")
     chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
-                           out_dtype=out_dtype, fused=bool(wait or notify or reduce_own),
+                           out_dtype=out_dtype, fused=bool(wait or notify or reduce_own or push),
                            num_sms=config.get("num_sms"))
     chosen.update(config)
     rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),
@@ -122,6 +129,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                              "scope": "sys", **reduce_own}
         if rec["reduce_own"].get("from_peers"):
             rec["reduce_own"].pop("src")
+    if push:
+        rec["push"] = {"scope": "sys", **push}
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -141,6 +150,8 @@ def _arg_names(rec) -> list[str]:
         spec = rec["reduce_own"]
         args += [a for a in (spec["arg"], spec["value_arg"], spec.get("src"), spec["dst"], spec.get("done"))
                  if a is not None and a not in args]
+    if "push" in rec:
+        args += [a for a in (rec["push"].get("arg"), rec["push"].get("pad")) if a not in args]
     if rec.get("split_k", 1) > 1:
         args += ["workspace", "locks"]
     return args
@@ -195,6 +206,14 @@ def check(rec) -> None:
             raise _err("notify.peer 'slot_owner' needs rows_per_rank, a multiple of notify.rows_per_slot")
     if "reduce_own" in rec:
         _check_reduce_own(rec)
+    if "push" in rec:
+        spec = rec["push"]
+        if not isinstance(spec.get("arg"), str) or not isinstance(spec.get("pad"), str) or \
+                not isinstance(spec.get("slabs"), int) or isinstance(spec["slabs"], bool) or spec["slabs"] < 1:
+            raise _err("'push' needs 'arg' (the inbox), 'pad' and 'slabs' (num_ranks - 1 >= 1)")
+        if "notify" in rec or "reduce_own" in rec or rec["store"] != "pointer" or rec["split_k"] > 1:
+            raise _err("'push' works without notify, reduce_own and split-K, with store='pointer' (its release "
+                       "follows the tile's stores)")
     g = geometry(rec)
     if rec["split_k"] > 1:
         if rec["persistent"] or "wait" in rec or "notify" in rec or "reduce_own" in rec:
@@ -479,6 +498,8 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if S == 1:
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec)
+                if "push" in rec:
+                    _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
             elif s < S - 1:
                 ws = Region("workspace", (s * m + m0, n0), (rows, cols))
                 step.writes = [ws]
@@ -498,6 +519,27 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             steps.append(step)
         out.append(steps)
     return out
+
+
+def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int) -> None:
+    """The push epilogue of a tile (record field ``push``): its C tile also written into each peer's inbox slab,
+    then the peers' slots of its row block counted."""
+    spec = rec["push"]
+    if spec["slabs"] != num_ranks - 1:
+        raise _err(f"'push' has {spec['slabs']} inbox slabs; a world of {num_ranks} ranks needs {num_ranks - 1}")
+    peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]
+    boxes = [Region(spec["arg"], (slab * rec["m"] + m0, n0), (rows, cols), q) for q, slab in peers]
+    c_reg, compute = step.writes[0], step.compute
+
+    def with_copies(view):
+        compute(view)
+        for box in boxes:
+            view(box)[...] = view(c_reg)
+
+    step.writes = [c_reg] + boxes
+    step.compute = with_copies
+    step.notifies = [SlotNotify(spec["pad"], slab * g.tiles_m + m0 // rec["block_m"], 1, q, op="add")
+                     for q, slab in peers]
 
 
 def _own_rows(rec, m0: int, rank: int) -> int | None:
@@ -541,7 +583,8 @@ class _Emitter:
         self.in_t, self.out_t = T.dtype(rec["in_dtype"]), T.dtype(rec["out_dtype"])
         sk = rec["split_k"]
         biggest = max(self.m * rec["lda"], (self.n if rec["b_trans"] else self.k) * rec["ldb"],
-                      self.m * rec["ldc"], sk * self.m * self.n)
+                      self.m * rec["ldc"], sk * self.m * self.n,
+                      rec["push"]["slabs"] * self.m * self.n if "push" in rec else 0)
         self.idx_t = T.i64() if biggest >= 2 ** 31 else T.i32()
 
     # -- arguments
@@ -563,6 +606,8 @@ class _Emitter:
                 types[rec["reduce_own"]["done"]] = T.ptr("i32")
         if "notify" in rec and rec["notify"]["peer"].startswith("arg:"):
             types[rec["notify"]["peer"][4:]] = T.i32()
+        if "push" in rec:
+            types[rec["push"]["arg"]], types[rec["push"]["pad"]] = T.ptr(self.out_t), T.ptr("i32")
         return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
 
     def emit(self):
@@ -571,7 +616,7 @@ class _Emitter:
         self.arg = dict(zip(rec["args"], values))
         with ir.InsertionPoint(f.regions[0].blocks[0]):
             self.rank = None
-            if rec["tile_order"] in ORDERS_USING_RANK or "reduce_own" in rec or \
+            if rec["tile_order"] in ORDERS_USING_RANK or "reduce_own" in rec or "push" in rec or \
                     ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
                 self.rank = core.Rank.build().rank
             if rec["loads"] == "tma" or rec["store"] == "tma":
@@ -638,6 +683,23 @@ class _Emitter:
             self.store_c(acc, m0, n0)
         if "notify" in rec:
             self._notify(m0)
+        if "push" in rec:
+            self._push(acc, m0, n0)
+
+    def _push(self, acc, m0, n0):
+        """The tile into its slab of every peer's inbox, then 1 added to the peer's slot of its row block."""
+        spec = self.rec["push"]
+        num_ranks = core.NumRanks.build().num_ranks
+        vals = T.cast(acc, self.out_t)
+        with T.For(1, num_ranks, 1) as qs:
+            q = T.rem(T.add(self.rank, qs.iv), num_ranks)
+            slab = T.sub(T.sub(num_ranks, 1), qs.iv)
+            inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
+            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(slab, self.m))
+            T.store(ptrs, vals, mask)
+            slot = T.add(T.mul(slab, self.g.tiles_m), T.div(m0, self.bm))
+            core.Notify.build(T.addptr(self.arg[spec["pad"]], slot), q, T.c(1), op="add", scope=spec["scope"],
+                              semantic="release")
 
     def _reduce_own_epilogue(self, acc, m0, n0):
         """Own rows: wait for the staged peer partials, add them, store to dst. Others: store to c, notify."""

@@ -38,7 +38,10 @@ dst_col (int or 'arg:<name>'), block_m, block_n, grid, num_warps, and optionally
              tile: waits on its own slots (local spins), adds its own tile and its inbox slabs, stores dst; the
              last tile's sum ends the program. Every byte crosses the link as a store (2xH200:
              343 GB/s against 312 for SM loads of peer memory) and nothing is copied into a local symmetric
-             buffer first. Excludes ``scatter``.
+             buffer first. Excludes ``scatter``. With ``pushed`` (an int, rows per slot) the peers' tiles were
+             stored by a producer before or while this launch runs (a GEMM's push epilogue: kernels.gemm
+             ``push``), which adds to slot slab * ceil(rows / pushed) + row // pushed of the owner's pad per
+             tile: the launch only sums, each tile once its slots of every slab are >= ``value_arg``.
 
 Arguments: src (symmetric), dst, the wait pad and value, the notify pad, the publish buffer, pad and value, the
 scatter pad, then the i32 arguments that 'arg:<name>' fields name.
@@ -150,6 +153,8 @@ def check(rec) -> None:
         if p.get("push") is not None:
             if not isinstance(p["push"], int) or isinstance(p["push"], bool) or p["push"] < 1:
                 raise chunk.err(_TEMPLATE, "'publish.push' is the number of inbox slabs (num_ranks - 1 >= 1)")
+            if p.get("pushed") is not None and (not isinstance(p["pushed"], int) or p["pushed"] < 1):
+                raise chunk.err(_TEMPLATE, "'publish.pushed' is the rows per slot of the producer's counts (>= 1)")
             if not p.get("copy_from") or p.get("scatter") is not None:
                 raise chunk.err(_TEMPLATE, "'publish.push' pushes 'copy_from' into the peers' inboxes: it needs "
                                            "'copy_from' and excludes 'scatter'")
@@ -258,8 +263,11 @@ def _push_steps(rec, pid: int, rank: int, num_ranks: int, scalars) -> list[TileS
         inbox = [Region("src", (j * rows + r0, c0), size) for j in range(slabs)]
         dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
         step = TileStep(reads=[mine] + inbox, writes=[dst], compute=_sum([mine] + inbox, dst, rec["out_dtype"]))
-        step.waits = [SlotWait(pub["arg"], t * slabs + j, value, rank=None) for j in range(slabs)]
+        step.waits = [SlotWait(pub["arg"], slot, value, rank=None) for j in range(slabs)
+                      for slot in _push_slots(rec, t, r0, size[0], j)]
         sums.append(step)
+    if pub.get("pushed") is not None:  # the producer pushed: only the sums
+        return sums
     # each tile's stores, the sum of the program's previous tile, the tile's slots (with the step before them:
     # nothing is read in between); the last tile's sum (_emit_push)
     steps = []
@@ -267,6 +275,17 @@ def _push_steps(rec, pid: int, rank: int, num_ranks: int, scalars) -> list[TileS
         steps += [store] + ([sums[i - 1]] if i else [])
         steps[-1].notifies = flags
     return steps + sums[-1:]
+
+
+def _push_slots(rec, t: int, r0: int, rows: int, slab: int) -> range:
+    """The own pad's slots a push sum of tile t (rows r0 .. r0 + rows) waits on for inbox slab ``slab``: slot
+    t * slabs + slab, or with ``pushed`` (a producer's counts per row block) those of the row blocks it covers."""
+    pub = rec["publish"]
+    rps = pub.get("pushed")
+    if rps is None:
+        return range(t * pub["push"] + slab, t * pub["push"] + slab + 1)
+    base = slab * -(-rec["rows"] // rps)
+    return range(base + r0 // rps, base + (r0 + rows - 1) // rps + 1)
 
 
 def _copies(a, targets):
@@ -443,6 +462,10 @@ def _emit_push(rec, args, e):
     pub, bm, bn, rows, grid = rec["publish"], rec["block_m"], rec["block_n"], rec["rows"], rec["grid"]
     rank, num_ranks = e.rank(), e.num_ranks()
     slabs = T.sub(num_ranks, 1)
+    if pub.get("pushed") is not None:  # a producer pushed (and counted) the peers' tiles: only the sums
+        with e.for_tiles() as loop:
+            _emit_push_sum(rec, args, e, loop.iv, slabs)
+        return
     with e.for_tiles() as loop:
         tm, tn = e.tile_coords(loop.iv)
         off, mask, _ = e.tile_offsets("src", tm, tn)
@@ -470,14 +493,31 @@ def _emit_push_sum(rec, args, e, t, slabs):
     off, mask, _ = e.tile_offsets("src", tm, tn)
     own = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask, _other(mask))
     with T.For(0, slabs, 1, [T.cast(own, "fp32")]) as js:
-        slot = core.SymmAt.build(T.addptr(args[pub["arg"]], T.add(T.mul(t, slabs), js.iv)), e.rank()).result
-        token = core.Wait.build(slot, args[pub["value_arg"]], scope=pub["scope"]).token
+        token = _emit_push_wait(rec, args, e, t, tm, js.iv, slabs)
         inbox, _, _ = e.tile_offsets("src", tm, tn, row0=T.mul(js.iv, rows))
         src = core.ConsumeToken.build(args["src"], token).result
         part = T.load(T.addptr(T.splat(src, [bm, bn]), inbox), mask, _other(mask))
         js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
     dst_off, _, _ = e.tile_offsets("dst", tm, tn)
     T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(js.results[0], rec["out_dtype"]), mask)
+
+
+def _emit_push_wait(rec, args, e, t, tm, slab, slabs):
+    """Wait on the own pad's slots of inbox slab ``slab`` for tile t (``_push_slots``); the token."""
+    pub = rec["publish"]
+    rps = pub.get("pushed")
+    if rps is None:
+        lo = T.add(T.mul(t, slabs), slab)
+        hi = T.add(lo, 1)
+    else:
+        base = T.mul(slab, -(-rec["rows"] // rps))
+        first = T.mul(tm, rec["block_m"])
+        last = T.sub(T.min_(T.add(first, rec["block_m"]), rec["rows"]), 1)
+        lo, hi = T.add(base, T.div(first, rps)), T.add(base, T.add(T.div(last, rps), 1))
+    with T.For(lo, hi, 1, [T.c(0)]) as loop:
+        slot = core.SymmAt.build(T.addptr(args[pub["arg"]], loop.iv), e.rank()).result
+        loop.yield_(core.Wait.build(slot, args[pub["value_arg"]], scope=pub["scope"]).token)
+    return loop.results[0]
 
 
 def _other(mask):

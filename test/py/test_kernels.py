@@ -208,6 +208,63 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     assert [w.slot for w in first.waits] == [4, 5]
 
 
+@pytest.mark.parametrize("W", [2, 3])
+def test_gemm_push_then_reduce_pushed_match_tiles(W):
+    """GEMM+AR by push: each rank's GEMM stores every C tile into c and into its slab of every peer's inbox, and
+    adds 1 to the peer's slot of the tile's row block; then the reduce template (publish.pushed) sums c with the
+    inbox once those slots count every column tile. Ranks run one after the other (the simulator checks the
+    concurrent protocol), each GEMM on its own B."""
+    m, n, k = 40, 48, 32
+    rec = gemm.make_record(m, n, k, push={"arg": "inbox", "pad": "pushed", "slabs": W - 1}, loads="pointer",
+                           store="pointer", persistent=True, epilogue_split=1, flatten=False,
+                           **dict(SMALL, block_m=16, num_sms=3))
+    assert rec["args"] == ["a", "b", "c", "inbox", "pushed"]
+    tiles_m, tiles_n = 3, -(-n // rec["block_n"])
+    rng = np.random.default_rng(RNG_SEED)
+    mem, _ = gemm_memory(rec, rng)
+    refs = []
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)] = mem[("a", 0)], random("bf16", (k * n,), rng)
+        refs.append(round_to("bf16", mem[("a", r)].reshape(m, k).astype(np.float32)
+                             @ mem[("b", r)].reshape(k, n).astype(np.float32)))
+        mem[("c", r)] = np.zeros(m * n, np.float32)
+        mem[("inbox", r)] = np.zeros((W - 1) * m * n, np.float32)
+        mem[("pushed", r)] = np.zeros((W - 1) * tiles_m, np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"inbox": n, "pushed": None}, ranks=range(W),
+                                 num_ranks=W)
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(m, n), refs[r])
+        for j in range(1, W):  # slab j - 1 holds rank r + j's C, every row block counted tiles_n times
+            close(mem_ir[("inbox", r)].reshape(W - 1, m, n)[j - 1], refs[(r + j) % W])
+        np.testing.assert_array_equal(mem_ir[("pushed", r)], np.full((W - 1) * tiles_m, tiles_n))
+        np.testing.assert_array_equal(mem_tiles[("inbox", r)], mem_ir[("inbox", r)])
+    red = reduce.make_record(m, n, dtype="bf16", block_m=8, block_n=32, grid=3,
+                             publish={"arg": "pushed", "value_arg": "expect", "copy_from": "c", "push": W - 1,
+                                      "pushed": 16})
+    assert red["args"] == ["src", "dst", "c", "pushed", "expect"]
+    rmem = {}
+    for r in range(W):
+        rmem[("src", r)], rmem[("c", r)] = mem_ir[("inbox", r)].copy(), mem_ir[("c", r)].copy()
+        rmem[("pushed", r)], rmem[("dst", r)] = mem_ir[("pushed", r)].copy(), np.zeros(m * n, np.float32)
+    r_ir, r_tiles = run_both(red, rmem, {"src": n, "dst": n, "c": n, "pushed": None}, ranks=range(W), num_ranks=W,
+                             scalars={"expect": tiles_n})
+    for r in range(W):
+        want = round_to("bf16", sum(mem_ir[("c", (r + j) % W)].astype(np.float32) for j in range(W)))
+        np.testing.assert_array_equal(r_ir[("dst", r)], want)
+        np.testing.assert_array_equal(r_tiles[("dst", r)], r_ir[("dst", r)])
+    steps = reduce.tiles(red, rank=0, num_ranks=W, scalars={"expect": tiles_n})[1]
+    assert not any(st.notifies for st in steps)  # no pushes of its own
+    # program 1's first tile: rows 8..15 (row block 0), then rows 32..39 (block 2): slots slab * 3 + block
+    assert [w.slot for w in steps[0].waits] == [j * 3 for j in range(W - 1)]
+    with pytest.raises(VerificationError, match="a world of 3 ranks needs 2"):
+        gemm.tiles(gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1}, loads="pointer",
+                                    store="pointer", **SMALL), rank=0, num_ranks=3, scalars={})
+    with pytest.raises(VerificationError, match="'push' works without notify"):
+        gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1}, store="tma", loads="tma")
+    with pytest.raises(VerificationError, match="'push' needs 'arg'"):
+        gemm.make_record(m, n, k, push={"arg": "i", "slabs": 1}, loads="pointer", store="pointer")
+
+
 @pytest.mark.parametrize("W,dst_rows,from_peers", [(2, "shard", False), (3, "shard", False), (2, "global", False),
                                                    (3, "shard", True), (2, "global", True)])
 def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows, from_peers):
