@@ -481,8 +481,9 @@ def _emit_push(rec, args, e):
             core.Notify.build(T.addptr(args[pub["arg"]], T.add(T.mul(loop.iv, slabs), T.sub(slabs, qs.iv))),
                               T.rem(T.add(rank, qs.iv), num_ranks), args[pub["value_arg"]], op="set",
                               scope=pub["scope"], semantic="release")
-    pid = T.program_id(0)  # grid <= tiles: every program has a last tile
-    _emit_push_sum(rec, args, e, T.add(pid, T.mul(T.div(T.sub(chunk.num_tiles(rec) - 1, pid), grid), grid)), slabs)
+    pid, tiles = T.program_id(0), chunk.num_tiles(rec)
+    with T.if_(T.lt(pid, tiles)):  # a program without tiles has no last one
+        _emit_push_sum(rec, args, e, T.add(pid, T.mul(T.div(T.sub(tiles - 1, pid), grid), grid)), slabs)
 
 
 def _emit_push_sum(rec, args, e, t, slabs):

@@ -694,6 +694,17 @@ def test_reduce_push_ir_matches_tiles_and_numpy(W):
                              for i in range(1, W)]
     assert [(w.rank, w.slot) for w in total.waits] == [(None, t * (W - 1) + j) for j in range(W - 1)]
     assert [reg.rank for reg in total.reads] == [None] * W
+    # more programs than tiles: the spare ones push and sum nothing
+    wide = reduce.make_record(20, 16, dtype="bf16", block_m=16, block_n=16, grid=4,
+                              publish={"arg": "published", "copy_from": "x", "push": W - 1})
+    small = {("x", r): xs[r][:320].copy() for r in range(W)}
+    small |= {("src", r): np.concatenate([xs[(r + j) % W][:320] for j in range(1, W)]) for r in range(W)}
+    small |= {("dst", r): np.zeros(320, np.float32) for r in range(W)}
+    small |= {("published", r): np.full(2 * (W - 1), 3, np.int32) for r in range(W)}
+    got, _ = run_both(wide, small, {"src": 16, "dst": 16, "x": 16, "published": None}, ranks=range(W), num_ranks=W,
+                      scalars={"publish_value": 3})
+    np.testing.assert_array_equal(got[("dst", 0)], round_to("bf16", sum(xs[j][:320].astype(np.float32)
+                                                                         for j in range(W))))
     with pytest.raises(VerificationError, match="a world of 3 ranks needs 2"):
         reduce.tiles(rec if W == 2 else reduce.make_record(
             rows, cols, block_m=16, block_n=32, grid=4, publish={"arg": "p", "copy_from": "x", "push": 1}),
