@@ -368,10 +368,15 @@ def all_reduce_push_launch_time(rows: int, cols: int, world: int, peaks: TargetP
     every peer's inbox (W-1 full writes over the links, at the store rate) and sets a flag per tile there, then
     sums x and its W-1 inbox slabs from local memory. Against the one-launch pull: no copy into the symmetric
     buffer, stores instead of loads over the link, and a flag that arrives with the data (no read round trip)."""
-    sms = sms or peaks.num_sms
-    nbytes = rows * cols * elem_bytes
-    remote = (world - 1) * nbytes / (peaks.sm_link_bw(sms, world - 1) * SM_STORE_LINK_GAIN) if world > 1 else 0.0
-    return peaks.launch_latency + remote + nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.signal_latency
+    link, local = _push_parts(rows * cols * elem_bytes, world, peaks, sms or peaks.num_sms)
+    return link + local
+
+
+def _push_parts(nbytes: int, world: int, peaks: TargetPeaks, sms: int) -> tuple[float, float]:
+    """(W-1 copies of nbytes stored over the links, the rest: the launch, the local sum of x and W-1 inbox
+    slabs, a flag) of a push all-reduce."""
+    link = (world - 1) * nbytes / (peaks.sm_link_bw(sms, world - 1) * SM_STORE_LINK_GAIN) if world > 1 else 0.0
+    return link, peaks.launch_latency + nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.signal_latency
 
 
 def gemm_ar_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: TargetPeaks, *, tiles: int,
@@ -379,13 +384,10 @@ def gemm_ar_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks
     """GEMM+AR by push (gemm template ``push``, then reduce ``publish.pushed``): each C tile is stored into the
     peers' inboxes as the GEMM completes it, so the link time hides under the GEMM's except for its last wave's
     share (``tiles`` C tiles over ``sms`` programs); then the local sum of x and the W-1 inbox slabs."""
-    nbytes = rows * cols * elem_bytes
     if world == 1:
         return t_gemm
-    link = (world - 1) * nbytes / (peaks.sm_link_bw(peaks.num_sms, world - 1) * SM_STORE_LINK_GAIN)
-    last_wave = link * min(1.0, sms / max(tiles, 1))
-    local_sum = nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.launch_latency
-    return max(t_gemm, link) + last_wave + local_sum + peaks.signal_latency
+    link, local = _push_parts(rows * cols * elem_bytes, world, peaks, peaks.num_sms)
+    return max(t_gemm, link) + link * min(1.0, sms / max(tiles, 1)) + local
 
 
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,

@@ -390,28 +390,24 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     from their P (``publish.scatter``): half the bytes each way of a link at W = 2, against all of them one way.
     ``push``: one-shot by stores (``publish.push``): P is an inbox of W - 1 slabs of x's shape; each rank stores
     its x into its slab of every peer's inbox and sets the peer's slots, then sums x and its own inbox."""
-    from ..kernels import chunk, reduce
+    from ..kernels import chunk
     b = lw.b
     if push:
-        mt = ir.MemRefType(x.type)
-        p, stage = b.alloc([(t.world - 1) * mt.shape[0], mt.shape[1]], mt.element_type, "ar_inbox"), x
-        lw.symmetric.add(p)
-        rows, n = mt.shape
+        p, stage = _inbox(lw, x, t.world - 1), x
+        rows, n = ir.MemRefType(x.type).shape
     else:
         p, stage = _partials(lw, x, None)
         rows, n = ir.MemRefType(p.type).shape
     lw.cross_rank = True
     publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {}),
                **({"scatter": "reduced"} if two_shot else {}), **({"push": t.world - 1} if push else {})}
-    programs = t.comm_sms or 16
     if tile is None:  # ditron-tile's (standalone all-reduce or reduce-scatter), else the template's choice
         tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
     region = {} if owner_rows is None else {"src_row": "arg:src_row"}
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), src_ld=n,
                   dst_ld=ir.MemRefType(out.type).shape[1], publish=publish, **region, **tile)
     rows = rows if owner_rows is None else owner_rows
-    tiles = chunk.num_tiles(reduce.make_record(rows, n, **fields))
-    rec = reduce.make_record(rows, n, grid=max(1, min(programs, tiles)), **fields)  # they spin: all resident
+    rec = _resident_reduce_record(rows, n, t.comm_sms or 16, fields)
     pad = b.pad(chunk.num_tiles(rec) * (t.world - 1 if push else 1),
                 "ar_published" if owner_rows is None else "rs_published")
     args = [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)]
@@ -635,13 +631,11 @@ def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value) ->
     tile in the peer's ``ar_pushed`` slot of its row block (gemm template ``push``), so the link carries the
     partials while the GEMM runs; then one reduce launch (``publish.pushed``) sums P and the inbox, each tile
     once its slots count every column tile of the call (epoch * tiles_n)."""
-    from ..kernels import chunk, reduce
+    from ..kernels import reduce
     b, mm = lw.b, task.Matmul(g.producer)
     rows, n = ir.MemRefType(p.type).shape
-    elem = ir.MemRefType(p.type).element_type
     slabs = t.world - 1
-    inbox = b.alloc([slabs * rows, n], elem, "ar_inbox")
-    lw.symmetric.add(inbox)
+    inbox = _inbox(lw, p, slabs)
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
                         push={"arg": "inbox", "pad": "pushed", "slabs": slabs})
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
@@ -653,8 +647,22 @@ def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value) ->
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), dst_ld=ir.MemRefType(out.type).shape[1],
                   publish={"arg": "pushed", "value_arg": "expect", "copy_from": "x", "push": slabs,
                            "pushed": rec["block_m"]}, **tile)
-    programs = t.comm_sms or 16
-    grid = max(1, min(programs, chunk.num_tiles(reduce.make_record(rows, n, **fields))))
-    red = reduce.make_record(rows, n, grid=grid, **fields)
+    red = _resident_reduce_record(rows, n, t.comm_sms or 16, fields)
     lw.launch(red, [inbox, out, p, pad, b.mul(b.epoch, tiles_n)], lane="compute", role="ar.sum_pushed",
               group=g.group)
+
+
+def _inbox(lw, x: ir.Value, slabs: int) -> ir.Value:
+    """A symmetric inbox of ``slabs`` slabs of x's shape (an all-reduce by push: slab j - 1 for rank + j's x)."""
+    mt = ir.MemRefType(x.type)
+    inbox = lw.b.alloc([slabs * mt.shape[0], mt.shape[1]], mt.element_type, "ar_inbox")
+    lw.symmetric.add(inbox)
+    return inbox
+
+
+def _resident_reduce_record(rows: int, n: int, programs: int, fields: dict) -> KernelRecord:
+    """A reduce record on at most ``programs`` programs and no more than it has tiles (its programs may spin on
+    each other: all of them must be resident)."""
+    from ..kernels import chunk, reduce
+    tiles = chunk.num_tiles(reduce.make_record(rows, n, **fields))
+    return reduce.make_record(rows, n, grid=max(1, min(programs, tiles)), **fields)

@@ -170,9 +170,9 @@ def grid(rec) -> tuple[int, int, int]:
     return rec["grid"], 1, 1
 
 
-def _slots(rec, src_row0: int, rows: int) -> range:
-    rps = rec["wait"]["rows_per_slot"]
-    return range(src_row0 // rps, (src_row0 + rows - 1) // rps + 1)
+def _row_slots(first_row: int, rows: int, rps: int, base: int = 0) -> range:
+    """The slots (rows_per_slot rps, from slot base) covering rows first_row .. first_row + rows."""
+    return range(base + first_row // rps, base + (first_row + rows - 1) // rps + 1)
 
 
 # ------------------------------------------------------------------------------------------------ tiles()
@@ -209,7 +209,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if "wait" in rec:
                 w = rec["wait"]
                 step.waits = [SlotWait(w["arg"], s, int(scalars[w["value_arg"]]), rank=None if r == rank else r)
-                              for r in order for s in _slots(rec, r0, size[0])]
+                              for r in order for s in _row_slots(r0, size[0], w["rows_per_slot"])]
             steps.append(step)
         steps += owned + others
         notifies = chunk.program_notifies(rec, rank, num_ranks, scalars, None)
@@ -284,8 +284,7 @@ def _push_slots(rec, t: int, r0: int, rows: int, slab: int) -> range:
     rps = pub.get("pushed")
     if rps is None:
         return range(t * pub["push"] + slab, t * pub["push"] + slab + 1)
-    base = slab * -(-rec["rows"] // rps)
-    return range(base + r0 // rps, base + (r0 + rows - 1) // rps + 1)
+    return _row_slots(r0, rows, rps, base=slab * -(-rec["rows"] // rps))
 
 
 def _copies(a, targets):
@@ -509,16 +508,9 @@ def _emit_push_wait(rec, args, e, t, tm, slab, slabs):
     rps = pub.get("pushed")
     if rps is None:
         lo = T.add(T.mul(t, slabs), slab)
-        hi = T.add(lo, 1)
-    else:
-        base = T.mul(slab, -(-rec["rows"] // rps))
-        first = T.mul(tm, rec["block_m"])
-        last = T.sub(T.min_(T.add(first, rec["block_m"]), rec["rows"]), 1)
-        lo, hi = T.add(base, T.div(first, rps)), T.add(base, T.add(T.div(last, rps), 1))
-    with T.For(lo, hi, 1, [T.c(0)]) as loop:
-        slot = core.SymmAt.build(T.addptr(args[pub["arg"]], loop.iv), e.rank()).result
-        loop.yield_(core.Wait.build(slot, args[pub["value_arg"]], scope=pub["scope"]).token)
-    return loop.results[0]
+        return _wait_slots(args, pub["arg"], pub["value_arg"], pub["scope"], lo, T.add(lo, 1), e.rank())
+    return _wait_rows(rec, args, pub["arg"], pub["value_arg"], pub["scope"], tm, e.rank(), rps, 0,
+                      base=T.mul(slab, -(-rec["rows"] // rps)))
 
 
 def _other(mask):
@@ -569,10 +561,24 @@ def _published(pub, args, t, r, src):
 def _wait(rec, args, tm, r):
     """Wait on rank r's slots for the tile's src rows; returns the token."""
     w = rec["wait"]
-    rps, bm = w["rows_per_slot"], rec["block_m"]
-    first = T.add(T.mul(tm, bm), rec["src_row"])
-    last = T.add(T.min_(T.add(T.mul(tm, bm), bm), rec["rows"]), rec["src_row"] - 1)
-    with T.For(T.div(first, rps), T.add(T.div(last, rps), 1), 1, [T.c(0)]) as loop:
-        slot = core.SymmAt.build(T.addptr(args[w["arg"]], loop.iv), r).result
-        loop.yield_(core.Wait.build(slot, args[w["value_arg"]], scope=w["scope"]).token)
+    return _wait_rows(rec, args, w["arg"], w["value_arg"], w["scope"], tm, r, w["rows_per_slot"], rec["src_row"])
+
+
+def _wait_rows(rec, args, pad, value_arg, scope, tm, r, rps, row0, base=None):
+    """Wait on rank r's slots of ``pad`` (rps rows per slot, from slot ``base``) covering the rows of tile row tm
+    (offset by row0); returns the token."""
+    bm = rec["block_m"]
+    first = T.add(T.mul(tm, bm), row0)
+    last = T.add(T.min_(T.add(T.mul(tm, bm), bm), rec["rows"]), row0 - 1)
+    lo, hi = T.div(first, rps), T.add(T.div(last, rps), 1)
+    if base is not None:
+        lo, hi = T.add(base, lo), T.add(base, hi)
+    return _wait_slots(args, pad, value_arg, scope, lo, hi, r)
+
+
+def _wait_slots(args, pad, value_arg, scope, lo, hi, r):
+    """Wait until rank r's slots lo .. hi of ``pad`` are >= the argument value_arg; returns the token."""
+    with T.For(lo, hi, 1, [T.c(0)]) as loop:
+        slot = core.SymmAt.build(T.addptr(args[pad], loop.iv), r).result
+        loop.yield_(core.Wait.build(slot, args[value_arg], scope=scope).token)
     return loop.results[0]
