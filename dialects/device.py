@@ -154,6 +154,12 @@ OPS: tuple[type[DeviceOp], ...] = (Rank, NumRanks, AllocSymmetric, Copy, Signal,
 
 LEVEL_ATTR = "ditron.level"    # = "device" on a device-level func.func
 IO_ATTR = "ditron.io"          # per argument: "in", "out" or "epoch"
+# unit, on an alloc_symmetric: the buffer is held twice and call e uses copy e % 2 on every rank (a graph replay:
+# its parity's copy), so that a call's stores into a peer's copy never meet the peer's reads of the previous call
+ROTATE_ATTR = "ditron.rotate"
+# "waits", on a device function: the program ends without a barrier; each call's own waits order every rank after
+# every peer's previous call (each rank waits, every call, on stores of every peer into its rotating buffers)
+FENCE_ATTR = "ditron.fence"
 # the arith/scf ops a device-level program may use beside ditron_device ops (on index and integer values)
 HOST_ARITH_BINARY = ("arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui", "arith.remsi",
                      "arith.remui", "arith.ceildivsi", "arith.ceildivui", "arith.floordivsi", "arith.minsi",

@@ -9,9 +9,10 @@ running a host program needs torch and triton alone.
 Format (``FORMAT_VERSION`` 1; the manifest stores it as ``host_program = {format_version, program}``)::
 
     {"name": "all_gather", "loc": "ag.mlir:12:3", "axis": "tp" | null, "mesh": {"axes": [...], "shape": [...]},
+     "fence": "barrier" | "waits",
      "args":   [{"index": 0, "io": "in", "shape": [128, 64], "dtype": "bf16", "value": 0}, ...,
                 {"index": 2, "io": "epoch", "value": 2}],
-     "allocs": [{"name": "ag_stage", "shape": [128, 64], "dtype": "bf16", "loc": "..."}, ...],
+     "allocs": [{"name": "ag_stage", "shape": [128, 64], "dtype": "bf16", "loc": "...", "rotate": true?}, ...],
      "streams": [0, 1],
      "kernels": {"ag_gemm_kernel": {"args": ["a", "b", ...], "spins": true, "template": "gemm",
                                     "wait": {"arg": "arrived", "value_arg": "epoch", ...} | null}},
@@ -52,6 +53,7 @@ from .dialects.device import HOST_ARITH_CASTS, HOST_OPS, IO_ATTR, LEVEL_ATTR, de
 from .dialects.opbase import attr_to_py, memref_shape, walk_ops
 from .errors import CompileError, PassError
 from .kernels import KERNEL_ATTR
+from .runtime.program import FENCES
 
 FORMAT_VERSION = 1
 AXIS_ATTR = "ditron.axis"
@@ -162,8 +164,13 @@ class _Serializer:
             if isinstance(m, dict):
                 mesh = {"axes": m.get("axes"), "shape": m.get("shape")}
         axis = ir.StringAttr(func.attributes[AXIS_ATTR]).value if AXIS_ATTR in func.attributes else None
-        return {"name": fname, "loc": _loc(func), "axis": axis, "mesh": mesh, "args": args, "allocs": self.allocs,
-                "streams": sorted(self.streams) or [0], "kernels": self.kernels, "runtime": {}, "body": body}
+        fence = ir.StringAttr(func.attributes[device.FENCE_ATTR]).value if device.FENCE_ATTR in func.attributes \
+            else "barrier"
+        if fence not in FENCES:
+            raise _error(func, f"@{fname}: {device.FENCE_ATTR} = \"{fence}\" is not one of {', '.join(FENCES)}")
+        return {"name": fname, "loc": _loc(func), "axis": axis, "mesh": mesh, "fence": fence, "args": args,
+                "allocs": self.allocs, "streams": sorted(self.streams) or [0], "kernels": self.kernels,
+                "runtime": {}, "body": body}
 
     def block_ops(self, block: ir.Block) -> list[dict[str, Any]]:
         return [self.op(op.operation) for op in block.operations]
@@ -216,7 +223,8 @@ class _Serializer:
             if any(a["name"] == al.name for a in self.allocs):
                 raise _error(op, f"two symmetric buffers are named '{al.name}'")
             out["alloc"] = len(self.allocs)
-            self.allocs.append({"name": al.name, "shape": mt[0], "dtype": mt[1], "loc": _loc(op)})
+            self.allocs.append({"name": al.name, "shape": mt[0], "dtype": mt[1], "loc": _loc(op),
+                                **({"rotate": True} if device.ROTATE_ATTR in op.attributes else {})})
             return
         if device.Rank.match(op) is not None or device.NumRanks.match(op) is not None:
             return

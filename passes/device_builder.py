@@ -200,6 +200,11 @@ class DeviceBuilder:
         with self.loc:
             return device.AllocSymmetric.build(shape, element_type, self.unique(name), ip=self._alloc_ip).buffer
 
+    @staticmethod
+    def rotate(buffer: ir.Value) -> None:
+        """Hold a symmetric buffer twice, call e using copy e % 2 (``device.ROTATE_ATTR``)."""
+        buffer.owner.attributes[device.ROTATE_ATTR] = ir.UnitAttr.get()
+
     def pad(self, slots: int, name: str) -> ir.Value:
         return self.alloc([max(slots, 1)], ir.IntegerType.get_signless(32), name)
 

@@ -19,7 +19,8 @@
   push has the GEMM store each tile into the peers' inboxes as it completes (and count it there), then sums.
 
 Slots count up across calls: a chunk of call e is ready when its slot reaches e * expected (set-signals write the
-epoch itself). The end-of-program barrier keeps a rank from starting call e+1 while peers still read its buffers.
+epoch itself). The end-of-program barrier keeps a rank from starting call e+1 while peers still read its buffers;
+a push needs none (peers only store into its inbox, which rotates: ``_FunctionLowering._end``).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def gather_setup(lw: "_FunctionLowering", dst: ir.Value, t: Tiling, dim: int, sh
         g = b.alloc(list(mt.shape), mt.element_type, "ag_gather")
         lw.symmetric.add(g)
     ch = Chunking.of(t, shard)
-    lw.cross_rank = True
+    lw.crosses()
     lw.gathers += 1
     return Gather(g, dst, dim, ch, t.world, b.pad(t.world * ch.count, "ag_ready"),
                   b.pad(t.world * ch.count, "ag_avail"), t.engine or "copy_engine", group, lw.gathers - 1,
@@ -346,7 +347,7 @@ def reduce_scatter(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None
         return
     p, stage = _partials(lw, x, op)
     red = Reduction(p, lw.b.pad(t.world * ch.count, "rs_count"), ch, t.world, 1, None)
-    lw.cross_rank = True
+    lw.crosses()
     if stage is not None and x not in lw.inputs:
         lw.b.sync("compute", "comm", "rs.fork")
     count_chunks(lw, red, lane="comm" if stage is not None else "compute", stage_from=stage)
@@ -371,7 +372,7 @@ def all_reduce(lw: "_FunctionLowering", op: ir.Operation, t: Tiling) -> None:
         _one_launch_reduce(lw, t, x, out, two_shot=t.algorithm == "two_shot", push=t.algorithm == "push")
         return
     p, stage = _partials(lw, x, op)
-    lw.cross_rank = True
+    lw.crosses()
     if stage is not None and x not in lw.inputs:
         lw.b.sync("compute", "comm", "ar.fork")
     lane = "comm" if stage is not None else "compute"
@@ -398,7 +399,7 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     else:
         p, stage = _partials(lw, x, None)
         rows, n = ir.MemRefType(p.type).shape
-    lw.cross_rank = True
+        lw.crosses()
     publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {}),
                **({"scatter": "reduced"} if two_shot else {}), **({"push": t.world - 1} if push else {})}
     if tile is None:  # ditron-tile's (standalone all-reduce or reduce-scatter), else the template's choice
@@ -484,7 +485,7 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     lw.buffers[mm.result] = p
     out = lw.dest(rs.output, "rs")
     counts = lw.b.pad(t.world * ch.count, "rs_count")
-    lw.cross_rank = True
+    lw.crosses()
     if t.algorithm == "one_launch":  # the GEMM, then one reduce launch of the own rows reading P where it is
         from ..kernels.reduce import publish_tile
         _fused_gemm(lw, g, t, p, notify_rows=None, rows_per_rank=0, counts=None)
@@ -601,7 +602,8 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     lw.symmetric.add(p)
     lw.buffers[mm.result] = p
     out = lw.dest(ar.output, "ar")
-    lw.cross_rank = True
+    if t.algorithm != "push":  # the push's inbox records its crossing (_inbox)
+        lw.crosses()
     if t.algorithm == "epilogue":
         ch = Chunking.of(t, rows // t.world)
         _check_rows(lw, g.consumer, rows, t.world, ch)
@@ -653,10 +655,13 @@ def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value) ->
 
 
 def _inbox(lw, x: ir.Value, slabs: int) -> ir.Value:
-    """A symmetric inbox of ``slabs`` slabs of x's shape (an all-reduce by push: slab j - 1 for rank + j's x)."""
+    """A symmetric inbox of ``slabs`` slabs of x's shape (an all-reduce by push: slab j - 1 for rank + j's x).
+    The push fences itself (``crosses``): peers only store into the inbox and this rank's pads, and every rank
+    sums every peer's slab each call, waiting on its slots first."""
     mt = ir.MemRefType(x.type)
     inbox = lw.b.alloc([slabs * mt.shape[0], mt.shape[1]], mt.element_type, "ar_inbox")
     lw.symmetric.add(inbox)
+    lw.crosses(inbox=inbox)
     return inbox
 
 

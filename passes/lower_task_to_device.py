@@ -37,8 +37,8 @@ from ..errors import PassError
 from ..kernels import KernelRecord
 from . import device_kernels as K
 from . import lower_collectives as C
-from .device_builder import DeviceBuilder, KernelTable
-from .registry import Pass
+from .device_builder import LANE_ATTR, DeviceBuilder, KernelTable, str_attr
+from .registry import Pass, option
 from .tile import (LEVEL_ATTR, OVERLAP_KINDS, TILING_ATTR, OverlapGroup, Tiling, functions, op_error,
                    overlap_groups, require_task_level, shape_of)
 
@@ -48,6 +48,7 @@ TARGET_ATTR = "ditron.target"
 EPOCH_LIMIT_ATTR = "ditron.epoch_limit"  # the last epoch whose signal values fit the i32 pads
 I32_MAX = 2 ** 31 - 1
 LAYOUT_ATTR = "ditron.layout"
+END_BARRIERS = ("auto", "always")
 
 
 LOWERED = (task.Matmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce)
@@ -63,19 +64,33 @@ class _FunctionLowering:
     arguments, everything else to symmetric buffers."""
 
     def __init__(self, pass_name: str, module: ir.Module, fn: ir.Operation, mesh: Mesh | None,
-                 kernels: KernelTable):
+                 kernels: KernelTable, end_barrier: str = "auto"):
         self.pass_name, self.module, self.old, self.mesh, self.kernels = pass_name, module, fn, mesh, kernels
+        self.end_barrier = end_barrier
         self.groups = {}
         self.buffers: dict[ir.Value, ir.Value] = {}
         self.symmetric: set[ir.Value] = set()
         self.inputs: set[ir.Value] = set()
         self.cross_rank = False
+        self.unfenced = False  # a cross-rank collective that needs the end-of-program barrier
+        self.rotating: list[ir.Value] = []  # the peer-written buffers of the collectives that fence themselves
         self.gathers = 0
         self.slot_step = 1  # the most any signal slot grows per call (set-slots: 1, counted slots: W * count)
         self.axis: str | None = None
 
     def error(self, op: ir.Operation, message: str) -> PassError:
         return op_error(self.pass_name, op, message)
+
+    def crosses(self, *, inbox: ir.Value | None = None) -> None:
+        """Record a cross-rank collective. ``inbox``: it fences itself -- the peers only ever store into this
+        buffer (and signal this rank's pads), and every rank waits, every call, on every peer's stores -- so the
+        call needs no end barrier once the inbox rotates (see ``_end``); None: it needs the barrier (a peer may
+        still read this rank's buffers when the call ends)."""
+        self.cross_rank = True
+        if inbox is None:
+            self.unfenced = True
+        else:
+            self.rotating.append(inbox)
 
     # ---- set-up
 
@@ -112,11 +127,7 @@ class _FunctionLowering:
             self._lower(op.operation)
         self._write_outputs(outs)
         self.b.prune_entry_fork(fork)
-        if self.cross_rank:
-            # one slot per rank: the simulator's barrier counts in slot 0, the GPU executor's sets slot <rank>
-            world = self.mesh.axis_size(self.axis) if self.mesh is not None and self.axis in self.mesh.axes else 1
-            with self.b.located(ret.location):
-                self.b.barrier(self.b.pad(world, "barrier"))
+        self._end(ret.location)
         self.b.finish()
         self.new.attributes[EPOCH_LIMIT_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                                    I32_MAX // self.slot_step)
@@ -125,6 +136,30 @@ class _FunctionLowering:
         name = ir.StringAttr(fn.attributes["sym_name"]).value
         fn.erase()
         self.new.attributes["sym_name"] = ir.StringAttr.get(name)
+
+    def _end(self, loc: ir.Location) -> None:
+        """End a cross-rank program with a barrier, so that no rank starts call e + 1 while a peer still reads
+        its buffers -- unless every collective fences itself and the program runs on one lane: then each rank's
+        waits of call e + 1 already follow every peer's call e (a peer stores into this rank's inbox in call e + 1
+        only after its own call e, which waited on this rank's stores of call e, i.e. after this rank's call
+        e - 1), and the inboxes rotate, so the stores of call e + 1 land in the copy that call e - 1 read. The
+        program is marked ``ditron.fence = "waits"`` (the runtime's CUDA graphs then zero the other parity's pads
+        at the start of a call instead of in the barrier)."""
+        if not self.cross_rank:
+            return
+        lanes = set()
+        for op in self.b.block.operations:
+            op.operation.walk(lambda o: lanes.add(str_attr(o, LANE_ATTR)) or ir.WalkResult.ADVANCE,
+                              ir.WalkOrder.PRE_ORDER)
+        if self.end_barrier == "auto" and not self.unfenced and lanes <= {None, "compute"}:
+            for buf in self.rotating:
+                self.b.rotate(buf)
+            self.new.attributes[device.FENCE_ATTR] = ir.StringAttr.get("waits")
+            return
+        # one slot per rank: the simulator's barrier counts in slot 0, the GPU executor's sets slot <rank>
+        world = self.mesh.axis_size(self.axis) if self.mesh is not None and self.axis in self.mesh.axes else 1
+        with self.b.located(loc):
+            self.b.barrier(self.b.pad(world, "barrier"))
 
     def _check_input(self, ops) -> None:
         axes = set()
@@ -333,8 +368,16 @@ class LowerTaskToDevicePass(Pass):
     name = "ditron-lower-task-to-device"
     summary = "Tiled local-view task IR -> rank-generic device programs (buffers, copies, signals, launches)"
 
+    end_barrier: str = option("auto", "auto: end a cross-rank program with a barrier unless every collective "
+                                      "fences itself (push: rotating inboxes, every rank waits on every peer's "
+                                      "stores each call); always: end every cross-rank program with one")
+
+    def __post_init__(self):
+        if self.end_barrier not in END_BARRIERS:
+            raise ValueError(f"end-barrier must be one of {', '.join(END_BARRIERS)}, got '{self.end_barrier}'")
+
     def run(self, module: ir.Module) -> None:
         mesh = require_task_level(module, self.name)
         kernels = KernelTable(module)
         for fn in functions(module):
-            _FunctionLowering(self.name, module, fn, mesh, kernels).run()
+            _FunctionLowering(self.name, module, fn, mesh, kernels, self.end_barrier).run()

@@ -171,10 +171,11 @@ class Executor:
         self.cta_budget = self.world.cta_budget(self.num_sms)
         self._check_kernels()
         self._pads = [j for j, a in enumerate(prog.allocs) if a.dtype == "i32" and len(a.shape) == 1]
+        self._rotates = any(a.rotate for a in prog.allocs)
         layout, names = program_layout([(a.name, a.shape, torch_dtype(a.dtype)) for a in prog.allocs], self._pads,
-                                       2 if self.graph else 1)
+                                       2 if self.graph else 1, [j for j, a in enumerate(prog.allocs) if a.rotate])
         self.heap = SymmetricHeap(self.world, layout)
-        # per parity of the signal pads (one in eager mode): views, uint32 views and addresses of every buffer
+        # per parity (one in eager mode unless buffers rotate): views, uint32 views and addresses of every buffer
         self._parity_views = [{(j, r): self.heap.view(names[p][j], r) for j in range(len(prog.allocs))
                                for r in range(self.W)} for p in range(len(names))]
         self._parity_u32 = [{(j, r): v[(j, r)].view(torch.uint32) for j in self._pads for r in range(self.W)}
@@ -211,7 +212,8 @@ class Executor:
         self.heap.barrier()
 
     def _use_parity(self, parity: int) -> None:
-        """Bind the signal pads of one parity (graph mode captures each parity's graph with its own pads)."""
+        """Bind the signal pads and rotating buffers of one parity (graph mode captures each parity's graph with
+        its own; an eager call e binds parity e % 2, where only rotating buffers differ)."""
         self._views = self._parity_views[parity]
         self._pad_u32 = self._parity_u32[parity]
         self._pad_ptr = self._parity_ptr[parity]
@@ -400,6 +402,8 @@ class Executor:
         with torch.cuda.device(self.device):
             tensors, result = self._bind_io(inputs, outputs)
             epoch = self.epoch + 1
+            if self._rotates:
+                self._use_parity(epoch & 1)
             work = []
             for r in self.ranks:
                 for a in without_entry_fork(self.program.trace(r, self.W, epoch), r):

@@ -24,7 +24,11 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   having ended on this rank's stream 0 before call e began, and (2) a peer writes parity 1 - p again only after
   passing call e's barrier, that is after this arrival. One node less per call (~1.3 us on an H200). In a virtual
   world all ranks are in one graph whose replays run one after another on the caller's stream (every stream joins
-  back into it), so call e has ended everywhere before call e + 1 starts.
+  back into it), so call e has ended everywhere before call e + 1 starts. A program that fences itself
+  (``HostProgram.fence == "waits"``: a push all-reduce, which has no end barrier) zeroes with the node at the start:
+  every write into this rank's pads of parity 1 - p came from a peer's call e - 1 and this rank's call e - 1 waited
+  for each of them, and a peer writes them again in call e + 1 only after its call e waited for this rank's
+  signals of call e, enqueued after the zeroing. Its rotating buffers (the inboxes) have a copy per parity too.
 * **Capture.** One ``torch.cuda.CUDAGraph`` per (parity, key); key = address, dtype, shape, strides and device of
   every input and output tensor, so calls with the same tensors replay. All local ranks' streams are captured into
   one graph: they fork from the capture stream through an event and join back into it at the end. Copies and
@@ -77,14 +81,15 @@ class GraphModeError(DitronRuntimeError):
 
 def check_graph_program(program: HostProgram, ranks, world_size: int, real: bool) -> dict[int, list]:
     """Each local rank's trace at epoch 1. In a real world of several ranks (each process replays its own graph),
-    after checking that the last action on stream 0 is a barrier: what makes the parity reset safe (module doc). In a
+    after checking that the last action on stream 0 is a barrier, or that the program fences itself by its waits:
+    what makes the parity reset safe (module doc). In a
     virtual world every rank is in the one graph, whose replays run one after the other on the caller's stream, and
     a world of one rank has no peer: there the calls are ordered without a barrier (W = 1 programs have none)."""
     traces = {}
     for r in ranks:
         trace = without_entry_fork(program.trace(r, world_size, 1), r)
         last = next((a for a in reversed(trace) if a.stream == 0), None)
-        if real and world_size > 1 and not isinstance(last, BarrierAction):
+        if real and world_size > 1 and program.fence != "waits" and not isinstance(last, BarrierAction):
             what = "does nothing on stream 0" if last is None else \
                 f"ends stream 0 with a {type(last).__name__.removesuffix('Action').lower()}" + \
                 (f" at {last.loc}" if last.loc else "")

@@ -7,6 +7,7 @@ heap bases, ``bases()``). Buffers are laid out once, before anything runs, and r
 ``program_layout`` lays out a host program's buffers: in program order (eager executors), or, for CUDA-graph
 executors, with every signal pad twice — parity 0 under its own name, parity 1 as ``name@1`` — the data buffers
 first, then each parity's pads side by side, so that one memset clears a parity's pads (``HeapLayout.span``).
+A rotating buffer (a push's inbox in a program without an end barrier) is held twice in either mode.
 
 Backends: PyTorch symmetric memory (``torch.distributed._symmetric_memory``, one process per GPU) for real worlds;
 one tensor per rank on the same device for virtual worlds.
@@ -63,29 +64,36 @@ PARITY_SEP = "@"
 
 
 def parity_name(name: str, parity: int) -> str:
-    """The heap name of a signal pad's copy for one parity: the pad's own name for 0, ``name@1`` for 1."""
+    """The heap name of a buffer's copy for one parity: the buffer's own name for 0, ``name@1`` for 1."""
     return name if parity == 0 else f"{name}{PARITY_SEP}{parity}"
 
 
-def program_layout(buffers, pads, parities: int = 1) -> tuple[HeapLayout, list[list[str]]]:
+def program_layout(buffers, pads, parities: int = 1, rotating=()) -> tuple[HeapLayout, list[list[str]]]:
     """The heap layout of a program's symmetric buffers ``buffers`` ([(name, shape, torch dtype)] in program
-    order; ``pads``: the indices of the signal pads) and, per parity, the heap name of each buffer index.
+    order; ``pads``: the indices of the signal pads; ``rotating``: the indices of the data buffers held twice,
+    call e using copy e % 2) and, per parity, the heap name of each buffer index.
 
-    ``parities=1``: program order. ``parities=2`` (CUDA-graph mode): the data buffers in program order, then the
-    parity-0 pads, then the parity-1 pads (``parity_name``); a data buffer has one name in both parities."""
+    ``parities=1`` (eager executors): the pads once, in program order with the data buffers. ``parities=2``
+    (CUDA-graph mode): the data buffers in program order, then the parity-0 pads, then the parity-1 pads
+    (``parity_name``), so that one memset clears a parity's pads. A rotating buffer's second copy follows its
+    first; with rotating buffers there are two parities of names either way (the pads of an eager layout have
+    one name in both)."""
     if parities not in (1, 2):
         raise DitronRuntimeError(f"a heap layout has 1 or 2 parities of signal pads, not {parities}")
     layout = HeapLayout()
-    names = [[name for name, _, _ in buffers] for _ in range(parities)]
-    pads = set(pads)
-    if parities == 1:
-        for name, shape, dtype in buffers:
-            layout.add(name, shape, dtype)
-        return layout, names
+    pads, rotating = set(pads), set(rotating)
+    if pads & rotating:
+        raise DitronRuntimeError("a signal pad cannot rotate (its parities are the executor's)")
+    copies = 2 if parities == 2 or rotating else 1
+    names = [[name for name, _, _ in buffers] for _ in range(copies)]
     for j, (name, shape, dtype) in enumerate(buffers):
-        if j not in pads:
+        if j in rotating:
+            for p in range(copies):
+                names[p][j] = parity_name(name, p)
+                layout.add(names[p][j], shape, dtype)
+        elif j not in pads or parities == 1:
             layout.add(name, shape, dtype)
-    for p in range(parities):
+    for p in range(parities if parities == 2 else 0):
         for j, (name, shape, dtype) in enumerate(buffers):
             if j in pads:
                 names[p][j] = parity_name(name, p)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Union
 from ..errors import DitronRuntimeError
 
 FORMAT_VERSION = 1
+FENCES = ("barrier", "waits")  # how call e + 1 is ordered after the peers' call e (HostProgram.fence)
 _MASK64 = (1 << 64) - 1
 
 DEVICE = "ditron_device."
@@ -65,6 +66,7 @@ class AllocInfo:
     shape: tuple[int, ...]
     dtype: str
     loc: str | None
+    rotate: bool = False       # held twice: call e uses copy e % 2 (a graph replay: its parity's)
 
     @property
     def nbytes(self) -> int:
@@ -217,6 +219,11 @@ class HostProgram:
         self.loc = data.get("loc")
         where = f"host program '{self.name}': "
         self.axis = data.get("axis")
+        # how call e + 1 is ordered after the peers' call e: "barrier" (the program ends with one) or "waits" (its
+        # own waits do it; its peer-written buffers rotate, see lower_task_to_device._FunctionLowering._end)
+        self.fence = data.get("fence", "barrier")
+        if self.fence not in FENCES:
+            raise HostProgramError(f"{where}fence '{self.fence}' is not one of {', '.join(FENCES)}")
         self.args: list[ArgInfo] = []
         self._arg_values: dict[int, int] = {}
         for i, a in enumerate(_need(data, "args", list, where)):
@@ -240,7 +247,9 @@ class HostProgram:
             if not isinstance(a, Mapping):
                 raise HostProgramError(f"{w}must be an object")
             info = AllocInfo(_need(a, "name", str, w), _ints(_need(a, "shape", list, w), "shape", w),
-                             _need(a, "dtype", str, w), a.get("loc"))
+                             _need(a, "dtype", str, w), a.get("loc"), a.get("rotate", False))
+            if not isinstance(info.rotate, bool):
+                raise HostProgramError(f"{w}'rotate' must be true or false")
             if info.dtype not in DTYPES or any(s < 0 for s in info.shape):
                 raise HostProgramError(f"{w}'{info.name}' needs a static shape and a supported element type")
             self.allocs.append(info)

@@ -60,6 +60,7 @@ class AllocSpec:
     type: MemrefType
     value: int
     loc: Loc
+    rotate: bool = False    # held twice: call e uses copy e % 2 (device.ROTATE_ATTR)
 
 
 @dataclass
@@ -182,7 +183,7 @@ class _Loader:
             a["where"] = w.where
         elif (al := device.AllocSymmetric.match(op)) is not None:
             spec = AllocSpec(len(self.allocs) + len(self.late_allocs), al.name, memref_type(al.buffer.type),
-                             self.vid(al.buffer), loc)
+                             self.vid(al.buffer), loc, device.ROTATE_ATTR in op.attributes)
             (self.late_allocs if self.enqueued else self.allocs).append(spec)
             a["alloc"] = spec.index
             a["label"] = f"'{al.name}'"

@@ -233,11 +233,13 @@ class World:
                             f"from peers", loc, e.rank, call)
                 return None
             return buf
-        obj = self.memory.get((key, rank))
+        spec = self.allocs[key[1]]
+        where = (key, rank, call & 1) if spec.rotate else (key, rank)  # a rotating buffer: one copy per parity
+        obj = self.memory.get(where)
         if obj is None:
-            spec = self.allocs[key[1]]
-            obj = self.memory[(key, rank)] = Buffer(f"'{spec.name}'", rank, spec.type.shape, spec.type.elem,
-                                                    symmetric=True, kind="symmetric")
+            label = f"'{spec.name}'" + (f" (copy {call & 1})" if spec.rotate else "")
+            obj = self.memory[where] = Buffer(label, rank, spec.type.shape, spec.type.elem, symmetric=True,
+                                              kind="symmetric")
         if isinstance(obj, Pad):
             self.report(INVALID, f"{e.label} uses signal pad {obj.name()} as data", loc, e.rank, call)
             return None

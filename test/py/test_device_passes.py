@@ -321,6 +321,22 @@ def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
         check_sim(lower(text, FULL % (tile, "")), text, w, seeds=seeds)
 
 
+@pytest.mark.parametrize("kind", ["all_reduce", "gemm_ar"])
+@pytest.mark.parametrize("w", [2, 4])
+def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotating(kind, w):
+    """A push program has no end barrier: four calls in a row simulate race-free and equal to the reference (call
+    e + 2 stores into the inbox copy that call e read, after waits that order it behind those reads). With the
+    inbox held once (its rotate attribute stripped), a fast rank's stores of call e + 1 meet a peer's reads of
+    call e: the simulator reports the write-after-read race."""
+    text = local_program(kind, w, 64)
+    device_text = lower(text, FULL % ("all-reduce=push", ""))
+    assert "ditron_device.barrier" not in device_text and "ditron_rt_barrier" not in device_text
+    check_sim(device_text, text, w, seeds=(0, 1), calls=4)
+    once = device_text.replace("{ditron.rotate, ", "{")
+    results = [simulate(once, world_size=w, seed=seed, calls=4) for seed in range(4)]
+    assert any("[write-after-read]" in r.summary() and "ar_inbox" in r.summary() for r in results)
+
+
 def test_push_all_reduce_stores_into_an_inbox_of_w_minus_one_slabs():
     """all-reduce=push: one launch whose symmetric src is an inbox of W - 1 slabs of x (no copy into a local
     symmetric buffer), with W - 1 slots per tile. GEMM+AR's push: the GEMM stores its tiles into the peers'
@@ -328,14 +344,23 @@ def test_push_all_reduce_stores_into_an_inbox_of_w_minus_one_slabs():
     rows = 4 * 100  # local_program's m is a shard: W * m rows
     text = lower(local_program("all_reduce", 4, 100), FULL % ("all-reduce=push", ""))
     assert text.count('ditron.role = "ar.one_launch"') == 1 and "rs.stage" not in text
-    assert f'{{name = "ar_inbox"}} : () -> memref<{3 * rows}x' in text
+    # no end barrier: the inbox rotates and the program fences itself by its waits (the pass's end-barrier=always
+    # keeps the barrier and one inbox)
+    assert f'{{ditron.rotate, name = "ar_inbox"}} : () -> memref<{3 * rows}x' in text
+    assert 'ditron.fence = "waits"' in text and "barrier" not in text
+    kept = lower(local_program("all_reduce", 4, 100), FULL.replace("ditron-lower-task-to-device",
+                                                                   "ditron-lower-task-to-device{end-barrier=always}")
+                 % ("all-reduce=push", ""))
+    assert f'{{name = "ar_inbox"}} : () -> memref<{3 * rows}x' in kept and "ditron.fence" not in kept
+    assert kept.count('"ditron_device.barrier"') == 1 or "ditron_rt_barrier" in kept
     (rec,) = [k for k in _launches_and_kernels(text)[1].values() if k["template"] == "reduce"]
     assert rec["publish"]["push"] == 3 and rec["src_extent"] == 3 * rows and "pushed" not in rec["publish"]
     tiles = -(-rows // rec["block_m"]) * -(-rec["cols"] // rec["block_n"])
     assert f'{{name = "ar_published"}} : () -> memref<{3 * tiles}xi32>' in text
 
     text = lower(local_program("gemm_ar", 4, 100), FULL % ("all-reduce=push", ""))
-    assert f'{{name = "ar_inbox"}} : () -> memref<{3 * rows}x' in text and "ar.one_launch" not in text
+    assert f'{{ditron.rotate, name = "ar_inbox"}} : () -> memref<{3 * rows}x' in text and "ar.one_launch" not in text
+    assert 'ditron.fence = "waits"' in text
     assert text.index('ditron.role = "ar.gemm_push"') < text.index('ditron.role = "ar.sum_pushed"')
     records = _launches_and_kernels(text)[1].values()
     (mm,) = [k for k in records if k["template"] == "gemm"]

@@ -414,9 +414,10 @@ class FakeGPU:
         """The tensor of rank ``rank`` at the place of own-rank tensor t (a symmetric buffer), or t itself."""
         if rank is None:
             return t
-        for (j, r), v in self.ex._views.items():
-            if v.data_ptr() == t.data_ptr() and v.shape == t.shape:
-                return self.ex._views[(j, rank)]
+        for views in self.ex._parity_views:  # the call's parity (pads, rotating buffers), not the bound one
+            for (j, r), v in views.items():
+                if v.data_ptr() == t.data_ptr() and v.shape == t.shape:
+                    return views[(j, rank)]
         raise AssertionError("a peer access to a buffer that is not symmetric")
 
 

@@ -3,6 +3,7 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot engine=copy_engine},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWO
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=two_shot},ditron-lower-task-to-device' | FileCheck %s --check-prefix=TWOL
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push},ditron-lower-task-to-device' | FileCheck %s --check-prefix=PUSH
+// RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push},ditron-lower-task-to-device{end-barrier=always}' | FileCheck %s --check-prefix=PUSHB
 
 // Standalone reduce_scatter of an argument: stage it into a symmetric buffer, count chunks on their owners.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
@@ -55,12 +56,21 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // TWOL: "ditron_device.launch"(%[[P]], %arg1, %arg0, %[[PUB]], %arg2, %[[RED]]) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
   // TWOL-NEXT: "ditron_device.barrier"
   // TWOL: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch", "reduced"]{{.*}}publish = {arg = "published", copy_from = "x", scatter = "reduced", scope = "sys", value_arg = "epoch"}
+  // The push fences itself (every rank waits on every peer's stores each call): no end barrier, and its inbox
+  // rotates so that a fast peer's stores of call e + 1 land in the copy call e - 1 read. end-barrier=always keeps
+  // the barrier and one inbox.
   // PUSH-LABEL: func.func @all_reduce
-  // PUSH: %[[IN:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_inbox"} : () -> memref<128x32xbf16>
+  // PUSH-SAME: ditron.fence = "waits"
+  // PUSH: %[[IN:.*]] = "ditron_device.alloc_symmetric"() {ditron.rotate, name = "ar_inbox"} : () -> memref<128x32xbf16>
   // PUSH: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_published"} : () -> memref<1xi32>
   // PUSH-NOT: ditron_device.copy
   // PUSH: "ditron_device.launch"(%[[IN]], %arg1, %arg0, %[[PUB]], %arg2) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
-  // PUSH-NEXT: "ditron_device.barrier"
+  // PUSH-NEXT: return
+  // PUSHB-LABEL: func.func @all_reduce
+  // PUSHB-NOT: ditron.fence
+  // PUSHB: "ditron_device.alloc_symmetric"() {name = "ar_inbox"} : () -> memref<128x32xbf16>
+  // PUSHB: ditron.role = "ar.one_launch"
+  // PUSHB-NEXT: "ditron_device.barrier"
   // PUSH: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch"]{{.*}}publish = {arg = "published", copy_from = "x", push = 1 : i64, scope = "sys", value_arg = "epoch"}, rows = 128 : i64, src_col = 0 : i64, src_extent = 128 : i64
   func.func @all_reduce(%x: tensor<128x32xbf16>) -> tensor<128x32xbf16> attributes {ditron.view = "local"} {
     %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<128x32xbf16>) -> tensor<128x32xbf16>

@@ -1,6 +1,8 @@
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline=ditron-lower-task-to-device 2>&1 | FileCheck %s
 // RUN: not ditron-opt %s --pass-pipeline='ditron-lower-task-to-device{chunk-rows=4}' 2>&1 | FileCheck %s --check-prefix=OPT
-// OPT: error: pass 'ditron-lower-task-to-device' has no option 'chunk-rows' (options: none)
+// RUN: not ditron-opt %s --pass-pipeline='ditron-lower-task-to-device{end-barrier=never}' 2>&1 | FileCheck %s --check-prefix=END
+// OPT: error: pass 'ditron-lower-task-to-device' has no option 'chunk-rows' (options: end-barrier)
+// END: error: pass 'ditron-lower-task-to-device': end-barrier must be one of auto, always, got 'never'
 
 // Not tiled yet.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
