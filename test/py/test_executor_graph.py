@@ -230,6 +230,39 @@ def test_a_virtual_world_replays_a_program_without_barrier(monkeypatch, tmp_path
     ex.close()
 
 
+def test_a_push_all_reduce_replays_without_a_barrier_on_alternating_inboxes(monkeypatch, tmp_path):
+    """ditron's push all-reduce ends without a barrier (fence "waits"), its inbox rotating: graph mode accepts it in
+    a real world too, each capture starts with the zeroing node, and the replays of calls 1, 2, 3, 4 alternate
+    between the inbox's two copies (parity 1, 0, 1, 0) while every output matches the reference."""
+    import ditron
+    from ditron import ops
+    from test_ops import _kernel_records
+    W = 2
+    s = ops.signature_for("all_reduce", [(20, 24)], "bf16", W, True, algorithm="push")
+    exe = ditron.load(ops.build_one(s, tmp_path))
+    program = HostProgram(exe.host_program)
+    inbox = program.alloc_index("ar_inbox")
+    assert program.fence == "waits" and program.allocs[inbox].rotate
+    assert set(G.check_graph_program(program, [1], W, real=True)) == {1}  # accepted: the waits fence it
+    gpu, ex = graph_executor(monkeypatch, exe, W, _kernel_records(ops.lower(s)[0]), graph=True)
+    zeroed = []
+    real_zero = ex._zero
+    monkeypatch.setattr(ex, "_zero", lambda stream, t: zeroed.append(t) or real_zero(stream, t))
+    xs = [[torch.zeros(20, 24, dtype=torch.bfloat16)] for _ in range(W)]  # one tensor set: one graph per parity
+    for call in range(1, 5):
+        g = torch.Generator().manual_seed(call)
+        for row in xs:
+            row[0].copy_(torch.randn(20, 24, generator=g))
+        outs = ex.run(xs)
+        want = ops.reference(s, xs)
+        assert all(torch.allclose(outs[r][0].float(), want[r], rtol=2 ** -6, atol=2 ** -5) for r in range(W)), call
+        for r in range(W):  # rank r's inbox copy of this call's parity holds the peer's x
+            copy = ex._parity_views[call & 1][(inbox, r)]
+            assert torch.equal(copy, xs[1 - r][0]), (call, r)
+    assert ex._graphs.captures == 2 and len(zeroed) == 2 * W and ex._final_clear == {}
+    ex.close()
+
+
 def test_the_final_barrier_kernel_zeroes_the_other_parity(monkeypatch, gather_artifacts):
     """A call that ends with the runtime barrier kernel on stream 0 zeroes the rank's pads of the other parity in
     that kernel, before arriving: no zeroing node."""
@@ -277,6 +310,29 @@ def test_two_parity_layout():
     with pytest.raises(DitronRuntimeError, match="1 or 2 parities"):
         program_layout(buffers, [0], 3)
     assert HeapLayout().span([]) == (0, 0)
+
+
+def test_rotating_buffers_have_a_copy_per_parity_in_either_mode():
+    buffers = [("inbox", (4, 8), torch.bfloat16), ("pad", (3,), torch.int32), ("x", (2,), torch.float32)]
+    eager, names = program_layout(buffers, [1], 1, [0])
+    assert names == [["inbox", "pad", "x"], ["inbox@1", "pad", "x"]]  # eager: the pad once, the inbox twice
+    assert list(eager.buffers) == ["inbox", "inbox@1", "pad", "x"]
+    graph, names = program_layout(buffers, [1], 2, [0])
+    assert names == [["inbox", "pad", "x"], ["inbox@1", "pad@1", "x"]]
+    assert list(graph.buffers) == ["inbox", "inbox@1", "x", "pad", "pad@1"]
+    with pytest.raises(DitronRuntimeError, match="a signal pad cannot rotate"):
+        program_layout(buffers, [1], 2, [1])
+
+
+def test_host_program_fence_and_rotate_are_checked(gather_artifacts):
+    data = dict(gather_artifacts[3].host_program)
+    assert HostProgram(data).fence == "barrier" and not any(a.rotate for a in HostProgram(data).allocs)
+    with pytest.raises(DitronRuntimeError, match="fence 'never' is not one of barrier, waits"):
+        HostProgram({**data, "fence": "never"})
+    allocs = [dict(a) for a in data["allocs"]]
+    allocs[1]["rotate"] = "yes"
+    with pytest.raises(DitronRuntimeError, match=r"symmetric buffer 1: 'rotate' must be true or false"):
+        HostProgram({**data, "allocs": allocs})
 
 
 def test_tensor_keys():
