@@ -186,15 +186,15 @@ class TorchGraphs:
         if driver is None or not driver.launch_graph(graph_exec, stream):
             graph.replay()
 
-    def launch(self, graph, graph_exec: int, stream: int, driver, event) -> None:
-        """``replay``, then ``record`` of ``event`` on the same stream."""
+    def launch(self, graph, graph_exec: int, stream: int, driver, event, raw_event: int) -> None:
+        """``replay``, then ``record`` of ``event`` (raw handle ``raw_event``) on the same stream."""
         self.replay(graph, graph_exec, stream, driver)
-        self.record(event, stream, driver)
+        self.record(event, stream, driver, raw_event)
 
-    def record(self, event, stream: int, driver) -> None:
+    def record(self, event, stream: int, driver, raw_event: int = 0) -> None:
         """Record ``event`` on the current stream (raw handle ``stream``): through the driver when it can (torch's
         ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
-        if driver is None or not driver.record(event.cuda_event, stream):
+        if driver is None or not driver.record(raw_event or event.cuda_event, stream):
             event.record()
 
 
@@ -229,6 +229,7 @@ class GraphRunner:
         current = torch.cuda.current_stream(ex.device)
         for ev in self._events:  # created now (torch makes an event at its first record): raw handles from here on
             ev.record(current)
+        self._raw_events = [ev.cuda_event for ev in self._events]  # read once: torch's property costs a call
         try:
             for p in (0, 1):  # both parities zero now, and the zeroing kernel loaded before anything can spin
                 for r in ex.ranks:
@@ -353,7 +354,8 @@ class GraphRunner:
         elif len(queue) >= PRUNE_AT:  # querying events costs ~2 us each: not on every call
             self._prune()
         done = self._events[epoch % EVENT_RING]
-        backend.launch(graph, entry.execs[parity], stream, self._driver, done)  # its event after it, same stream
+        backend.launch(graph, entry.execs[parity], stream, self._driver, done,  # its event after it, same stream
+                       self._raw_events[epoch % EVENT_RING])
         self._streams.add(stream)
         queue.append(Milestone(done, -1, -1, self.calls[parity], epoch))
         if sync:

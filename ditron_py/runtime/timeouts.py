@@ -39,7 +39,7 @@ SILENT_STALL_FACTOR = 3
 DRAIN_S = 5.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Milestone:
     event: Any                # torch.cuda.Event recorded after the action
     rank: int

@@ -255,6 +255,8 @@ def test_heap_layout_follows_the_program():
 # ------------------------------------------------------------------------------------------- the fake GPU
 
 class FakeEvent:
+    cuda_event = 0  # no raw handle: the executor records through record()
+
     def __init__(self, gpu, **kw):
         self.gpu, self.done = gpu, True
 

@@ -119,7 +119,7 @@ class FakeGraphs:
         end.record(cap)
         caller.wait_event(end)
 
-    def launch(self, graph, graph_exec, stream, driver, event) -> None:
+    def launch(self, graph, graph_exec, stream, driver, event, raw_event=0) -> None:
         self.replay(graph, graph_exec, stream, driver)
         self.record(event, stream, driver)
 
@@ -130,7 +130,7 @@ class FakeGraphs:
     def current(self, device) -> int:
         return id(self.gpu.cur)
 
-    def record(self, event, stream, driver) -> None:
+    def record(self, event, stream, driver, raw_event=0) -> None:
         assert driver is None and stream == id(self.gpu.cur)  # no CUDA driver on the CPU: torch's record
         event.record()
 

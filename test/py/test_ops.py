@@ -487,6 +487,67 @@ def test_repeated_graph_calls_replay_their_bound_call(library_dir, monkeypatch):
     lib.release(sig("ag_gemm", [(64, 32), (32, 16)], 2))
     assert not lib._bound
 
+def test_a_real_world_repeats_its_last_graph_call_without_a_key(library_dir, monkeypatch):
+    """A real world's op called again with the same tensor objects, unchanged (address, dtype, shape, strides), the
+    same world and parameters and the same out: the bound call replays with no key built. Any change -- another
+    out, an in-place transpose, other parameters, a bound call no longer live, the executable released -- takes
+    the full path again."""
+    import torch
+
+    from ditron.runtime.world import World
+    lib = ops.Library(library_dir, target="cuda:90", compile=False)
+    world = World(4, 1, torch.device("cpu"))  # rank 1 of a real world
+    s = sig("all_reduce", [(64, 32)], 4, virtual=False)
+    exe = lib.executable(s)
+    monkeypatch.setattr(lib, "executable", lambda got: exe)  # one artifact stands for every shape and parameter
+    binds, calls = [], []
+
+    class Bound:
+        live = True
+        runner = type("R", (), {"ex": type("E", (), {"exe": exe})()})()
+
+        def __init__(self, inputs, outputs):
+            self.inputs, self.outputs = inputs, outputs
+
+        def __call__(self, sync=True):
+            calls.append(self)
+            return list(self.outputs)  # as Executor.bind's: the given outputs
+
+    class Ex:
+        def bind(self, inputs, outputs=None):
+            binds.append(Bound(inputs, outputs))
+            return binds[-1]
+    monkeypatch.setattr(exe, "executor", lambda w, graph=False: Ex() if graph and w is world else pytest.fail())
+    x, out = torch.zeros(16, 16, dtype=torch.bfloat16), torch.zeros(16, 16, dtype=torch.bfloat16)
+    keyed = []
+    real_key = ops._tensors_key
+    monkeypatch.setattr(ops, "_tensors_key", lambda *a: keyed.append(1) or real_key(*a))
+
+    def call(**kw):
+        got = ops.all_reduce(x, world, library=lib, graph=True, sync=False, out=out, **kw)
+        assert got is out
+    for _ in range(4):
+        call()
+    assert len(binds) == 1 and calls == [binds[0]] * 4 and len(keyed) == 2 * 2  # calls 3 and 4: no key
+    x.t_()  # the same object and memory, other strides: keyed again (the bound call's key has other strides)
+    call()
+    assert len(binds) == 2 and calls[-1] is binds[1]
+    x.t_()
+    call(algorithm="push")  # other parameters
+    assert len(binds) == 3
+    n = len(keyed)
+    call(algorithm="push")
+    call(algorithm="push")
+    assert len(keyed) == n + 2 and calls[-2:] == [binds[2]] * 2  # the second repeat is the fast one
+    binds[2].live = False
+    call(algorithm="push")
+    assert len(binds) == 4 and calls[-1] is binds[3]
+    call(algorithm="push")  # bound again: the next call is the fast one
+    assert lib._last["all_reduce"].bound is binds[3]
+    lib.release(s)
+    assert not lib._last and not lib._bound
+
+
 # ------------------------------------------------------------------------------------- the benchmark's cases
 
 def _bench(name: str = "bench_dist"):
