@@ -153,19 +153,32 @@ def gemm_tiles(m: int, n: int, cfg: GemmConfig) -> int:
 
 
 def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sms: int | None = None,
-              elem_bytes: int = 2) -> float:
+              elem_bytes: int = 2, split: int = 1) -> float:
     """Time of an m x n x k GEMM with tile config cfg on sms SMs (default: all): waves of tiles, each tile bound by
-    its math or by its operand loads, plus a launch."""
+    its math or by its operand loads, plus a launch. ``split``: split-K, tiles * split programs each over k / split,
+    the last of a tile adding the others' fp32 partials (written and read back)."""
     sms = sms or peaks.num_sms
     if m <= 0 or n <= 0 or k <= 0:
         return peaks.launch_latency
     tiles = gemm_tiles(m, n, cfg)
-    waves = math.ceil(tiles / sms)
+    waves = math.ceil(tiles * split / sms)
+    k_part = math.ceil(k / split)
     flops_per_sm = peaks.gemm_flops / peaks.num_sms * cfg.efficiency
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
-    t_math = 2.0 * cfg.block_m * cfg.block_n * k / flops_per_sm
-    t_load = (cfg.block_m + cfg.block_n) * k * elem_bytes / load_bw_per_sm
-    return waves * max(t_math, t_load) + peaks.launch_latency
+    t_math = 2.0 * cfg.block_m * cfg.block_n * k_part / flops_per_sm
+    t_load = (cfg.block_m + cfg.block_n) * k_part * elem_bytes / load_bw_per_sm
+    t_split = (split - 1) * cfg.block_m * cfg.block_n * 4 * 2 / load_bw_per_sm
+    # every operand byte crosses HBM once at least: what bounds a skinny GEMM (M = 128: B is read once, whatever
+    # the tile; H200 warm L2, 128 x 8192 x 14336: 64x128 tiles 62.4 us, 128x128 split in two 65.7)
+    floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw
+    return max(waves * max(t_math, t_load), floor) + t_split + peaks.launch_latency
+
+
+def gemm_split(m: int, n: int, k: int, cfg: GemmConfig, sms: int) -> int:
+    """The split-K the GEMM template uses for cfg's tiles on sms SMs when its tiles neither wait nor notify
+    (kernels.gemm.split_for: one wave of programs, K slices of at least 8 steps)."""
+    from .kernels.gemm import split_for
+    return split_for(gemm_tiles(m, n, cfg), math.ceil(k / cfg.block_k), sms)
 
 
 def best_gemm_config(m: int, n: int, k: int, peaks: TargetPeaks, *, sms: int | None = None,

@@ -52,7 +52,7 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         config["num_sms"] = t.sm_budget
     if "block_m" in config and "block_n" in config and "block_k" in config:
         config["split_k"] = _fitting_split_k(m, n, k, a_type, c_type, t, config,
-                                             fused=bool(wait or notify or reduce_own or push))
+                                             fused=bool(wait or notify or reduce_own))
     if reduce_own is not None and config.get("block_m") and rows_per_rank:
         # the own rows' tiles come last only if no GROUP_M group straddles two ranks' rows
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
@@ -67,20 +67,15 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
 
 def _fitting_split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,
                      fused: bool) -> int:
-    """The template's split-K for this problem, lowered until it fits the tiles ditron-tile chose: the template
-    picks split-K for its own tile sizes, and every program of a split-K GEMM must be resident (<= num_sms), with
-    no empty K slice; persistent kernels do not split."""
+    """Split-K for the tiles ditron-tile chose (``gemm.split_for``, which ditron-tile's model assumes too): none for
+    persistent kernels or GEMMs that wait or notify per tile (a push is done by the last split, with the sum)."""
     from ..kernels import gemm
-    if config.get("persistent"):
+    if config.get("persistent") or fused:
         return 1
-    base = gemm.choose_config(m, n, k, dtype_name(a_type), t.target, out_dtype=dtype_name(c_type), fused=fused,
-                              num_sms=config.get("num_sms"))
-    split, sms = base.get("split_k", 1), config.get("num_sms", base["num_sms"])
+    sms = config.get("num_sms") or gemm.choose_config(m, n, k, dtype_name(a_type), t.target,
+                                                      out_dtype=dtype_name(c_type))["num_sms"]
     tiles = math.ceil(m / config["block_m"]) * math.ceil(n / config["block_n"])
-    k_tiles = math.ceil(k / config["block_k"])
-    while split > 1 and (tiles * split > sms or math.ceil(k_tiles / split) * (split - 1) >= k_tiles):
-        split -= 1
-    return split
+    return gemm.split_for(tiles, math.ceil(k / config["block_k"]), sms)
 
 
 # ----------------------------------------------------------------------------------------------- elementwise

@@ -25,7 +25,7 @@ from mlir import ir
 
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
-                          copy_time, gemm_ar_push_estimate, gemm_candidates,
+                          copy_time, gemm_ar_push_estimate, gemm_candidates, gemm_split,
                           gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
                           reduce_scatter_estimates)
 from ..dialects import device, task
@@ -401,7 +401,8 @@ class _Planner:
 
     # ---- core-level GEMM configuration
 
-    def gemm_config(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int) -> GemmConfig:
+    def gemm_config(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int,
+                    split: bool = False) -> GemmConfig:
         o = self.o
         forced = {f: getattr(o, f) for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m")
                   if getattr(o, f) is not None}
@@ -416,8 +417,15 @@ class _Planner:
                                        f"{c.smem_bytes(eb, self.vendor)} bytes of shared memory; "
                                        f"{self.peaks.target} has {self.peaks.smem_per_sm}: lower num-stages or the "
                                        "block sizes")
-        best = min(fits, key=lambda c: (gemm_time(m, n, k, c, self.peaks, sms=sms, elem_bytes=eb), fits.index(c)))
+        best = min(fits, key=lambda c: (self.gemm_seconds(m, n, k, c, sms, eb, split), fits.index(c)))
         return best
+
+    def gemm_seconds(self, m: int, n: int, k: int, cfg: GemmConfig, sms: int, eb: int, split: bool) -> float:
+        """The model's time of cfg, split-K included where the GEMM may split (``split``: its tiles neither wait
+        nor notify, and the grid is not persistent)."""
+        tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+        s = gemm_split(m, n, k, cfg, sms) if split and self.o.persistent is not True and tiles <= sms else 1
+        return gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb, split=s)
 
     def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool) -> dict:
         tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
@@ -556,7 +564,7 @@ class _Planner:
             if algorithm in ("one_shot", "push") and g.kind == "matmul_ar" or algorithm == "one_launch":
                 # the GEMM on every SM, then one reduce launch (of every row for GEMM+AR, of the own rows for RS)
                 sms = self.peaks.num_sms
-                cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
+                cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb, split=True)
                 rows = shard_rows if algorithm == "one_launch" else m
                 if algorithm == "push":  # the GEMM pushes its tiles as it goes, then a local sum
                     tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
@@ -613,10 +621,11 @@ class _Planner:
                         local_copy_time(m * n * eb, self.peaks))
                 yield t, "epilogue", engine, 0, sms, cfg, shard_rows, rows, chunks
 
-    def timed_gemm(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int) -> tuple[GemmConfig, float]:
-        """The model's GEMM config on sms SMs and its modelled time."""
-        cfg = self.gemm_config(op, m, n, k, sms, eb)
-        return cfg, gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb)
+    def timed_gemm(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int,
+                   split: bool = False) -> tuple[GemmConfig, float]:
+        """The model's GEMM config on sms SMs and its modelled time (``split``: the GEMM may split K)."""
+        cfg = self.gemm_config(op, m, n, k, sms, eb, split)
+        return cfg, self.gemm_seconds(m, n, k, cfg, sms, eb, split)
 
     def single(self, op: ir.Operation) -> Tiling | None:
         if task.Matmul.match(op):
@@ -636,7 +645,7 @@ class _Planner:
         m, k = shape_of(mm.lhs)
         n = shape_of(mm.rhs)[1]
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
-        cfg, t = self.timed_gemm(op, m, n, k, sms, eb)
+        cfg, t = self.timed_gemm(op, m, n, k, sms, eb, split=True)
         return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
 

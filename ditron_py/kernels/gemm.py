@@ -39,7 +39,8 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             each spin on a tile the other has not reached): tile_order 'rank_rotated' with
                             rank_shift 1 and group_m dividing R / block_m.
 
-    push    (optional)      {arg, pad, slabs, scope}: GEMM+AR by push. After a tile's store to ``c`` the tile is
+    push    (optional)      {arg, pad, slabs, scope}: GEMM+AR by push. After a tile's store to ``c`` (split-K: by the
+                            last split, with the sum) the tile is
                             also stored into every peer's inbox ``arg`` ([slabs * m, n], slabs = num_ranks - 1),
                             at rows slab * m + its rows, slab = num_ranks - 1 - i on peer rank + i (so slab j - 1
                             of a rank's inbox holds rank + j's tiles), then 1 is added (release) to slot
@@ -113,7 +114,7 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
         raise _err(f"unknown field(s) {sorted(unknown)}; known tuning fields: {', '.join(CONFIG_FIELDS)}")
     chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
                            out_dtype=out_dtype, fused=bool(wait or notify or reduce_own or push),
-                           num_sms=config.get("num_sms"))
+                           num_sms=config.get("num_sms"), pushes=bool(push))
     chosen.update(config)
     rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),
                        ldc=ldc or n, in_dtype=in_dtype, out_dtype=out_dtype, b_trans=b_trans, tile_order=tile_order,
@@ -211,9 +212,9 @@ def check(rec) -> None:
         if not isinstance(spec.get("arg"), str) or not isinstance(spec.get("pad"), str) or \
                 not isinstance(spec.get("slabs"), int) or isinstance(spec["slabs"], bool) or spec["slabs"] < 1:
             raise _err("'push' needs 'arg' (the inbox), 'pad' and 'slabs' (num_ranks - 1 >= 1)")
-        if "notify" in rec or "reduce_own" in rec or rec["store"] != "pointer" or rec["split_k"] > 1:
-            raise _err("'push' works without notify, reduce_own and split-K, with store='pointer' (its release "
-                       "follows the tile's stores)")
+        if "notify" in rec or "reduce_own" in rec or rec["store"] != "pointer":
+            raise _err("'push' works without notify and reduce_own, with store='pointer' (its release follows the "
+                       "tile's stores)")
     g = geometry(rec)
     if rec["split_k"] > 1:
         if rec["persistent"] or "wait" in rec or "notify" in rec or "reduce_own" in rec:
@@ -261,19 +262,30 @@ def _rank_shift(peer: str) -> int | None:
 
 def choose_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
                   lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
-                  num_sms: int | None = None) -> dict:
+                  num_sms: int | None = None, pushes: bool = False) -> dict:
     """Tuning fields for a problem: the first of ``candidates``."""
     return candidates(m, n, k, dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc, out_dtype=out_dtype,
-                      fused=fused, num_sms=num_sms)[0]
+                      fused=fused, num_sms=num_sms, pushes=pushes)[0]
+
+
+def split_for(tiles: int, k_tiles: int, sms: int) -> int:
+    """Split-K for a grid of ``tiles`` tiles of ``k_tiles`` K steps on ``sms`` SMs: as many K slices as fill the
+    SMs with one wave of tiles * split programs, each slice at least 8 K steps long and none empty (1: no split)."""
+    split = max(1, min(sms // max(tiles, 1), k_tiles // 8))
+    while split > 1 and (math.ceil(k_tiles / split) * (split - 1) >= k_tiles or tiles * split > sms):
+        split -= 1
+    return split
 
 
 def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
                lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
-               num_sms: int | None = None) -> list[dict]:
+               num_sms: int | None = None, pushes: bool = False) -> list[dict]:
     """Configs worth trying, best guess first. The rule: on sm_90, TMA loads when rows are 16-byte aligned;
     128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least as many tiles
-    as SMs; below that, smaller tiles and split-K until about one wave of programs fills the SMs. ``fused``
-    (per-tile wait/notify) keeps the tile loop unflattened and stores through pointers."""
+    as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs fills the
+    SMs. ``fused`` (per-tile wait/notify, or a push) keeps the tile loop unflattened and stores through pointers;
+    a GEMM that waits or notifies per tile neither splits K nor leaves TMA loads; ``pushes`` (GEMM+AR's push,
+    done by the last split) does both."""
     out_dtype = out_dtype or ("bf16" if dtype.startswith("fp8") else dtype)
     vendor, _, arch = target.partition(":")
     in_bytes, out_bytes = T.DTYPE_BYTES[dtype], T.DTYPE_BYTES[out_dtype]
@@ -299,8 +311,8 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     loads = "tma" if tma else "pointer"
 
     def cfg(bm, bn, stages=None, warps=8, persistent=True, split=1, esplit=None, flatten=None, group=8,
-            max_stages=4):
-        store = "tma" if tma_store and split == 1 else "pointer"
+            max_stages=4, pointers=False):
+        store = "tma" if tma_store and split == 1 and not pointers else "pointer"
         esplit = esplit if esplit is not None else (2 if store == "tma" and bn >= 128 else 1)
         if store != "tma":
             esplit = 1
@@ -309,8 +321,8 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
             stages = min(max_stages, (SM90_SHARED_BYTES - epilogue) // ((bm + bn) * bk * in_bytes))
         flat = (not fused and persistent) if flatten is None else flatten
         return dict(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps, num_stages=stages,
-                    persistent=persistent, num_sms=sms, loads=loads, store=store, epilogue_split=esplit,
-                    flatten=flat and persistent, split_k=split)
+                    persistent=persistent, num_sms=sms, loads="pointer" if pointers else loads, store=store,
+                    epilogue_split=esplit, flatten=flat and persistent, split_k=split)
 
     def tiles(bm, bn):
         return math.ceil(m / bm) * math.ceil(n / bn)
@@ -328,14 +340,17 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
         t = tiles(bm, bn)
         if m <= 64 and bm > 64:
             continue
-        split = 1 if fused else max(1, min(sms // t, k_tiles // 8))
-        while split > 1 and (math.ceil(k_tiles / split) * (split - 1) >= k_tiles or t * split > sms):
-            split -= 1
-        small.append(cfg(bm, bn, warps=warps, persistent=split == 1 and t > sms, split=split, max_stages=6))
-    # rank: programs close to one wave first; beside the two best, their pointer-load twins (one wave of short
-    # programs pays for creating TMA descriptors at every program's start)
+        split = 1 if fused and not pushes else split_for(t, k_tiles, sms)
+        small.append(cfg(bm, bn, warps=warps, persistent=split == 1 and t > sms, split=split, max_stages=6,
+                         pointers=not fused or pushes))
+    # rank: programs close to one wave first. Pointer loads and stores: one wave of short programs pays for
+    # creating TMA descriptors at every program's start (H200, warm L2, M = 128: 64x64 s6 25.1 us with pointers
+    # against 27.1 with TMA at N, K = 4096, 7168; 64x128 s6 62.4 against 64.1 at 8192, 14336); beside the two
+    # best, their twins with the other loads (for the tuner). A GEMM that waits per tile keeps TMA: AG+GEMM 70B
+    # M = 128 (128x128 tiles, 128 K steps) ran 91.5-92.7 us with pointers against 90.1-90.9 with TMA.
     small.sort(key=lambda c: abs(1 - tiles(c["block_m"], c["block_n"]) * c["split_k"] / sms))
-    twins = [dict(c, loads="pointer", store="pointer", epilogue_split=1) for c in small[:2] if c["loads"] == "tma"]
+    twins = [dict(c, loads="tma" if c["loads"] == "pointer" else "pointer", store="pointer", epilogue_split=1)
+             for c in small[:2] if tma]
     return small[:2] + twins + small[2:] + big[:2]
 
 
@@ -512,6 +527,8 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, parts, rec)
                 step.notifies = [SlotNotify("locks", t, 0, op="set")]
+                if "push" in rec:  # the last split holds the tile's sum: it pushes
+                    _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
             if "notify" in rec:
                 nt = rec["notify"]
                 step.notifies = [SlotNotify(nt["arg"], sl, nt["value"], _peer(nt, sl, rank, num_ranks, rec, scalars),
@@ -538,8 +555,8 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
 
     step.writes = [c_reg] + boxes
     step.compute = with_copies
-    step.notifies = [SlotNotify(spec["pad"], slab * g.tiles_m + m0 // rec["block_m"], 1, q, op="add")
-                     for q, slab in peers]
+    step.notifies = list(step.notifies) + [SlotNotify(spec["pad"], slab * g.tiles_m + m0 // rec["block_m"], 1, q,
+                                                      op="add") for q, slab in peers]
 
 
 def _own_rows(rec, m0: int, rank: int) -> int | None:
@@ -674,13 +691,14 @@ class _Emitter:
         if tile_c is not None:  # flattened loop: recompute the epilogue's coordinates from their own counter
             pid_m, pid_n = self.coords(tile_c)
             m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
-        if split is not None:
-            self._split_epilogue(acc, t, split, m0, n0)
-        elif "reduce_own" in rec:
+        if split is not None:  # the last split stores the sum (and pushes it)
+            push = (lambda total: self._push(total, m0, n0)) if "push" in rec else None
+            self._split_epilogue(acc, t, split, m0, n0, push)
+            return
+        if "reduce_own" in rec:
             self._reduce_own_epilogue(acc, m0, n0)
             return
-        else:
-            self.store_c(acc, m0, n0)
+        self.store_c(acc, m0, n0)
         if "notify" in rec:
             self._notify(m0)
         if "push" in rec:
@@ -851,7 +869,9 @@ class _Emitter:
         ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, rec["ldc"])
         T.store(ptrs, T.cast(acc, self.out_t), mask)
 
-    def _split_epilogue(self, acc, t, split, m0, n0):
+    def _split_epilogue(self, acc, t, split, m0, n0, then=None):
+        """Splits but the last store their fp32 partial and count it; the last waits for them, adds them, stores
+        C, resets the lock and calls ``then(total)`` (the push)."""
         S = self.rec["split_k"]
         lock = T.addptr(self.arg["locks"], t)
         last = T.cmp("eq", split, S - 1)
@@ -870,6 +890,8 @@ class _Emitter:
                 total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
             self.store_c(total, m0, n0)
             T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
+            if then is not None:
+                then(total)
 
 
 def _and(a, b, shape_):

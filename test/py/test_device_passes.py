@@ -337,6 +337,20 @@ def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotati
     assert any("[write-after-read]" in r.summary() and "ar_inbox" in r.summary() for r in results)
 
 
+@pytest.mark.parametrize("kind,tile", [("gemm_ar", "all-reduce=push"), ("gemm_rs", "reduce-scatter=one_launch")])
+def test_a_skinny_gemm_splits_k_and_simulates_equal_to_the_reference(kind, tile):
+    """A one-wave GEMM whose tiles neither wait nor notify (GEMM+AR's push, GEMM+RS's one_launch) splits K as the
+    model assumed (gemm.split_for): the launch gets the fp32 workspace and the locks, the last split of a tile adds
+    the partials (and pushes the sum), and the program simulates equal to the reference."""
+    text = local_program(kind, 2, 64, k=2048, n=256)
+    device_text = lower(text, FULL % (tile, ""))
+    (mm,) = [k for k in _launches_and_kernels(device_text)[1].values() if k["template"] == "gemm"]
+    assert mm["split_k"] > 1 and mm["loads"] == "pointer" and mm["args"][-2:] == ["workspace", "locks"]
+    assert f'name = "gemm_workspace"}} : () -> memref<{(mm["split_k"] - 1) * 128}x256xf32>' in device_text
+    assert '"gemm_locks"' in device_text
+    check_sim(device_text, text, 2, seeds=(0,), calls=2)
+
+
 def test_push_all_reduce_stores_into_an_inbox_of_w_minus_one_slabs():
     """all-reduce=push: one launch whose symmetric src is an inbox of W - 1 slabs of x (no copy into a local
     symmetric buffer), with W - 1 slots per tile. GEMM+AR's push: the GEMM stores its tiles into the peers'

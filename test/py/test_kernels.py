@@ -208,22 +208,25 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     assert [w.slot for w in first.waits] == [4, 5]
 
 
-@pytest.mark.parametrize("W", [2, 3])
-def test_gemm_push_then_reduce_pushed_match_tiles(W):
+@pytest.mark.parametrize("W,split", [(2, 1), (3, 1), (2, 2), (3, 3)])
+def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
     """GEMM+AR by push: each rank's GEMM stores every C tile into c and into its slab of every peer's inbox, and
-    adds 1 to the peer's slot of the tile's row block; then the reduce template (publish.pushed) sums c with the
-    inbox once those slots count every column tile. Ranks run one after the other (the simulator checks the
-    concurrent protocol), each GEMM on its own B."""
-    m, n, k = 40, 48, 32
+    adds 1 to the peer's slot of the tile's row block (split-K: the last split, with the sum); then the reduce
+    template (publish.pushed) sums c with the inbox once those slots count every column tile. Ranks run one after
+    the other (the simulator checks the concurrent protocol), each GEMM on its own B."""
+    m, n, k = 40, 48, 32 * split
+    shape = dict(persistent=True, num_sms=3) if split == 1 else dict(persistent=False, num_sms=6 * split)
     rec = gemm.make_record(m, n, k, push={"arg": "inbox", "pad": "pushed", "slabs": W - 1}, loads="pointer",
-                           store="pointer", persistent=True, epilogue_split=1, flatten=False,
-                           **dict(SMALL, block_m=16, num_sms=3))
-    assert rec["args"] == ["a", "b", "c", "inbox", "pushed"]
+                           store="pointer", epilogue_split=1, flatten=False, split_k=split,
+                           **dict(SMALL, block_m=16, **shape))
+    assert rec["args"] == ["a", "b", "c", "inbox", "pushed"] + (["workspace", "locks"] if split > 1 else [])
     tiles_m, tiles_n = 3, -(-n // rec["block_n"])
     rng = np.random.default_rng(RNG_SEED)
     mem, _ = gemm_memory(rec, rng)
     refs = []
     for r in range(W):
+        if split > 1:
+            mem[("workspace", r)], mem[("locks", r)] = mem[("workspace", 0)].copy(), mem[("locks", 0)].copy()
         mem[("a", r)], mem[("b", r)] = mem[("a", 0)], random("bf16", (k * n,), rng)
         refs.append(round_to("bf16", mem[("a", r)].reshape(m, k).astype(np.float32)
                              @ mem[("b", r)].reshape(k, n).astype(np.float32)))
@@ -238,6 +241,10 @@ def test_gemm_push_then_reduce_pushed_match_tiles(W):
             close(mem_ir[("inbox", r)].reshape(W - 1, m, n)[j - 1], refs[(r + j) % W])
         np.testing.assert_array_equal(mem_ir[("pushed", r)], np.full((W - 1) * tiles_m, tiles_n))
         np.testing.assert_array_equal(mem_tiles[("inbox", r)], mem_ir[("inbox", r)])
+        if split > 1:  # the last splits left their locks zero
+            assert not mem_ir[("locks", r)].any()
+    if split > 1:
+        return
     red = reduce.make_record(m, n, dtype="bf16", block_m=8, block_n=32, grid=3,
                              publish={"arg": "pushed", "value_arg": "expect", "copy_from": "c", "push": W - 1,
                                       "pushed": 16})
@@ -259,7 +266,7 @@ def test_gemm_push_then_reduce_pushed_match_tiles(W):
     with pytest.raises(VerificationError, match="a world of 3 ranks needs 2"):
         gemm.tiles(gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1}, loads="pointer",
                                     store="pointer", **SMALL), rank=0, num_ranks=3, scalars={})
-    with pytest.raises(VerificationError, match="'push' works without notify"):
+    with pytest.raises(VerificationError, match="'push' works without notify and reduce_own, with store='pointer'"):
         gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1}, store="tma", loads="tma")
     with pytest.raises(VerificationError, match="'push' needs 'arg'"):
         gemm.make_record(m, n, k, push={"arg": "i", "slabs": 1}, loads="pointer", store="pointer")

@@ -45,9 +45,9 @@ def case_shapes(op: str, W: int, m: int, dim: int = 0) -> list[tuple[int, ...]]:
 def _cases() -> dict[str, ops.Signature]:
     out = {}
 
-    def add(name, op, W, m, virtual=True, **params):
-        out[name] = ops.signature_for(op, case_shapes(op, W, m, params.get("dim", 0)), "bf16", W, virtual, TARGET,
-                                      **params)
+    def add(name, op, W, m, virtual=True, shapes=None, **params):
+        out[name] = ops.signature_for(op, shapes or case_shapes(op, W, m, params.get("dim", 0)), "bf16", W, virtual,
+                                      TARGET, **params)
     for W in (1, 2, 4, 8):
         for m in (128, 4091):
             for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
@@ -73,6 +73,13 @@ def _cases() -> dict[str, ops.Signature]:
     add("real_gemm_ar_push_w2_m4091", "gemm_ar", 2, 4091, virtual=False, algorithm="push")
     add("real_reduce_scatter_staged_w2_m4091", "reduce_scatter", 2, 4091, virtual=False,
         passes={"ditron-tile": {"reduce-scatter": "reduce_kernel"}})
+    # skinny GEMMs whose K splits (one wave of tiles, split-K): GEMM+AR's push from the last split
+    skinny = [(128, 2048), (2048, 1024)]
+    add("skinny_gemm_ar_w2", "gemm_ar", 2, 0, shapes=skinny)
+    add("skinny_gemm_rs1l_w2", "gemm_rs", 2, 0, shapes=skinny, passes={"ditron-tile": {"reduce-scatter": "one_launch"}})
+    add("real_skinny_gemm_ar_w2", "gemm_ar", 2, 0, virtual=False, shapes=skinny)
+    add("real_skinny_gemm_rs1l_w2", "gemm_rs", 2, 0, virtual=False, shapes=skinny,
+        passes={"ditron-tile": {"reduce-scatter": "one_launch"}})
     return out
 
 
