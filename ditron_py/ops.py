@@ -607,11 +607,12 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
     if graph and passes is None and out is not None:  # the op's last call again (a real world): replay at once
         last = lib._last.get(op)
         try:
-            if last is not None and last.matches(world, tensors, out, params):
-                last.bound(sync)
-                return out
+            hit = last is not None and last.matches(world, tensors, out, params)
         except (TypeError, AttributeError, RuntimeError):
-            pass  # not tensors: the full path below refuses them
+            hit = False  # not tensors: the full path below refuses them
+        if hit:
+            last.bound(sync)
+            return out
     if graph:  # a call with the same tensors as an earlier one: replay its graph straight away
         try:
             virtual = world.is_virtual
