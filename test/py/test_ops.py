@@ -438,15 +438,9 @@ def test_repeated_calls_skip_the_signature_but_not_the_checks(library_dir, monke
 
 
 
-def test_repeated_graph_calls_replay_their_bound_call(library_dir, monkeypatch):
-    """graph=True: the first call with a set of tensors binds it (Executor.bind); the next calls with the same
-    tensors (address, dtype, shape, strides) only call the bound call, until it is no longer live."""
-    import torch
-
-    from ditron.runtime.world import World
-    lib = ops.Library(library_dir, target="cuda:90", compile=False)
-    world = World(2, None, torch.device("cpu"))
-    exe = lib.executable(sig("ag_gemm", [(64, 32), (32, 16)], 2))
+def _fake_binds(monkeypatch, exe, world, record, reply):
+    """exe's graph-mode executor in ``world`` replaced by a stand-in: bind() makes a live bound call (kept in
+    ``binds``); calling one appends ``record(bound, sync)`` to ``calls`` and returns ``reply(bound)``."""
     binds, calls = [], []
 
     class Bound:
@@ -457,14 +451,28 @@ def test_repeated_graph_calls_replay_their_bound_call(library_dir, monkeypatch):
             self.inputs, self.outputs = inputs, outputs
 
         def __call__(self, sync=True):
-            calls.append((self, sync))
-            return [[torch.zeros(1)] for _ in range(2)]
+            calls.append(record(self, sync))
+            return reply(self)
 
     class Ex:
         def bind(self, inputs, outputs=None):
             binds.append(Bound(inputs, outputs))
             return binds[-1]
     monkeypatch.setattr(exe, "executor", lambda w, graph=False: Ex() if graph and w is world else pytest.fail())
+    return binds, calls
+
+
+def test_repeated_graph_calls_replay_their_bound_call(library_dir, monkeypatch):
+    """graph=True: the first call with a set of tensors binds it (Executor.bind); the next calls with the same
+    tensors (address, dtype, shape, strides) only call the bound call, until it is no longer live."""
+    import torch
+
+    from ditron.runtime.world import World
+    lib = ops.Library(library_dir, target="cuda:90", compile=False)
+    world = World(2, None, torch.device("cpu"))
+    exe = lib.executable(sig("ag_gemm", [(64, 32), (32, 16)], 2))
+    binds, calls = _fake_binds(monkeypatch, exe, world, lambda b, sync: (b, sync),
+                               lambda b: [[torch.zeros(1)] for _ in range(2)])
     a = [torch.zeros(64, 32, dtype=torch.bfloat16) for _ in range(2)]
     b = [torch.zeros(32, 16, dtype=torch.bfloat16) for _ in range(2)]
     for _ in range(3):
@@ -500,24 +508,8 @@ def test_a_real_world_repeats_its_last_graph_call_without_a_key(library_dir, mon
     s = sig("all_reduce", [(64, 32)], 4, virtual=False)
     exe = lib.executable(s)
     monkeypatch.setattr(lib, "executable", lambda got: exe)  # one artifact stands for every shape and parameter
-    binds, calls = [], []
-
-    class Bound:
-        live = True
-        runner = type("R", (), {"ex": type("E", (), {"exe": exe})()})()
-
-        def __init__(self, inputs, outputs):
-            self.inputs, self.outputs = inputs, outputs
-
-        def __call__(self, sync=True):
-            calls.append(self)
-            return list(self.outputs)  # as Executor.bind's: the given outputs
-
-    class Ex:
-        def bind(self, inputs, outputs=None):
-            binds.append(Bound(inputs, outputs))
-            return binds[-1]
-    monkeypatch.setattr(exe, "executor", lambda w, graph=False: Ex() if graph and w is world else pytest.fail())
+    binds, calls = _fake_binds(monkeypatch, exe, world, lambda b, sync: b,
+                               lambda b: list(b.outputs))  # as Executor.bind's: the given outputs
     x, out = torch.zeros(16, 16, dtype=torch.bfloat16), torch.zeros(16, 16, dtype=torch.bfloat16)
     keyed = []
     real_key = ops._tensors_key
