@@ -423,8 +423,7 @@ class _Planner:
     def gemm_seconds(self, m: int, n: int, k: int, cfg: GemmConfig, sms: int, eb: int, split: bool) -> float:
         """The model's time of cfg, split-K included where the GEMM may split (``split``: its tiles neither wait
         nor notify, and the grid is not persistent)."""
-        tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
-        s = gemm_split(m, n, k, cfg, sms) if split and self.o.persistent is not True and tiles <= sms else 1
+        s = gemm_split(m, n, k, cfg, sms) if split and self.o.persistent is not True else 1  # 1 beyond a wave
         return gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb, split=s)
 
     def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool) -> dict:
