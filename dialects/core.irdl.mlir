@@ -36,7 +36,8 @@ irdl.dialect @ditron_core {
     irdl.operands(value: %x, token: %t)
     irdl.results(result: %y)
   }
-  // The slot ptr points at, on rank peer: set to value or add value, with release semantics at scope.
+  // The slot ptr points at, on rank peer: set to value or add value, with release semantics at scope; or clear it
+  // (op "clear", semantic "relaxed"): 0 if it still holds value (a compare-and-swap), a waiter consuming its signal.
   irdl.operation @notify {
     %p = irdl.any
     %peer = irdl.is i32

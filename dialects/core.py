@@ -9,8 +9,8 @@ from .opbase import Operand, OpWrapper, Result, StrAttr
 SCOPES = ("gpu", "sys")
 WAIT_SEMANTICS = ("acquire", "relaxed")
 NOTIFY_SEMANTICS = ("release", "relaxed")
-NOTIFY_OPS = ("set", "add")
-NOTIFY_RMW = {"set": "xchg", "add": "add"}  # notify's op -> the tt.atomic_rmw kind that does it
+NOTIFY_OPS = ("set", "add", "clear")
+NOTIFY_RMW = {"set": "xchg", "add": "add"}  # notify's op -> the tt.atomic_rmw kind that does it (clear: a CAS)
 
 
 def i32() -> ir.Type:

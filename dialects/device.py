@@ -157,6 +157,10 @@ IO_ATTR = "ditron.io"          # per argument: "in", "out" or "epoch"
 # unit, on an alloc_symmetric: the buffer is held twice and call e uses copy e % 2 on every rank (a graph replay:
 # its parity's copy), so that a call's stores into a peer's copy never meet the peer's reads of the previous call
 ROTATE_ATTR = "ditron.rotate"
+# unit, on a signal pad (alloc_symmetric of i32 slots): every slot is cleared by its one waiter each call (a
+# kernel's notify "clear" after its wait), so the pad is zero again for the next call that uses it: a CUDA graph,
+# which replays every call with the same signal values, needs not zero it
+CONSUMED_ATTR = "ditron.consumed"
 # "waits", on a device function: the program ends without a barrier; each call's own waits order every rank after
 # every peer's previous call (each rank waits, every call, on stores of every peer into its rotating buffers)
 FENCE_ATTR = "ditron.fence"

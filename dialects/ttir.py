@@ -326,6 +326,11 @@ def atomic_rmw(kind: str, p: Value, value: Value, mask: Value | None = None, *, 
               {"atomic_rmw_op": RMW[kind], "sem": SEM[sem], "scope": SCOPE[scope]}).result
 
 
+def atomic_cas(p: Value, cmp: Value, value: Value, *, sem: str = "relaxed", scope: str = "gpu") -> Value:
+    """tt.atomic_cas: where *p == cmp, *p := value (one atomic per element); returns the old value(s)."""
+    return op("tt.atomic_cas", [p, cmp, value], [value.type], {"sem": SEM[sem], "scope": SCOPE[scope]}).result
+
+
 def make_desc(base: Value, shape_: Sequence[Value], strides: Sequence[Value], block_shape: Sequence[int]) -> Value:
     """A device-side TMA descriptor (tt.make_tensor_descriptor) over a row-major global tensor: shape_ i32 values,
     strides i64 values (innermost stride 1). The launcher must provide Triton's global scratch allocator

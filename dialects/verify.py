@@ -447,6 +447,9 @@ def _core_notify(c: _Checker, op: ir.Operation) -> None:
     _check_enum(c, op, "op", n.kind, core.NOTIFY_OPS)
     _check_enum(c, op, "scope", n.scope, core.SCOPES)
     _check_enum(c, op, "semantic", n.semantic, core.NOTIFY_SEMANTICS)
+    if n.kind == "clear" and n.semantic != "relaxed":
+        c.error(op, f"clears its slot with semantic '{n.semantic}'; a clear is relaxed (it consumes a signal "
+                    "already acquired and releases nothing)")
 
 
 @rule(core.BarrierAll)

@@ -12,7 +12,8 @@ Format (``FORMAT_VERSION`` 1; the manifest stores it as ``host_program = {format
      "fence": "barrier" | "waits",
      "args":   [{"index": 0, "io": "in", "shape": [128, 64], "dtype": "bf16", "value": 0}, ...,
                 {"index": 2, "io": "epoch", "value": 2}],
-     "allocs": [{"name": "ag_stage", "shape": [128, 64], "dtype": "bf16", "loc": "...", "rotate": true?}, ...],
+     "allocs": [{"name": "ag_stage", "shape": [128, 64], "dtype": "bf16", "loc": "...", "rotate": true?,
+                 "consumed": true?}, ...],
      "streams": [0, 1],
      "kernels": {"ag_gemm_kernel": {"args": ["a", "b", ...], "spins": true, "template": "gemm",
                                     "wait": {"arg": "arrived", "value_arg": "epoch", ...} | null}},
@@ -224,7 +225,8 @@ class _Serializer:
                 raise _error(op, f"two symmetric buffers are named '{al.name}'")
             out["alloc"] = len(self.allocs)
             self.allocs.append({"name": al.name, "shape": mt[0], "dtype": mt[1], "loc": _loc(op),
-                                **({"rotate": True} if device.ROTATE_ATTR in op.attributes else {})})
+                                **({"rotate": True} if device.ROTATE_ATTR in op.attributes else {}),
+                                **({"consumed": True} if device.CONSUMED_ATTR in op.attributes else {})})
             return
         if device.Rank.match(op) is not None or device.NumRanks.match(op) is not None:
             return

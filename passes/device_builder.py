@@ -205,8 +205,12 @@ class DeviceBuilder:
         """Hold a symmetric buffer twice, call e using copy e % 2 (``device.ROTATE_ATTR``)."""
         buffer.owner.attributes[device.ROTATE_ATTR] = ir.UnitAttr.get()
 
-    def pad(self, slots: int, name: str) -> ir.Value:
-        return self.alloc([max(slots, 1)], ir.IntegerType.get_signless(32), name)
+    def pad(self, slots: int, name: str, *, consumed: bool = False) -> ir.Value:
+        """A signal pad of ``slots`` i32 slots; ``consumed``: its waiters clear its slots (device.CONSUMED_ATTR)."""
+        pad = self.alloc([max(slots, 1)], ir.IntegerType.get_signless(32), name)
+        if consumed:
+            pad.owner.attributes[device.CONSUMED_ATTR] = ir.UnitAttr.get()
+        return pad
 
     # ---- device ops
 

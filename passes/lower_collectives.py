@@ -390,7 +390,8 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     which writes the sum into every peer's P and sets the tile's slot of ``ar_reduced`` there; the others copy it
     from their P (``publish.scatter``): half the bytes each way of a link at W = 2, against all of them one way.
     ``push``: one-shot by stores (``publish.push``): P is an inbox of W - 1 slabs of x's shape; each rank stores
-    its x into its slab of every peer's inbox and sets the peer's slots, then sums x and its own inbox."""
+    its x into its slab of every peer's inbox and sets the peer's slots, then sums x and its own inbox, clearing
+    its slots after (``publish.consume``: the pad is ``ditron.consumed``)."""
     from ..kernels import chunk
     b = lw.b
     if push:
@@ -401,7 +402,8 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
         rows, n = ir.MemRefType(p.type).shape
         lw.crosses()
     publish = {"arg": "published", "value_arg": "epoch", **({"copy_from": "x"} if stage is not None else {}),
-               **({"scatter": "reduced"} if two_shot else {}), **({"push": t.world - 1} if push else {})}
+               **({"scatter": "reduced"} if two_shot else {}),
+               **({"push": t.world - 1, "consume": True} if push else {})}
     if tile is None:  # ditron-tile's (standalone all-reduce or reduce-scatter), else the template's choice
         tile = {"block_m": t.block_m, "block_n": t.block_n, "num_warps": t.num_warps or 4}
     region = {} if owner_rows is None else {"src_row": "arg:src_row"}
@@ -410,7 +412,7 @@ def _one_launch_reduce(lw, t: Tiling, x: ir.Value, out: ir.Value, *, tile: dict[
     rows = rows if owner_rows is None else owner_rows
     rec = _resident_reduce_record(rows, n, t.comm_sms or 16, fields)
     pad = b.pad(chunk.num_tiles(rec) * (t.world - 1 if push else 1),
-                "ar_published" if owner_rows is None else "rs_published")
+                "ar_published" if owner_rows is None else "rs_published", consumed=push)
     args = [p, out] + ([x] if stage is not None else []) + [pad, b.v(b.epoch)]
     if two_shot:
         args.append(b.pad(chunk.num_tiles(rec), "ar_reduced"))

@@ -25,7 +25,9 @@ rest the same way for every vendor:
   wait's result: Triton's LICM and pipeliner cannot hoist such a load above its wait (a merely ordered, independent
   load could be hoisted out of a tile loop). The zero carries a large divisibility hint, so alignment is kept.
 * ``notify(ptr, peer, value) {op}`` -> CTA barrier (every thread's earlier stores are ordered before ...), then
-  the backend's release exchange (``op = "set"``) or add at scope on ``symm_at(ptr, peer)``.
+  the backend's release exchange (``op = "set"``) or add at scope on ``symm_at(ptr, peer)``; ``op = "clear"``
+  (relaxed) -> CTA barrier (every thread has left its spin on the slot: a wait spins per thread), then the
+  backend's compare-and-swap of value -> 0 there.
 * ``barrier_all(signals)`` -> a sense-free generation barrier on a pad of num_ranks + 1 i32 slots, zeroed once at
   allocation: slot r of rank p holds the last generation rank r announced to p; slot num_ranks holds this rank's
   own generation counter. Each call: gen = pad[W] + 1; pad[W] = gen; for every peer p: set (release) slot rank of
@@ -255,7 +257,12 @@ class _KernelLowering:
 
     def notify(self, op):
         n = core.Notify(op)
-        ttir.barrier()  # every thread's earlier writes happen before the (one-thread) release below
+        # set / add: every thread's earlier writes happen before the (one-thread) release below; clear: every thread
+        # has seen the value it waited for (each spins on its own; cleared early, a slot would strand the others)
+        ttir.barrier()
+        if n.kind == "clear":
+            self.prims.clear_slot(self.peer_pointer(n.ptr, n.peer), n.value, scope=n.scope)
+            return []
         target = self.peer_pointer(n.ptr, n.peer)
         self.prims.release_rmw(target, n.value, op=n.kind, scope=n.scope, semantic=n.semantic)
         return []

@@ -8,6 +8,7 @@ Same hooks as backends/nvidia/primitives.py:
   pointer is read by one lane and broadcast to the workgroup.
 * ``release_rmw(ptr, value, op=, scope=, semantic=)`` -- ``tt.atomic_rmw exch|add, release, sys``: ``buffer_wbl2
   sc0 sc1`` + ``s_waitcnt`` then ``global_atomic_swap|add ... sc1``.
+* ``clear_slot(ptr, value, scope=)`` -- ``tt.atomic_cas relaxed`` (value -> 0): ``global_atomic_cmpswap``.
 * ``opaque_zero(token)`` -- an i32 zero that depends on token and that no compiler can fold: inline GCN
   ``v_mov_b32 $0, 0`` taking token as an (unused) input.
 * ``pause(x)`` -- between two failed polls of a spin: ``s_sleep 1`` (64 clocks), returning x through ``v_mov_b32``.
@@ -40,6 +41,11 @@ def acquire_load(ptr: ir.Value, *, scope: str, semantic: str) -> ir.Value:
 def release_rmw(ptr: ir.Value, value: ir.Value, *, op: str, scope: str, semantic: str) -> None:
     mask = ttir.c(True, ttir.like(ptr, ttir.i1()))
     ttir.atomic_rmw(NOTIFY_RMW[op], ptr, ttir.broadcast(value, ttir.shape(ptr)), mask, sem=_semantic(semantic, scope),
+                    scope=scope)
+
+
+def clear_slot(ptr: ir.Value, value: ir.Value, *, scope: str) -> None:
+    ttir.atomic_cas(ptr, ttir.broadcast(value, ttir.shape(ptr)), ttir.c(0, ttir.like(ptr, ttir.i32())), sem="relaxed",
                     scope=scope)
 
 

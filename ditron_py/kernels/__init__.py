@@ -54,7 +54,8 @@ class SlotWait:
 @dataclass(frozen=True)
 class SlotNotify:
     """Set (``op="set"``) or add to (``op="add"``) slot ``slot`` of signal-pad argument ``arg`` on ``rank``, with
-    release semantics (everything the tile wrote is visible before)."""
+    release semantics (everything the tile wrote is visible before); or clear it (``op="clear"``, relaxed): 0 if
+    it still holds ``value`` (a waiter consuming the signal it waited for)."""
 
     arg: str
     slot: int

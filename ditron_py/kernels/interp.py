@@ -297,6 +297,8 @@ class Program:
             buf = self._buf(key)
             if kind == "add":
                 np.add.at(buf, slots, int(value))
+            elif kind == "clear":
+                buf[slots] = np.where(buf[slots] == int(value), 0, buf[slots])
             else:
                 buf[slots] = int(value)
             self.events.append(Event("notify", key, slots, int(value), kind))
@@ -441,7 +443,16 @@ def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int
                 step.compute(view)
             for n in step.notifies:
                 buf = memory[(n.arg, rank if n.rank is None else n.rank)]
-                buf[n.slot] = buf[n.slot] + n.value if n.op == "add" else n.value
+                buf[n.slot] = apply_notify(buf[n.slot], n.op, n.value)
+
+
+def apply_notify(old: int, op: str, value: int) -> int:
+    """A slot's value after a notify: add, set, or clear (0 where it still holds value)."""
+    if op == "add":
+        return old + value
+    if op == "clear":
+        return 0 if old == value else old
+    return value
 
 
 def _atomics_as_notifies(trace: TileTrace):

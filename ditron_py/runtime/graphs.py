@@ -29,6 +29,10 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   every write into this rank's pads of parity 1 - p came from a peer's call e - 1 and this rank's call e - 1 waited
   for each of them, and a peer writes them again in call e + 1 only after its call e waited for this rank's
   signals of call e, enqueued after the zeroing. Its rotating buffers (the inboxes) have a copy per parity too.
+  A program whose every pad is consumed (``ditron.consumed``: each slot is cleared by its one waiter in the call
+  that waited, a compare-and-swap of the value it waited for back to 0) zeroes nothing: call e leaves its parity's
+  pads zero, and a peer signals them again only in call e + 2, after waiting (call e + 1) on this rank's signals
+  of call e + 1, enqueued after call e ended (a push all-reduce: one node less, ~1.3 us per call on an H200).
 * **Capture.** One ``torch.cuda.CUDAGraph`` per (parity, key); key = address, dtype, shape, strides and device of
   every input and output tensor, so calls with the same tensors replay. All local ranks' streams are captured into
   one graph: they fork from the capture stream through an event and join back into it at the end. Copies and
@@ -219,6 +223,9 @@ class GraphRunner:
         self._index = ex.device.index
         self.entries: OrderedDict[tuple, GraphEntry] = OrderedDict()
         self.calls = [self._graph_call(p) for p in (0, 1)]
+        # every pad consumed (each slot cleared by its waiter, device.CONSUMED_ATTR): a call leaves its parity's
+        # pads zero, and nothing zeroes them
+        self.self_clearing = all(ex.program.allocs[j].consumed for j in ex._pads)
         self.captures = 0
         self._streams: set[int] = set()   # the streams the watched graph calls were enqueued on
         # One event per call in flight, reused round-robin (creating one costs as much as a small replay). Reusing
@@ -428,7 +435,7 @@ class GraphRunner:
                 for s in ex.streams.values():
                     s.wait_event(start)
                 for r in ex.ranks:
-                    if r not in ex._final_clear:
+                    if r not in ex._final_clear and not self.self_clearing:
                         ex._zero(ex.streams[(r, 0)], spans[r])
                 for enqueue in work:
                     enqueue()

@@ -67,6 +67,7 @@ class AllocInfo:
     dtype: str
     loc: str | None
     rotate: bool = False       # held twice: call e uses copy e % 2 (a graph replay: its parity's)
+    consumed: bool = False     # a signal pad whose waiters clear every slot each call (no zeroing between graphs)
 
     @property
     def nbytes(self) -> int:
@@ -247,9 +248,14 @@ class HostProgram:
             if not isinstance(a, Mapping):
                 raise HostProgramError(f"{w}must be an object")
             info = AllocInfo(_need(a, "name", str, w), _ints(_need(a, "shape", list, w), "shape", w),
-                             _need(a, "dtype", str, w), a.get("loc"), a.get("rotate", False))
-            if not isinstance(info.rotate, bool):
-                raise HostProgramError(f"{w}'rotate' must be true or false")
+                             _need(a, "dtype", str, w), a.get("loc"), a.get("rotate", False),
+                             a.get("consumed", False))
+            for flag in ("rotate", "consumed"):
+                if not isinstance(getattr(info, flag), bool):
+                    raise HostProgramError(f"{w}'{flag}' must be true or false")
+            if info.consumed and (info.rotate or info.dtype != "i32" or len(info.shape) != 1):
+                raise HostProgramError(f"{w}'{info.name}' is consumed: only a signal pad (1-d i32, not rotating) "
+                                       "has slots that its waiters clear")
             if info.dtype not in DTYPES or any(s < 0 for s in info.shape):
                 raise HostProgramError(f"{w}'{info.name}' needs a static shape and a supported element type")
             self.allocs.append(info)

@@ -118,7 +118,7 @@ def _prepare(program: Program, world_size: int, inputs, seed: int, calls: int) -
 def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0, calls: int = 2,
                 reference: Reference | None = None, rtol: float | None = None, atol: float | None = None,
                 templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
-                sync_between_calls: bool = False) -> SimResult:
+                sync_between_calls: bool = False, graph: bool = False) -> SimResult:
     """Simulate an already loaded Program (see ``simulate``)."""
     if world_size < 1:
         raise SimulationError(f"world_size must be >= 1, got {world_size}")
@@ -126,7 +126,7 @@ def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0
         raise SimulationError(f"calls must be >= 1, got {calls}")
     per_call = _prepare(program, world_size, inputs, seed, calls)
     world = World(program, world_size=world_size, calls=calls, inputs_per_call=per_call, seed=seed,
-                  templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls)
+                  templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls, graph=graph)
     for spec in program.late_allocs:
         world.report(INVALID, f"alloc_symmetric '{spec.name}' comes after device work was enqueued; allocate "
                      f"every symmetric buffer first (allocating while a kernel spins can deadlock the GPU)",
@@ -256,7 +256,7 @@ def task_reference(text: str, function: str | None = None, *, view: str = "auto"
 def simulate(module_or_text: Any, world_size: int, inputs=None, *, seed: int = 0, function: str | None = None,
              calls: int = 2, reference: Reference | None = None, rtol: float | None = None,
              atol: float | None = None, templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
-             sync_between_calls: bool = False, verify_ir: bool = True) -> SimResult:
+             sync_between_calls: bool = False, graph: bool = False, verify_ir: bool = True) -> SimResult:
     """Run a device-level program for ``world_size`` ranks on the CPU.
 
     module_or_text: an ir.Module (in the caller's context), MLIR text, or the path of an .mlir file.
@@ -271,8 +271,12 @@ def simulate(module_or_text: Any, world_size: int, inputs=None, *, seed: int = 0
     templates: kernel templates by name, taking precedence over ditron.kernels.<name>.
     num_sms: SMs per rank shared by all launches and SM copies (default: unlimited, only sm_budget applies).
     sync_between_calls: synchronise every rank between calls (as a device synchronize plus a barrier would).
+    graph: run the calls as the runtime's CUDA graphs replay them: every call with epoch 1, each signal pad held
+        twice (call e uses copy e % 2) and never zeroed in between -- which holds only for pads that their waiters
+        clear (``ditron.consumed``); any other pad is reported invalid.
     verify_ir: run ditron's verifier on an ir.Module first (default).
     """
     program = load_program(module_or_text, function, verify_ir=verify_ir)
     return run_program(program, world_size, inputs, seed=seed, calls=calls, reference=reference, rtol=rtol,
-                       atol=atol, templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls)
+                       atol=atol, templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls,
+                       graph=graph)

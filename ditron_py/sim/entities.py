@@ -68,7 +68,7 @@ class HostEntity(Entity):
                         w.wake(stream)
                 return
             self.start_call()
-            self.gen = self.interp.run(self.call)
+            self.gen = self.interp.run(self.call, 1 if w.graph else None)
         try:
             item = next(self.gen)
         except StopIteration:

@@ -90,10 +90,11 @@ class HostInterpreter:
         self.rank = rank
         self.world_size = world_size
 
-    def run(self, call: int) -> Iterator[Item]:
+    def run(self, call: int, epoch: int | None = None) -> Iterator[Item]:
+        """Call ``call`` (1, 2, ...) with the epoch argument ``epoch`` (default: the call's number)."""
         env: dict[int, Any] = {}
         for a in self.program.args:
-            env[a.value] = call if a.io == "epoch" else ("arg", a.index)
+            env[a.value] = (call if epoch is None else epoch) if a.io == "epoch" else ("arg", a.index)
         self._allocs_seen: set[int] = set()
         self._call = call
         yield from self._block(self.program.body, env)

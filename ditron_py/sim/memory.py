@@ -250,7 +250,8 @@ class Pad:
     An acquire that needs ``slot >= v`` synchronises with the *earliest* modification from which every value up to
     now satisfies the condition — the weakest thing the waiter may have observed — so a wait that is satisfied too
     early (a wrong threshold, a signal reused across calls) does not hide the race that follows it. An ``add`` is a
-    read-modify-write and extends the release sequence (its clock joins the previous one); a ``set`` starts anew.
+    read-modify-write and extends the release sequence (its clock joins the previous one); a ``set`` starts anew; a
+    ``clear`` (0 where the slot still holds its value) releases nothing.
     """
 
     HISTORY = 64
@@ -272,6 +273,10 @@ class Pad:
             new = self.values[slot] + value
             if hist:
                 clock = join(hist[-1][1], clock)
+        elif op == "clear":  # a relaxed compare-and-swap: a newer value stays; it releases nothing
+            if self.values[slot] != value:
+                return
+            new, clock = 0, empty_clock()
         else:
             new = value
         self.values[slot] = new

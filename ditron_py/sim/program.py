@@ -61,6 +61,7 @@ class AllocSpec:
     value: int
     loc: Loc
     rotate: bool = False    # held twice: call e uses copy e % 2 (device.ROTATE_ATTR)
+    consumed: bool = False  # a signal pad whose waiters clear its slots each call (device.CONSUMED_ATTR)
 
 
 @dataclass
@@ -183,7 +184,8 @@ class _Loader:
             a["where"] = w.where
         elif (al := device.AllocSymmetric.match(op)) is not None:
             spec = AllocSpec(len(self.allocs) + len(self.late_allocs), al.name, memref_type(al.buffer.type),
-                             self.vid(al.buffer), loc, device.ROTATE_ATTR in op.attributes)
+                             self.vid(al.buffer), loc, device.ROTATE_ATTR in op.attributes,
+                             device.CONSUMED_ATTR in op.attributes)
             (self.late_allocs if self.enqueued else self.allocs).append(spec)
             a["alloc"] = spec.index
             a["label"] = f"'{al.name}'"

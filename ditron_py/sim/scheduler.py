@@ -78,7 +78,7 @@ class Entity:
 class World:
     def __init__(self, program: Program, *, world_size: int, calls: int, inputs_per_call, seed: int,
                  templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
-                 sync_between_calls: bool = False):
+                 sync_between_calls: bool = False, graph: bool = False):
         from .entities import HostEntity  # entities import this module
 
         self.program = program
@@ -88,6 +88,7 @@ class World:
         self.inputs_per_call = inputs_per_call
         self.templates = templates
         self.sync_between_calls = sync_between_calls
+        self.graph = graph
         self.rng = random.Random(seed)
         self.stick = self.rng.choice((0.0, 0.5, 0.9))
         self.slow = [self.rng.choice((0.0, 0.0, 0.5, 0.9)) for _ in range(world_size)]
@@ -250,15 +251,23 @@ class World:
             self.report(INVALID, f"{e.label} uses argument {key[1]} as a signal pad; signal pads are symmetric "
                         f"buffers (alloc_symmetric), so that peers can signal them", loc, e.rank, call)
             return None
-        obj = self.memory.get((key, rank))
+        spec = self.allocs[key[1]]
+        # graph replays: a pad per parity, as the runtime's CUDA graphs hold them, and nothing zeroes them
+        where = (key, rank, call & 1) if self.graph else (key, rank)
+        obj = self.memory.get(where)
         if obj is None:
-            spec = self.allocs[key[1]]
             shape, elem = spec.type.shape, spec.type.elem
             if len(shape) != 1 or not elem.startswith("i"):
                 self.report(INVALID, f"{e.label} uses '{spec.name}' ({'x'.join(map(str, shape))}x{elem}) as a "
                             f"signal pad; pads are 1-d i32/i64 buffers", loc, e.rank, call)
                 return None
-            obj = self.memory[(key, rank)] = Pad(f"'{spec.name}'", rank, shape[0])
+            if self.graph and not spec.consumed:
+                self.report(INVALID, f"{e.label} uses signal pad '{spec.name}', which is not consumed "
+                            f"(ditron.consumed): CUDA graphs zero such pads between calls, which graph=True does "
+                            f"not model", loc, e.rank, call)
+                return None
+            obj = self.memory[where] = Pad(f"'{spec.name}'" + (f" (copy {call & 1})" if self.graph else ""), rank,
+                                           shape[0])
         if isinstance(obj, Buffer):
             self.report(INVALID, f"{e.label} uses data buffer {obj.name()} as a signal pad", loc, e.rank, call)
             return None

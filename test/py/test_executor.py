@@ -21,6 +21,7 @@ import torch
 import executor_programs as EP
 from test_hostprog import serialize as host_program
 from ditron.errors import DitronRuntimeError, WaitTimeoutError
+from ditron.kernels.interp import apply_notify
 from ditron.runtime import executor as X
 from ditron.runtime.heap import ALIGN, HeapLayout
 from ditron.runtime.program import (BarrierAction, Buf, CopyAction, HostProgram, HostProgramError, LaunchAction,
@@ -350,7 +351,7 @@ class FakeProgram:
                     tuple(slice(o, o + s) for o, s in zip(region.offsets, region.sizes))]))
             for n in st.notifies:
                 pad = self.resolve(n.arg, n.rank)
-                pad[n.slot] = n.value if n.op == "set" else pad[n.slot] + n.value
+                pad[n.slot] = apply_notify(int(pad[n.slot]), n.op, n.value)
             self.i += 1
             progressed = True
         return progressed

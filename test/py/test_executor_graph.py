@@ -232,8 +232,9 @@ def test_a_virtual_world_replays_a_program_without_barrier(monkeypatch, tmp_path
 
 def test_a_push_all_reduce_replays_without_a_barrier_on_alternating_inboxes(monkeypatch, tmp_path):
     """ditron's push all-reduce ends without a barrier (fence "waits"), its inbox rotating: graph mode accepts it in
-    a real world too, each capture starts with the zeroing node, and the replays of calls 1, 2, 3, 4 alternate
-    between the inbox's two copies (parity 1, 0, 1, 0) while every output matches the reference."""
+    a real world too, the replays of calls 1, 2, 3, 4 alternate between the inbox's two copies (parity 1, 0, 1, 0)
+    while every output matches the reference. Its one pad is consumed (each slot cleared by its waiter): no capture
+    zeroes anything, and every call leaves its parity's pad zero."""
     import ditron
     from ditron import ops
     from test_ops import _kernel_records
@@ -241,8 +242,8 @@ def test_a_push_all_reduce_replays_without_a_barrier_on_alternating_inboxes(monk
     s = ops.signature_for("all_reduce", [(20, 24)], "bf16", W, True, algorithm="push")
     exe = ditron.load(ops.build_one(s, tmp_path))
     program = HostProgram(exe.host_program)
-    inbox = program.alloc_index("ar_inbox")
-    assert program.fence == "waits" and program.allocs[inbox].rotate
+    inbox, pad = program.alloc_index("ar_inbox"), program.alloc_index("ar_published")
+    assert program.fence == "waits" and program.allocs[inbox].rotate and program.allocs[pad].consumed
     assert set(G.check_graph_program(program, [1], W, real=True)) == {1}  # accepted: the waits fence it
     gpu, ex = graph_executor(monkeypatch, exe, W, _kernel_records(ops.lower(s)[0]), graph=True)
     zeroed = []
@@ -256,10 +257,11 @@ def test_a_push_all_reduce_replays_without_a_barrier_on_alternating_inboxes(monk
         outs = ex.run(xs)
         want = ops.reference(s, xs)
         assert all(torch.allclose(outs[r][0].float(), want[r], rtol=2 ** -6, atol=2 ** -5) for r in range(W)), call
-        for r in range(W):  # rank r's inbox copy of this call's parity holds the peer's x
+        for r in range(W):  # rank r's inbox copy of this call's parity holds the peer's x; its pads are zero
             copy = ex._parity_views[call & 1][(inbox, r)]
             assert torch.equal(copy, xs[1 - r][0]), (call, r)
-    assert ex._graphs.captures == 2 and len(zeroed) == 2 * W and ex._final_clear == {}
+            assert not any(ex._parity_views[p][(pad, r)].abs().sum() for p in (0, 1)), (call, r)
+    assert ex._graphs.captures == 2 and not zeroed and ex._final_clear == {} and ex._graphs.self_clearing
     ex.close()
 
 
@@ -332,6 +334,14 @@ def test_host_program_fence_and_rotate_are_checked(gather_artifacts):
     allocs = [dict(a) for a in data["allocs"]]
     allocs[1]["rotate"] = "yes"
     with pytest.raises(DitronRuntimeError, match=r"symmetric buffer 1: 'rotate' must be true or false"):
+        HostProgram({**data, "allocs": allocs})
+    allocs[1]["rotate"] = False
+    allocs[1]["consumed"] = 1
+    with pytest.raises(DitronRuntimeError, match=r"symmetric buffer 1: 'consumed' must be true or false"):
+        HostProgram({**data, "allocs": allocs})
+    stage = next(j for j, a in enumerate(allocs) if len(a["shape"]) > 1)
+    allocs[1]["consumed"], allocs[stage]["consumed"] = False, True
+    with pytest.raises(DitronRuntimeError, match=r"is consumed: only a signal pad \(1-d i32, not rotating\)"):
         HostProgram({**data, "allocs": allocs})
 
 

@@ -74,7 +74,7 @@ func.func @wait_semantic(%p: !tt.ptr<i32>, %v: i32) -> i32 {
 // -----
 
 func.func @notify_op(%p: !tt.ptr<i32>, %peer: i32, %v: i32) {
-  // CHECK-NEXT: {{.*}}core_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_core.notify' op has op 'max'; expected one of: set, add
+  // CHECK-NEXT: {{.*}}core_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_core.notify' op has op 'max'; expected one of: set, add, clear
   "ditron_core.notify"(%p, %peer, %v) {op = "max", scope = "sys", semantic = "release"} : (!tt.ptr<i32>, i32, i32) -> ()
   return
 }
@@ -117,4 +117,12 @@ func.func @consume_token_type(%x: tensor<16xf32>, %t: i32) -> tensor<16xf16> {
   // CHECK-NEXT: {{.*}}core_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_core.consume_token' op result type tensor<16xf16> differs from operand type tensor<16xf32>
   %0 = "ditron_core.consume_token"(%x, %t) : (tensor<16xf32>, i32) -> tensor<16xf16>
   return %0 : tensor<16xf16>
+}
+
+// -----
+
+func.func @notify_clear_releases(%p: !tt.ptr<i32>, %peer: i32, %v: i32) {
+  // CHECK-NEXT: {{.*}}core_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_core.notify' op clears its slot with semantic 'release'; a clear is relaxed (it consumes a signal already acquired and releases nothing)
+  "ditron_core.notify"(%p, %peer, %v) {op = "clear", scope = "sys", semantic = "release"} : (!tt.ptr<i32>, i32, i32) -> ()
+  return
 }

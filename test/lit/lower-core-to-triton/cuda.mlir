@@ -153,6 +153,24 @@
 
 // -----
 
+// notify clear: a CTA barrier (every thread has left its spin on the slot: waits spin per thread), then a relaxed
+// compare-and-swap (value -> 0) at system scope on the slot (sem 1).
+// CHECK-LABEL: module attributes {ditron.target = "cuda:90"}
+// CHECK: ^bb0(%[[SIG:.*]]: !tt.ptr<i32>, %[[V:.*]]: i32, %[[RANK:.*]]: i32, %{{.*}}: !tt.ptr<i64>):
+// CHECK: gpu.barrier
+// CHECK: %[[Q:.*]] = "tt.addptr"(%[[SIG]], %{{.*}})
+// CHECK: %[[ZERO:.*]] = arith.constant 0 : i32
+// CHECK: "tt.atomic_cas"(%[[Q]], %[[V]], %[[ZERO]]) {scope = 3 : i32, sem = 1 : i32} : (!tt.ptr<i32>, i32, i32) -> i32
+// CHECK-NOT: gpu.barrier
+"tt.func"() ({
+^bb0(%sig: !tt.ptr<i32>, %v: i32):
+  %r = "ditron_core.rank"() : () -> i32
+  "ditron_core.notify"(%sig, %r, %v) {op = "clear", scope = "sys", semantic = "relaxed"} : (!tt.ptr<i32>, i32, i32) -> ()
+  "tt.return"() : () -> ()
+}) {function_type = (!tt.ptr<i32>, i32) -> (), sym_name = "clear", sym_visibility = "public"} : () -> ()
+
+// -----
+
 // barrier_all: bump this rank's generation (slot num_ranks), set slot `rank` of every peer's pad to it (release),
 // then spin until every local slot has reached it (acquire), each spin bounded like a wait.
 // CHECK-LABEL: module attributes {ditron.target = "cuda:90"}

@@ -13,6 +13,7 @@
 // PTX: atom.global.gpu.relaxed.exch.b32
 // PTX: ld.global.v4.b32
 // PTX: atom.global.sys.release.add.u32
+// PTX: atom.global.relaxed.sys.cas.b32
 // TTIR: tt.func public @handoff(
 // TTIR-SAME: %arg4: i32
 // TTIR-SAME: %arg5: !tt.ptr<i64> {tt.divisibility = 16 : i32}
@@ -25,6 +26,7 @@
 // GCN: buffer_inv sc0 sc1
 // GCN: buffer_wbl2 sc0 sc1
 // GCN: global_atomic_add {{.*}} sc1
+// GCN: global_atomic_cmpswap
 // NOTARGET: error: no target given: pass --target=cuda:90 (or hip:gfx942, ...) or set the module attribute ditron.target
 // WRONGSTAGE: error: --emit=ptx is not a stage of hip:gfx942; its stages are ttir, ttgir, llir, amdgcn
 "tt.func"() ({
@@ -41,5 +43,7 @@
   %yp = "tt.addptr"(%ys, %r) : (tensor<1024x!tt.ptr<bf16>>, tensor<1024xi32>) -> tensor<1024x!tt.ptr<bf16>>
   "tt.store"(%yp, %v) {cache = 1 : i32, evict = 1 : i32} : (tensor<1024x!tt.ptr<bf16>>, tensor<1024xbf16>) -> ()
   "ditron_core.notify"(%sig, %peer, %c1) {op = "add", scope = "sys", semantic = "release"} : (!tt.ptr<i32>, i32, i32) -> ()
+  %r0 = "ditron_core.rank"() : () -> i32
+  "ditron_core.notify"(%sig, %r0, %c1) {op = "clear", scope = "sys", semantic = "relaxed"} : (!tt.ptr<i32>, i32, i32) -> ()
   "tt.return"() : () -> ()
 }) {arg_attrs = [{}, {tt.divisibility = 16 : i32}, {tt.divisibility = 16 : i32}, {}], function_type = (!tt.ptr<i32>, !tt.ptr<bf16>, !tt.ptr<bf16>, i32) -> (), sym_name = "handoff", sym_visibility = "public"} : () -> ()

@@ -58,11 +58,11 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // TWOL: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch", "reduced"]{{.*}}publish = {arg = "published", copy_from = "x", scatter = "reduced", scope = "sys", value_arg = "epoch"}
   // The push fences itself (every rank waits on every peer's stores each call): no end barrier, and its inbox
   // rotates so that a fast peer's stores of call e + 1 land in the copy call e - 1 read. end-barrier=always keeps
-  // the barrier and one inbox.
+  // the barrier and one inbox. Each slot's one waiter clears it (consume): the pad is ditron.consumed.
   // PUSH-LABEL: func.func @all_reduce
   // PUSH-SAME: ditron.fence = "waits"
   // PUSH: %[[IN:.*]] = "ditron_device.alloc_symmetric"() {ditron.rotate, name = "ar_inbox"} : () -> memref<128x32xbf16>
-  // PUSH: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {name = "ar_published"} : () -> memref<1xi32>
+  // PUSH: %[[PUB:.*]] = "ditron_device.alloc_symmetric"() {ditron.consumed, name = "ar_published"} : () -> memref<1xi32>
   // PUSH-NOT: ditron_device.copy
   // PUSH: "ditron_device.launch"(%[[IN]], %arg1, %arg0, %[[PUB]], %arg2) {ditron.lane = "compute", ditron.role = "ar.one_launch"{{.*}}kernel = @reduce
   // PUSH-NEXT: return
@@ -71,7 +71,7 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // PUSHB: "ditron_device.alloc_symmetric"() {name = "ar_inbox"} : () -> memref<128x32xbf16>
   // PUSHB: ditron.role = "ar.one_launch"
   // PUSHB-NEXT: "ditron_device.barrier"
-  // PUSH: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch"]{{.*}}publish = {arg = "published", copy_from = "x", push = 1 : i64, scope = "sys", value_arg = "epoch"}, rows = 128 : i64, src_col = 0 : i64, src_extent = 128 : i64
+  // PUSH: func.func private @reduce({{.*}}args = ["src", "dst", "x", "published", "epoch"]{{.*}}publish = {arg = "published", consume = true, copy_from = "x", push = 1 : i64, scope = "sys", value_arg = "epoch"}, rows = 128 : i64, src_col = 0 : i64, src_extent = 128 : i64
   func.func @all_reduce(%x: tensor<128x32xbf16>) -> tensor<128x32xbf16> attributes {ditron.view = "local"} {
     %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<128x32xbf16>) -> tensor<128x32xbf16>
     return %y : tensor<128x32xbf16>
