@@ -242,24 +242,58 @@ def gemm_rs_ideal(m: int, n: int, k: int, world: int, peaks: TargetPeaks, elem_b
 
 # ------------------------------------------------------------------------------------ overlapped estimates
 
+def gated_gemm_time(t_gemm: float, tiles: int, sms: int, *, own: int, first: float, last: float,
+                    start: float = 0.0) -> float:
+    """A persistent GEMM whose peer-row tiles wait for their rows: ``tiles`` tiles in rank-rotated order (the
+    ``own`` tiles of this rank's rows first, then the peers'), program p of min(sms, tiles) running tiles p, p +
+    grid, ... one after another from ``start``, each taking t_gemm / waves; the i-th of the n peer tiles may start
+    once its rows landed, between ``first`` and ``last`` in proportion (i + 1) / n. When it ends: a one-wave GEMM
+    whose peer tiles start late ends a whole tile later, where a tail model would hide them under the own rows
+    (2xH200, AG+GEMM 8B M = 1024 by pull, 224 tiles of 128x256 on 132 SMs: 140 us against cuBLAS's 89)."""
+    grid = max(1, min(sms, tiles))
+    d = t_gemm / max(1, math.ceil(tiles / grid))
+    peers = tiles - own
+    finish = start
+    for p in range(grid):
+        t = start
+        for j in range(p, tiles, grid):
+            ready = 0.0 if j < own else first + (last - first) * (j - own + 1) / peers
+            t = max(t, ready) + d
+        finish = max(finish, t)
+    return finish
+
+
 def ag_gemm_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int, peaks: TargetPeaks, *,
-                     engine: str, comm_sms: int = 0, ring: bool = False, push: bool = False,
+                     engine: str, tiles: int, sms: int, comm_sms: int = 0, ring: bool = False, push: bool = False,
                      tiles_span_ranks: bool = False) -> float:
-    """AG+GEMM with the GEMM visiting its own shard first, then peers' chunks as they arrive: the GEMM ends at the
-    later of its own time and the arrival of the last chunk plus the GEMM work on that chunk. By pull, a chunk is
-    staged, offered, and pulled by the peer's stream once it saw the offer (one hop more); by push, the owner
-    copies it straight into every rank's gather buffer. tiles_span_ranks: a GEMM row tile holds rows of several
-    ranks (BLOCK_M > a shard), so no tile can start before the gather ends."""
+    """AG+GEMM by streams beside the GEMM (``gated_gemm_time``: the GEMM takes its own rows first, the peers' chunks
+    as they land). By pull, a chunk is staged, offered, and pulled by the peer's stream once it saw the offer (one
+    hop more); by push, the owner copies it straight into every rank's gather buffer; either way the comm stream
+    starts behind a stream hand-off (hop_latency: 2xH200 graph-mode profile, 70B M = 128, the push's peer copy
+    began 8 us after the GEMM and the GEMM, waiting for it, ran 82-87 us against cuBLAS's 60). tiles_span_ranks: a
+    GEMM row tile holds rows of several ranks (BLOCK_M > a shard), so no tile can start before the gather ends."""
     if world == 1:
         return t_gemm
     peers = 1 if ring or push else world - 1  # pushes go one after another on one stream (pulls may spread)
-    t_comm = copy_time((world - 1) * shard_bytes, peaks, engine=engine, peers=peers,
-                       chunks=(world - 1) * chunks_per_shard, sms=comm_sms)
-    t_stage = 0.0 if push else local_copy_time(shard_bytes, peaks) + peaks.hop_latency
-    if tiles_span_ranks:
-        return t_stage + t_comm + t_gemm
-    tail = t_gemm / (world * chunks_per_shard)
-    return max(t_gemm, t_stage + t_comm + tail)
+    chunks = (world - 1) * chunks_per_shard
+    t_comm = copy_time((world - 1) * shard_bytes, peaks, engine=engine, peers=peers, chunks=chunks, sms=comm_sms)
+    t_stage = peaks.hop_latency + (0.0 if push else local_copy_time(shard_bytes, peaks))
+    own = 0 if tiles_span_ranks else tiles // world
+    return gated_gemm_time(t_gemm, tiles, sms, own=own, first=t_stage + t_comm / chunks, last=t_stage + t_comm)
+
+
+def ag_gemm_one_launch_estimate(t_gemm: float, shard_bytes: float, world: int, peaks: TargetPeaks, *, tiles: int,
+                                sms: int, tiles_span_ranks: bool) -> float:
+    """AG+GEMM in one launch (gemm template ``gather``): every program first stores its share of the shard into
+    every peer's gather buffer (W - 1 copies over the links at the SMs' store rate, all SMs) and counts it there;
+    then the tiles (``gated_gemm_time``), the peers' rows landed with the counts. No stream, no copy engine, no
+    hand-off between launches; but nothing hides the push."""
+    if world == 1:
+        return t_gemm
+    push = (world - 1) * shard_bytes / (peaks.sm_link_bw(peaks.num_sms, world - 1) * SM_STORE_LINK_GAIN)
+    landed = push + peaks.signal_latency
+    return gated_gemm_time(t_gemm, tiles, sms, own=0 if tiles_span_ranks else tiles // world, first=landed,
+                           last=landed, start=push)
 
 
 def gemm_rs_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int, peaks: TargetPeaks, *,

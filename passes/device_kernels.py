@@ -41,8 +41,8 @@ def _template_error(err: VerificationError) -> PassError:
 
 def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
                 wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
-                push: dict | None = None, rows_per_rank: int = 0, tile_order: str = "grouped",
-                rank_shift: int = 0) -> KernelRecord:
+                push: dict | None = None, gather: dict | None = None, rows_per_rank: int = 0,
+                tile_order: str = "grouped", rank_shift: int = 0) -> KernelRecord:
     from ..kernels import gemm
     m, k = a_shape
     n = b_shape[1]
@@ -58,8 +58,8 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
     try:
         return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
                                 tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift,
-                                wait=wait, notify=notify, reduce_own=reduce_own, push=push, target=t.target,
-                                **config)
+                                wait=wait, notify=notify, reduce_own=reduce_own, push=push, gather=gather,
+                                target=t.target, **config)
     except VerificationError as err:
         raise _template_error(err) from None
 

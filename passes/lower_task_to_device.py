@@ -356,6 +356,9 @@ class _FunctionLowering:
             raise self.error(g.producer, f"chunk_rows {ch.rows} does not divide the shard's {ch.shard} rows; the "
                                          "GEMM's per-tile waits need uniform chunks (run ditron-tile, which picks "
                                          "a divisor)")
+        if t.algorithm == "one_launch":
+            self._gathering_gemm(g, t, x, gathered, ch.shard)
+            return
         if t.algorithm == "push":
             ga = C.gather_push(self, x, gathered, t, 0, group=g.group)
         else:
@@ -365,6 +368,27 @@ class _FunctionLowering:
                             wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard)
         self.launch(rec, [gathered, self.buf(mm.rhs), c, ga.ready, self.b.epoch], lane="compute",
                     role="ag.gemm", group=g.group)
+
+    def _gathering_gemm(self, g: OverlapGroup, t: Tiling, x: ir.Value, gathered: ir.Value, shard: int) -> None:
+        """AG+GEMM in one launch (all-gather=one_launch): the GEMM's programs store this rank's shard into the
+        gathered A of every rank and count it in slot rank of ``ag_ready`` there (gemm template ``gather``), and
+        each tile waits until the slots of its rows count every block. It fences itself (``crosses``): peers only
+        store into the gathered A and count in this rank's pad, and every rank's tiles together wait on every
+        peer's stores each call; so with one lane there is no end barrier, and the gathered A rotates."""
+        mm = task.Matmul(g.consumer)
+        if not self.is_symmetric(gathered):
+            raise self.error(g.producer, "all-gather=one_launch stores into the peers' gathered rows, which must be "
+                                         "a symmetric buffer (not a function result); use pull")
+        from ..kernels import gemm
+        ready = self.b.pad(t.world, "ag_ready")
+        c = self.dest(mm.result, "mm")
+        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+                            wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x"}, rows_per_rank=shard)
+        blocks = gemm.gather_blocks(rec)
+        self.slot_step = max(self.slot_step, blocks)
+        self.crosses(inbox=gathered)
+        self.launch(rec, [gathered, self.buf(mm.rhs), c, ready, self.b.mul(self.b.epoch, blocks), x],
+                    lane="compute", role="ag.gemm", group=g.group)
 
     def matmul_rs(self, g: OverlapGroup, t: Tiling) -> None:
         C.matmul_rs(self, g, t)

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from mlir import ir
 
-from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate, all_reduce_estimates,
+from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate,
+                          ag_gemm_one_launch_estimate, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
-                          copy_time, gemm_ar_push_estimate, gemm_candidates, gemm_split,
+                          copy_time, gemm_ar_push_estimate, gemm_candidates, gemm_split, gemm_tiles,
                           gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
                           reduce_scatter_estimates)
 from ..dialects import device, task
@@ -60,7 +61,9 @@ GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
 GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue", "push")
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
 REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch")
-ALL_GATHER_ALGORITHMS = ("pull", "push")
+# AG+GEMM's gather: pull (offer, the peers pull), push (copies into every rank's buffer), both by streams beside the
+# GEMM; one_launch: the GEMM's programs push the shard themselves before their first tile (gemm template 'gather')
+ALL_GATHER_ALGORITHMS = ("pull", "push", "one_launch")
 MAX_CHUNKS_PER_SHARD = 16
 
 
@@ -332,8 +335,8 @@ class TilePass(Pass):
     all_reduce: str = option("", "all-reduce algorithm: one_shot, two_shot or push (one-shot by SM stores into "
                                  "the peers' buffers), or for GEMM+AR also epilogue (default: the model's choice)")
     all_gather: str = option("", "AG+GEMM's all-gather: push (each rank copies its shard into every rank's gather "
-                                 "buffer) or pull (it offers the shard, the peers pull it) (default: the model's "
-                                 "choice)")
+                                 "buffer), pull (it offers the shard, the peers pull it) or one_launch (the GEMM's "
+                                 "programs push the shard before their tiles) (default: the model's choice)")
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue), reduce_kernel (reduction kernels on SMs "
                                      "beside the GEMM) or one_launch (the GEMM, then one reduce launch of the own "
@@ -526,6 +529,23 @@ class _Planner:
         # measured pattern stays)
         algorithms = [self.o.all_gather] if self.o.all_gather else list(ALL_GATHER_ALGORITHMS)
         for algorithm in algorithms:
+            if algorithm == "one_launch":
+                streams = self.o.engine == "copy_engine" or self.o.comm_sms or self.o.chunk_rows is not None or \
+                    self.o.num_chunks is not None
+                if streams and not self.o.all_gather:
+                    continue  # the options describe a gather beside the GEMM (an engine, its SMs, chunks)
+                if streams:
+                    raise op_error(self.o.name, g.producer, "all-gather=one_launch pushes whole shards with the "
+                                                            "GEMM's own SMs: it takes no engine=copy_engine, "
+                                                            "comm-sms, chunk-rows or num-chunks")
+                sms = self.peaks.num_sms
+                cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
+                t = ag_gemm_one_launch_estimate(t_gemm, shard_rows * k * eb, w, self.peaks,
+                                                tiles=gemm_tiles(m, n, cfg), sms=sms,
+                                                tiles_span_ranks=cfg.block_m > shard_rows)
+                if best is None or t < best[0] * 0.999:
+                    best = (t, "sm", 0, sms, cfg, shard_rows, 1, algorithm)
+                continue
             # a push is a copy engine's remote write (SMs stay on the GEMM) unless engine=sm is asked for
             engines = ["copy_engine"] if algorithm == "push" and not self.o.engine else self.engines()
             for engine in engines:
@@ -535,8 +555,8 @@ class _Planner:
                     for rows in self.chunk_options(g.producer, shard_rows, cfg.block_m):
                         chunks = math.ceil(shard_rows / rows)
                         t = ag_gemm_estimate(t_gemm, shard_rows * k * eb, w, chunks, self.peaks, engine=engine,
-                                             comm_sms=comm, push=algorithm == "push",
-                                             tiles_span_ranks=cfg.block_m > shard_rows)
+                                             tiles=gemm_tiles(m, n, cfg), sms=sms, comm_sms=comm,
+                                             push=algorithm == "push", tiles_span_ranks=cfg.block_m > shard_rows)
                         if best is None or t < best[0] * 0.999:
                             best = (t, engine, comm, sms, cfg, rows, chunks, algorithm)
         t, engine, comm, sms, cfg, rows, chunks, algorithm = best
@@ -650,9 +670,10 @@ class _Planner:
 
     def all_gather(self, op: ir.Operation) -> Tiling:
         ag = task.AllGather(op)
-        if self.o.all_gather == "push":
-            raise op_error(self.o.name, op, "all-gather=push copies into the peers' gather buffers, which only "
-                                            "AG+GEMM has (this all-gather's output is the function's); use pull")
+        if self.o.all_gather in ("push", "one_launch"):
+            raise op_error(self.o.name, op, f"all-gather={self.o.all_gather} copies into the peers' gather buffers, "
+                                            "which only AG+GEMM has (this all-gather's output is the function's); "
+                                            "use pull")
         w, shape, eb = self.world(op), shape_of(ag.input), elem_bytes(ag.input)
         shard_rows = shape[ag.dim]
         row_bytes = math.prod(shape) // max(shard_rows, 1) * eb
@@ -698,7 +719,7 @@ class _Planner:
         # more chunks overlap the staging copy with the reduction; the model prefers ~4 when free to choose
         rows_per_chunk = min(best_rows, key=lambda r: abs(math.ceil(shard_rows / r) - 4))
         tile_rows = rows if kind == "all_reduce" else shard_rows
-        tile = self.one_launch_tile(tile_rows, cols, eb, sms) if engine == "sm" else {}
+        tile = self.one_launch_tile(tile_rows, cols, eb, sms, push=algorithm == "push") if engine == "sm" else {}
         return Tiling(kind=kind, target=self.peaks.target, world=w, shard_rows=shard_rows,
                       chunk_rows=rows_per_chunk, num_chunks=math.ceil(shard_rows / rows_per_chunk),
                       engine=engine, comm_sms=sms, algorithm=algorithm, est_us=t * 1e6, **tile)
@@ -741,10 +762,10 @@ class _Planner:
                                             "cannot use engine=copy_engine")
         return algorithm if w > 1 else None
 
-    def one_launch_tile(self, rows: int, cols: int, eb: int, sms: int) -> dict[str, int]:
+    def one_launch_tile(self, rows: int, cols: int, eb: int, sms: int, *, push: bool = False) -> dict[str, int]:
         """The one-launch all-reduce's tile (kernels.reduce.publish_tile); block-m / block-n / num-warps override."""
         from ..kernels.reduce import publish_tile
-        tile = publish_tile(rows, cols, eb, sms, block_m=self.o.block_m, block_n=self.o.block_n)
+        tile = publish_tile(rows, cols, eb, sms, block_m=self.o.block_m, block_n=self.o.block_n, push=push)
         if self.o.num_warps:
             tile["num_warps"] = self.o.num_warps
         return tile

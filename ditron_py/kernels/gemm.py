@@ -46,8 +46,16 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             of a rank's inbox holds rank + j's tiles), then 1 is added (release) to slot
                             slab * tiles_m + pid_m of that peer's pad ``pad``: a slot counts tiles_n tiles per
                             call. The reduce template's ``publish.pushed`` sums the inbox once they are there.
+    gather  (optional)      {arg, block}: AG+GEMM in one launch. Before its first tile, program p copies blocks p,
+                            p + grid, ... of this rank's shard ``arg`` ([R, k] contiguous, R = rows_per_rank;
+                            ``block`` = [rows, cols] per block, ``gather_blocks`` of them) into rows rank*R + ... of
+                            ``a`` on every rank (the peers first, through symm_at; its own last), then adds 1
+                            (release) to slot ``rank`` of the ``wait`` pad on every rank: a slot counts
+                            gather_blocks(rec) per call, and the tiles' waits (rows_per_slot R) see the whole shard
+                            of each rank they cover. Every program must be resident (persistent, or one wave), and A
+                            is read through pointers (the peers' stores are generic-proxy writes).
 
-Arguments (``record["args"]``): a, b, c, then the wait pad and value, the notify pad (if another one) and peer
+Arguments (``record["args"]``): a, b, c, then the wait pad and value, the gather source, the notify pad (if another one) and peer
 argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j holds rows j*M ...) and ``locks``
 (i32, one per tile, zero before the first launch; the kernel leaves them zero).
 
@@ -106,7 +114,7 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                 b_trans: bool = False, lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
                 tile_order: str = "grouped", rows_per_rank: int = 0, rank_shift: int = 0, wait: dict | None = None,
                 notify: dict | None = None, reduce_own: dict | None = None, push: dict | None = None,
-                target: str = "cuda:90", **config) -> KernelRecord:
+                gather: dict | None = None, target: str = "cuda:90", **config) -> KernelRecord:
     """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``."""
     out_dtype = out_dtype or ("bf16" if in_dtype.startswith("fp8") else in_dtype)
     unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
@@ -116,6 +124,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                            out_dtype=out_dtype, fused=bool(wait or notify or reduce_own or push),
                            num_sms=config.get("num_sms"), pushes=bool(push))
     chosen.update(config)
+    if gather and "loads" not in config:
+        chosen["loads"] = "pointer"  # the gathered rows are SM stores (check_gather)
     rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),
                        ldc=ldc or n, in_dtype=in_dtype, out_dtype=out_dtype, b_trans=b_trans, tile_order=tile_order,
                        rows_per_rank=rows_per_rank, **chosen)
@@ -132,6 +142,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
             rec["reduce_own"].pop("src")
     if push:
         rec["push"] = {"scope": "sys", **push}
+    if gather:
+        rec["gather"] = {"block": [16, 256], **gather}
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -141,6 +153,8 @@ def _arg_names(rec) -> list[str]:
     args = ["a", "b", "c"]
     if "wait" in rec:
         args += [rec["wait"]["arg"], rec["wait"]["value_arg"]]
+    if "gather" in rec:
+        args.append(rec["gather"]["arg"])
     if "notify" in rec:
         if rec["notify"]["arg"] not in args:
             args.append(rec["notify"]["arg"])
@@ -216,6 +230,8 @@ def check(rec) -> None:
             raise _err("'push' works without notify and reduce_own, with store='pointer' (its release follows the "
                        "tile's stores)")
     g = geometry(rec)
+    if "gather" in rec:
+        _check_gather(rec, g)
     if rec["split_k"] > 1:
         if rec["persistent"] or "wait" in rec or "notify" in rec or "reduce_own" in rec:
             raise _err("split_k > 1 works with non-persistent kernels without wait/notify only")
@@ -228,6 +244,30 @@ def check(rec) -> None:
                        f"{rec['block_k']}); lower split_k")
     if len(set(rec["args"])) != len(rec["args"]):
         raise _err(f"argument names collide: {rec['args']}")
+
+
+def _check_gather(rec, g) -> None:
+    spec, rpr = rec["gather"], rec.get("rows_per_rank", 0)
+    block = spec.get("block")
+    if not isinstance(spec.get("arg"), str) or not isinstance(block, list) or len(block) != 2 or \
+            not all(_pow2(b) for b in block):
+        raise _err("'gather' needs 'arg' (this rank's shard) and 'block' ([rows, cols], powers of two)")
+    if "wait" not in rec or rpr < 1 or rec["wait"]["rows_per_slot"] != rpr or rec["m"] % rpr:
+        raise _err("'gather' counts each rank's shard in one slot of the 'wait' pad: it needs wait.rows_per_slot "
+                   "= rows_per_rank, a divisor of m")
+    if "notify" in rec or "reduce_own" in rec or "push" in rec or rec["split_k"] > 1:
+        raise _err("'gather' works without notify, reduce_own, push and split-K")
+    if rec["loads"] != "pointer":
+        raise _err("'gather' needs loads='pointer' (a TMA load of rows that SMs stored needs a proxy fence)")
+    if g.grid > rec["num_sms"]:
+        raise _err(f"'gather' needs every program resident (the tiles wait on every program's copies): "
+                   f"{g.grid} programs > num_sms={rec['num_sms']}; use persistent")
+
+
+def gather_blocks(rec) -> int:
+    """The blocks of a shard that a 'gather' copies (and counts in its slot) per call."""
+    (bm, bk), rpr = rec["gather"]["block"], rec["rows_per_rank"]
+    return math.ceil(rpr / bm) * math.ceil(rec["k"] / bk)
 
 
 def _check_reduce_own(rec) -> None:
@@ -477,7 +517,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
     S = rec["split_k"]
     out = []
     for pid in range(g.grid):
-        steps = []
+        steps = _gather_steps(rec, g, pid, rank, num_ranks) if "gather" in rec else []
         for t, s in program_tiles(rec, pid):
             pid_m, pid_n = tile_coords(rec, t, rank)
             m0, n0 = pid_m * bm, pid_n * bn
@@ -536,6 +576,30 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             steps.append(step)
         out.append(steps)
     return out
+
+
+def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> list[TileStep]:
+    """Program pid's share of the gather: each of its blocks copied into A on every rank (peers first), then the
+    block counted in slot ``rank`` of each rank's wait pad."""
+    (gm, gk), rpr, pad = rec["gather"]["block"], rec["rows_per_rank"], rec["wait"]["arg"]
+    if (rank + 1) * rpr > rec["m"]:
+        raise _err(f"'gather': rank {rank}'s rows [{rank * rpr}, {(rank + 1) * rpr}) are outside A's {rec['m']} "
+                   f"rows ({num_ranks} ranks of {rpr})")
+    order = [(rank + d) % num_ranks for d in range(1, num_ranks + 1)]
+    kb = math.ceil(rec["k"] / gk)
+    steps = []
+    for blk in range(pid, gather_blocks(rec), g.grid):
+        r0, c0 = blk // kb * gm, blk % kb * gk
+        size = (min(gm, rpr - r0), min(gk, rec["k"] - c0))
+        src = Region(rec["gather"]["arg"], (r0, c0), size)
+        dsts = [Region("a", (rank * rpr + r0, c0), size, rank=q) for q in order]
+
+        def copies(view, src=src, dsts=dsts):
+            for d in dsts:
+                view(d)[...] = view(src)
+        steps.append(TileStep(reads=[src], writes=dsts, compute=copies,
+                              notifies=[SlotNotify(pad, rank, 1, q, op="add") for q in order]))
+    return steps
 
 
 def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int) -> None:
@@ -625,6 +689,8 @@ class _Emitter:
             types[rec["notify"]["peer"][4:]] = T.i32()
         if "push" in rec:
             types[rec["push"]["arg"]], types[rec["push"]["pad"]] = T.ptr(self.out_t), T.ptr("i32")
+        if "gather" in rec:
+            types[rec["gather"]["arg"]] = T.ptr(self.in_t)
         return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
 
     def emit(self):
@@ -634,11 +700,13 @@ class _Emitter:
         with ir.InsertionPoint(f.regions[0].blocks[0]):
             self.rank = None
             if rec["tile_order"] in ORDERS_USING_RANK or "reduce_own" in rec or "push" in rec or \
-                    ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
+                    "gather" in rec or ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
                 self.rank = core.Rank.build().rank
             if rec["loads"] == "tma" or rec["store"] == "tma":
                 self._make_descs()
             pid = T.program_id(0)
+            if "gather" in rec:
+                self._gather(pid)
             if rec["persistent"]:
                 flatten = rec["flatten"]
                 init = [T.sub(pid, self.g.grid)] if flatten else []
@@ -703,6 +771,36 @@ class _Emitter:
             self._notify(m0)
         if "push" in rec:
             self._push(acc, m0, n0)
+
+    def _gather(self, pid):
+        """The prologue of 'gather': blocks pid, pid + grid, ... of the shard into A on every rank, each counted
+        in slot rank of every rank's wait pad (release: after the CTA's stores)."""
+        rec = self.rec
+        (gm, gk), rpr = rec["gather"]["block"], rec["rows_per_rank"]
+        kb = -(-self.k // gk)
+        num_ranks = core.NumRanks.build().num_ranks
+        with T.For(pid, gather_blocks(rec), self.g.grid) as blk:
+            rows = T.add(T.mul(T.div(blk.iv, kb), gm), T.make_range(0, gm))
+            cols = T.add(T.mul(T.rem(blk.iv, kb), gk), T.make_range(0, gk))
+            mask = None
+            if rpr % gm:
+                mask = _and(mask, T.expand_dims(T.lt(rows, rpr), 1), [gm, gk])
+            if self.k % gk:
+                mask = _and(mask, T.expand_dims(T.lt(cols, self.k), 0), [gm, gk])
+            wide_rows, wide_cols = T.expand_dims(self._wide(rows), 1), T.expand_dims(self._wide(cols), 0)
+            src = T.addptr(T.splat(self.arg[rec["gather"]["arg"]], [gm, gk]), T.add(T.mul(wide_rows, self.k),
+                                                                                       wide_cols))
+            vals = T.load(src, mask, 0.0 if mask is not None else None)
+            dst_rows = T.add(wide_rows, self._wide(T.mul(self.rank, rpr)))
+            dst_off = T.add(T.mul(dst_rows, rec["lda"]), wide_cols)
+            with T.For(1, T.add(num_ranks, 1), 1) as qs:  # the peers first, the own rank last
+                q = T.rem(T.add(self.rank, qs.iv), num_ranks)
+                a_q = core.SymmAt.build(self.arg["a"], q).result
+                T.store(T.addptr(T.splat(a_q, [gm, gk]), dst_off), vals, mask)
+            slot = T.addptr(self.arg[rec["wait"]["arg"]], self.rank)
+            with T.For(1, T.add(num_ranks, 1), 1) as qs:
+                core.Notify.build(slot, T.rem(T.add(self.rank, qs.iv), num_ranks), T.c(1), op="add",
+                                  scope=rec["wait"]["scope"], semantic="release")
 
     def _push(self, acc, m0, n0):
         """The tile into its slab of every peer's inbox, then 1 added to the peer's slot of its row block."""

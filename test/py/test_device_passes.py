@@ -85,10 +85,10 @@ def partitioned(text: str) -> str:
     return lower(text, "ditron-partition")
 
 
-def check_sim(device_text: str, reference_text: str, w: int, seeds=(0,), calls: int = 2) -> None:
+def check_sim(device_text: str, reference_text: str, w: int, seeds=(0,), calls: int = 2, graph: bool = False) -> None:
     reference = task_reference(reference_text)
     for seed in seeds:
-        result = simulate(device_text, world_size=w, seed=seed, calls=calls, reference=reference)
+        result = simulate(device_text, world_size=w, seed=seed, calls=calls, reference=reference, graph=graph)
         assert result.ok, result.summary()
 
 
@@ -195,6 +195,29 @@ def test_tile_model_all_reduces_large_tensors_two_shot_from_four_ranks(W, algori
     text = lower(local_program("all_reduce", W, rows, k=512), "ditron-tile")
     (t,) = _tilings(text)
     assert (t["algorithm"], t["engine"]) == (algorithm, "sm")
+
+
+@pytest.mark.parametrize("m,k,n,algorithm", [(64, 8192, 14336, "one_launch"), (64, 4096, 7168, "one_launch"),
+                                             (512, 8192, 14336, "pull"), (4096, 4096, 7168, "pull")])
+def test_tile_model_gathers_small_shards_in_the_gemm_launch(m, k, n, algorithm):
+    """AG+GEMM on two ranks (LLaMA-3 70B / 8B shapes): at M = 128 the GEMM's own programs push the 0.5-1 MB shards
+    before their tiles (one launch, no stream hand-off, which the model charges hop_latency); from M = 1024 the
+    gather by streams hides under a GEMM it overlaps, and one launch would expose the whole push (a one-wave GEMM's
+    peer-row tiles start only once it landed)."""
+    t = _tilings(lower(local_program("ag_gemm", 2, m, k=k, n=n), "ditron-tile"))[0]  # the group's, on both ops
+    assert t["kind"] == "ag_matmul"
+    assert t["algorithm"] == algorithm
+    if algorithm == "one_launch":
+        assert (t["engine"], t["comm_sms"], t["num_chunks"]) == ("sm", 0, 1)
+
+
+def test_tile_one_launch_gather_rejects_a_comm_engine():
+    text = local_program("ag_gemm", 2, 64)
+    for option in ("engine=copy_engine", "comm-sms=8", "num-chunks=2"):
+        with pytest.raises(PassError, match="all-gather=one_launch pushes whole shards with the GEMM's own SMs: it "
+                                            "takes no engine=copy_engine, comm-sms, chunk-rows or num-chunks"):
+            lower(text, f"ditron-tile{{all-gather=one_launch {option}}}")
+        assert _tilings(lower(text, f"ditron-tile{{{option}}}"))[0]["algorithm"] != "one_launch"
 
 
 # ----------------------------------------------------------------------------------------- the registry
@@ -304,7 +327,8 @@ def test_default_pipeline_simulates_equal_to_the_reference(example, w):
 
 # -------------------------------------------------------------------------------------------- simulation
 
-KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gather=pull"), ("gemm_rs", ""),
+KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gather=pull"),
+         ("ag_gemm", "all-gather=one_launch"), ("gemm_rs", ""),
          ("gemm_rs", "reduce-scatter=one_launch"), ("gemm_ar", "all-reduce=one_shot"), ("gemm_ar", "all-reduce=two_shot"),
          ("all_gather", ""), ("reduce_scatter", ""), ("reduce_scatter", "reduce-scatter=reduce_kernel"),
          ("all_reduce", "all-reduce=one_shot"),
@@ -321,20 +345,53 @@ def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
         check_sim(lower(text, FULL % (tile, "")), text, w, seeds=seeds)
 
 
-@pytest.mark.parametrize("kind", ["all_reduce", "gemm_ar"])
+@pytest.mark.parametrize("kind,tile,inbox", [("all_reduce", "all-reduce=push", "ar_inbox"),
+                                             ("gemm_ar", "all-reduce=push", "ar_inbox"),
+                                             ("ag_gemm", "all-gather=one_launch", "ag_gather")])
 @pytest.mark.parametrize("w", [2, 4])
-def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotating(kind, w):
+def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotating(kind, tile, inbox, w):
     """A push program has no end barrier: four calls in a row simulate race-free and equal to the reference (call
     e + 2 stores into the inbox copy that call e read, after waits that order it behind those reads). With the
     inbox held once (its rotate attribute stripped), a fast rank's stores of call e + 1 meet a peer's reads of
-    call e: the simulator reports the write-after-read race."""
+    call e: the simulator reports the write-after-read race. AG+GEMM in one launch is such a push: its GEMM stores
+    the rank's shard into every rank's gathered A, whose tiles all wait for every rank's shard."""
     text = local_program(kind, w, 64)
-    device_text = lower(text, FULL % ("all-reduce=push", ""))
+    device_text = lower(text, FULL % (tile, ""))
     assert "ditron_device.barrier" not in device_text and "ditron_rt_barrier" not in device_text
     check_sim(device_text, text, w, seeds=(0, 1), calls=4)
     once = device_text.replace("{ditron.rotate, ", "{")
     results = [simulate(once, world_size=w, seed=seed, calls=4) for seed in range(4)]
-    assert any("[write-after-read]" in r.summary() and "ar_inbox" in r.summary() for r in results)
+    assert any("[write-after-read]" in r.summary() and inbox in r.summary() for r in results)
+
+
+@pytest.mark.parametrize("w", [1, 2, 4, 8])
+def test_push_all_reduce_consumes_its_pad_and_replays_as_a_graph_without_zeroing(w):
+    """The push all-reduce clears each slot after its one wait (a compare-and-swap of the value back to 0), so a
+    CUDA graph replays it with epoch 1 on each parity's pads and nothing zeroes them: six such calls simulate
+    race-free and equal to the reference, also on rows that no tile divides. Without the clears (the record's
+    consume stripped), call 3 finds its parity's slots still set by call 1: its sums read inbox tiles before the
+    peers' stores of call 3 land (a race), or the wrong ones."""
+    for m, seeds in ((64, (0, 1)), (45, (2,))):
+        text = local_program("all_reduce", w, m)
+        device_text = lower(text, FULL % ("all-reduce=push", ""))
+        if w == 1:
+            assert "ar_published" not in device_text  # one rank: nothing to push
+            continue
+        assert '"clear"' in device_text or "atomic_cas" in device_text
+        check_sim(device_text, text, w, seeds=seeds, calls=6, graph=True)
+        check_sim(device_text, text, w, seeds=seeds, calls=3)  # eager epochs: a clear never drops a newer value
+    if w == 1:
+        return
+    kept = device_text.replace('"consume": true', '"consume": false').replace("consume = true", "consume = false")
+    assert kept != device_text
+    results = [simulate(kept, world_size=w, seed=seed, calls=4, graph=True, reference=task_reference(text))
+               for seed in range(4)]
+    assert any(not r.ok for r in results)
+    # a program whose pads are not consumed cannot replay so (a graph zeroes them): reported, not simulated wrong
+    barrier = lower(text, FULL.replace("ditron-lower-task-to-device", "ditron-lower-task-to-device{end-barrier=always}")
+                    % ("all-reduce=one_shot", ""))
+    result = simulate(barrier, world_size=w, seed=0, calls=2, graph=True)
+    assert not result.ok and "not consumed (ditron.consumed)" in result.summary()
 
 
 @pytest.mark.parametrize("kind,tile", [("gemm_ar", "all-reduce=push"), ("gemm_rs", "reduce-scatter=one_launch")])
@@ -349,6 +406,20 @@ def test_a_skinny_gemm_splits_k_and_simulates_equal_to_the_reference(kind, tile)
     assert f'name = "gemm_workspace"}} : () -> memref<{(mm["split_k"] - 1) * 128}x256xf32>' in device_text
     assert '"gemm_locks"' in device_text
     check_sim(device_text, text, 2, seeds=(0,), calls=2)
+
+
+@pytest.mark.parametrize("rows,pull_m,push_m", [(2048, 16, 32), (16384, 64, 64), (128, 16, 16), (8, 8, 8)])
+def test_push_all_reduce_tiles_leave_no_program_a_second_tile(rows, pull_m, push_m):
+    """The one-launch all-reduce's tile (x of rows x 512 bf16 on two ranks, 132 SMs): a pull keeps a tile per
+    program (more bytes in flight), a push takes the smallest tile up to 32 KB that makes one wave (each further
+    tile of a program costs a signal's round trip); both stop at the region's height and at 32 KB."""
+    from ditron.kernels.reduce import publish_tile
+    assert publish_tile(rows, 512, 2, 132)["block_m"] == pull_m
+    tile = publish_tile(rows, 512, 2, 132, push=True)
+    assert tile["block_m"] == push_m and tile["block_m"] * tile["block_n"] * 2 <= 32768
+    text = lower(local_program("all_reduce", 2, rows // 2, k=512), FULL % ("all-reduce=push", ""))
+    (rec,) = [k for k in _launches_and_kernels(text)[1].values() if k["template"] == "reduce"]
+    assert (rec["block_m"], rec["block_n"]) == (push_m, tile["block_n"])
 
 
 def test_push_all_reduce_stores_into_an_inbox_of_w_minus_one_slabs():
@@ -370,7 +441,9 @@ def test_push_all_reduce_stores_into_an_inbox_of_w_minus_one_slabs():
     (rec,) = [k for k in _launches_and_kernels(text)[1].values() if k["template"] == "reduce"]
     assert rec["publish"]["push"] == 3 and rec["src_extent"] == 3 * rows and "pushed" not in rec["publish"]
     tiles = -(-rows // rec["block_m"]) * -(-rec["cols"] // rec["block_n"])
-    assert f'{{name = "ar_published"}} : () -> memref<{3 * tiles}xi32>' in text
+    # each slot's one waiter clears it: the pad is consumed (a CUDA graph needs not zero it)
+    assert rec["publish"]["consume"] is True
+    assert f'{{ditron.consumed, name = "ar_published"}} : () -> memref<{3 * tiles}xi32>' in text
 
     text = lower(local_program("gemm_ar", 4, 100), FULL % ("all-reduce=push", ""))
     assert f'{{ditron.rotate, name = "ar_inbox"}} : () -> memref<{3 * rows}x' in text and "ar.one_launch" not in text

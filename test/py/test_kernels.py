@@ -208,6 +208,63 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     assert [w.slot for w in first.waits] == [4, 5]
 
 
+@pytest.mark.parametrize("W,shard,block_m", [(2, 20, 32), (3, 16, 16)])
+def test_gemm_gather_prologue_matches_tiles(W, shard, block_m):
+    """AG+GEMM in one launch (gather): each program first copies its blocks of the rank's shard x into A on every
+    rank (the peers first) and counts each block in slot rank of every rank's ready pad; the tiles wait until the
+    slots of their rows count every block of those ranks. Ranks run one after the other here (the simulator checks
+    the concurrent protocol): the peers' rows and counts are already there, and each rank's own count reaches the
+    blocks of its shard through its own prologue (one program: the interpreter runs programs one after the other
+    too). Shards of 20 rows and k = 40 leave ragged blocks; with three programs, program p copies blocks p, p + 3,
+    ..."""
+    m, n, k = W * shard, 48, 40
+    rec = gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x",
+                           "block": [8, 16]}, rows_per_rank=shard, loads="pointer", store="pointer",
+                           epilogue_split=1, flatten=False, persistent=True, **dict(SMALL, block_m=block_m,
+                                                                                    num_sms=1))
+    assert rec["args"] == ["a", "b", "c", "ready", "wait_value", "x"]
+    blocks = gemm.gather_blocks(rec)
+    assert blocks == -(-shard // 8) * 3
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [random("bf16", (shard * k,), rng) for _ in range(W)]
+    b = random("bf16", (k * n,), rng)
+    mem = {}
+    for r in range(W):
+        a = np.concatenate(xs)  # the peers' rows landed already ...
+        a[r * shard * k:(r + 1) * shard * k] = 0  # ... not the own ones
+        mem[("a", r)], mem[("b", r)], mem[("x", r)] = a, b.copy(), xs[r].copy()
+        mem[("c", r)] = np.zeros(m * n, np.float32)
+        mem[("ready", r)] = np.array([0 if q == r else blocks for q in range(W)], np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"x": k, "ready": None}, ranks=range(W), num_ranks=W,
+                                 scalars={"wait_value": blocks})
+    want = round_to("bf16", np.concatenate(xs).reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32))
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(m, n), want)
+        np.testing.assert_array_equal(mem_ir[("a", r)], np.concatenate(xs))
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        np.testing.assert_array_equal(mem_tiles[("ready", r)], mem_ir[("ready", r)])
+    three = gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x",
+                             "block": [8, 16]}, rows_per_rank=shard, loads="pointer", store="pointer",
+                             persistent=True, **dict(SMALL, block_m=block_m))
+    steps = gemm.tiles(three, rank=1, num_ranks=W, scalars={"wait_value": blocks})
+    assert len(steps) == 3 and [len([st for st in prog if not st.waits]) for prog in steps] == \
+        [len(range(p, blocks, 3)) for p in range(3)]
+    copies = [st for prog in steps for st in prog if not st.waits]
+    assert all([d.rank for d in st.writes] == [(1 + d) % W for d in range(1, W + 1)] for st in copies)
+    assert {(st.reads[0].offsets, st.writes[0].offsets[0] - shard) for st in copies} == \
+        {((r, c), r) for r in range(0, shard, 8) for c in range(0, k, 16)}
+    with pytest.raises(VerificationError, match="'gather' needs loads='pointer'"):
+        gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x"},
+                         rows_per_rank=shard, loads="tma", store="pointer", persistent=True)
+    with pytest.raises(VerificationError, match="wait.rows_per_slot = rows_per_rank"):
+        gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": 4}, gather={"arg": "x"},
+                         rows_per_rank=shard, loads="pointer", store="pointer", persistent=True)
+    with pytest.raises(VerificationError, match="every program resident"):
+        gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x"},
+                         rows_per_rank=shard, loads="pointer", store="pointer", persistent=False, num_sms=1,
+                         block_m=16, block_n=16)
+
+
 @pytest.mark.parametrize("W,split", [(2, 1), (3, 1), (2, 2), (3, 3)])
 def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
     """GEMM+AR by push: each rank's GEMM stores every C tile into c and into its slab of every peer's inbox, and
@@ -530,6 +587,41 @@ def test_reduce_ir_matches_tiles_and_numpy(W, dtype, out_dtype):
     step = reduce.tiles(rec, rank=1, num_ranks=W, scalars=scalars)[0][0]
     assert [reg.rank for reg in step.reads] == [None] + [(1 + i) % W for i in range(1, W)]
     assert [(w.rank, w.slot) for w in step.waits][:2] == [(None, 0), (None, 1)]  # rows 10..25 -> slots 0, 1
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_reduce_push_consume_ir_matches_tiles_and_numpy(W):
+    """The all-reduce by push with consume: each program stores its tiles into every peer's inbox slab and sets the
+    peer's slot, sums each tile once its own slots are set, then clears them (0 where they still hold the value).
+    Ranks run one after the other here, so each rank's inbox already holds its peers' x and its slots the value
+    (the simulator checks the concurrent protocol); a rank clears its own slots after summing, and the ranks after
+    it set them again."""
+    rows, cols, value = 37, 40, 7
+    rec = reduce.make_record(rows, cols, dtype="bf16", block_m=16, block_n=32, grid=4, src_row=0,
+                             publish={"arg": "published", "copy_from": "x", "push": W - 1, "consume": True})
+    slots = chunk.num_tiles(rec) * (W - 1)
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [random("bf16", (rows * cols,), rng) for _ in range(W)]
+    mem = {}
+    for r in range(W):
+        mem[("x", r)] = xs[r].copy()
+        mem[("src", r)] = np.concatenate([xs[(r + j) % W] for j in range(1, W)])  # slab j - 1: rank r + j
+        mem[("dst", r)] = np.zeros(rows * cols, np.float32)
+        mem[("published", r)] = np.full(slots, value, np.int32)
+    lds = {"src": cols, "dst": cols, "x": cols, "published": None}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W, scalars={"publish_value": value})
+    want = round_to("bf16", sum(x.astype(np.float32) for x in xs))
+    for r in range(W):
+        close(mem_ir[("dst", r)], want)
+        np.testing.assert_array_equal(mem_tiles[("dst", r)], mem_ir[("dst", r)])
+        np.testing.assert_array_equal(mem_tiles[("published", r)], mem_ir[("published", r)])
+    np.testing.assert_array_equal(mem_ir[("published", W - 1)], np.zeros(slots, np.int32))  # the last rank's clears
+    steps = reduce.tiles(rec, rank=0, num_ranks=W, scalars={"publish_value": value})[0]
+    clears = [n for st in steps for n in st.notifies if n.op == "clear"]
+    assert sorted(n.slot for n in clears) == sorted(w.slot for st in steps for w in st.waits)
+    with pytest.raises(VerificationError, match="'publish.consume' clears each slot after its one wait"):
+        reduce.make_record(rows, cols, dtype="bf16", src_row=0, publish={
+            "arg": "p", "copy_from": "x", "push": 1, "pushed": 16, "consume": True})
 
 
 @pytest.mark.parametrize("W,copy_from", [(2, "x"), (3, None)])
