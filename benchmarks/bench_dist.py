@@ -43,7 +43,8 @@ and --run alike) sets a pass option for every case: an ablation of one of the mo
 runs the rows of those ops (or whose label contains a given text, e.g. ``--only 8.0KB``).
 
 Timing: CUDA events around a FIXED number of iterations (the same on every rank, derived from the case's size;
-``--iters`` forces one), after warm-up; real worlds report the max over ranks. Output: a table on stdout,
+``--iters`` forces one), after warm-up, in REPS repetitions; each repetition takes the max over ranks (real worlds),
+a row the median repetition. Output: a table on stdout,
 benchmarks/results/dist_<virtual|real>_w<W>.csv and .png (matplotlib, if importable).
 """
 from __future__ import annotations
@@ -52,6 +53,7 @@ import argparse
 import csv
 import math
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -72,6 +74,7 @@ RS_FULL = {"qwen2-72b": (8192, 29568), "gpt3": (12288, 49152)}
 MS = (128, 1024, 8192)
 AR_BYTES = (8 << 10, 128 << 10, 2 << 20, 16 << 20)
 AR_COLS = 512
+REPS = 5  # timed repetitions of every measurement; rows report the median
 COLLECTIVE_ROWS, COLLECTIVE_COLS = 8192, 8192  # 128 MB all-gather / reduce-scatter
 
 
@@ -188,7 +191,7 @@ class Env:
     graph: bool = True            # ditron in CUDA-graph mode (ditron_eager_us: eager, measured too)
     group_name: str | None = None
     notes: list = field(default_factory=list)
-    host_us: float = 0.0          # host time per call of the last timed() loop (enqueue only), max over ranks
+    host_us: float = 0.0          # host time per call of the last timed() loop (enqueue only): median repetition
 
     def barrier(self) -> None:
         import torch
@@ -234,22 +237,28 @@ def make_env(virtual: int | None) -> Env:
     return env
 
 
-def timed(env: Env, fn, iters: int, warmup: int = 3) -> float:
-    """Microseconds per call of fn: CUDA events around ``iters`` calls (the same count on every rank), max over
-    ranks."""
+def timed(env: Env, fn, iters: int, warmup: int = 3, reps: int = REPS) -> float:
+    """Microseconds per call of fn: the median over ``reps`` repetitions of CUDA events around iters / reps calls
+    (the same count on every rank), each the max over ranks. A mean over one loop let one rare stall of a rank
+    (1-2 ms, seen on both ditron and torch in a profile of 300 calls) move a row by several microseconds."""
     import torch
     for _ in range(warmup):
         fn()
-    env.barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    host = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    env.host_us = env.max_over_ranks((time.perf_counter() - host) * 1e6 / iters)
-    end.record()
-    end.synchronize()
-    return env.max_over_ranks(start.elapsed_time(end) * 1e3 / iters)
+    n = max(1, iters // reps)
+    times, hosts = [], []
+    for _ in range(reps):
+        env.barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        host = time.perf_counter()
+        for _ in range(n):
+            fn()
+        hosts.append(env.max_over_ranks((time.perf_counter() - host) * 1e6 / n))
+        end.record()
+        end.synchronize()
+        times.append(env.max_over_ranks(start.elapsed_time(end) * 1e3 / n))
+    env.host_us = statistics.median(hosts)
+    return statistics.median(times)
 
 
 def iterations(case: Case, W: int, virtual: bool, forced: int | None) -> int:
