@@ -9,7 +9,7 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // FORCED: ditron.tiling = {algorithm = "{{pull|push}}", block_k = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, chunk_rows = 512 : i64, comm_sms = 16 : i64, engine = "sm"
   // FORCED-SAME: group_m = 4 : i64, kind = "ag_matmul", num_chunks = 4 : i64, num_stages = 2 : i64, num_warps = 4 : i64, persistent = false, shard_rows = 2048 : i64, sm_budget = 116 : i64
   // CHUNKS: chunk_rows = 1024 : i64{{.*}}num_chunks = 2 : i64
-  // HIP: block_k = 64 : i64, block_m = 256 : i64{{.*}}target = "hip:gfx942"
+  // HIP: block_n = 128 : i64{{.*}}engine = "sm"{{.*}}num_stages = 2 : i64, num_warps = 4 : i64{{.*}}sm_budget = 288 : i64, target = "hip:gfx942"
   // SMS: sm_budget = 33 : i64
   func.func @ag_gemm(%x: tensor<2048x4096xbf16>, %w: tensor<4096x3584xbf16>) -> tensor<8192x3584xbf16> attributes {ditron.view = "local"} {
     %g = "ditron_task.all_gather"(%x) {axis = "tp", dim = 0 : i64, ditron.overlap = {group = 0 : i64, kind = "ag_matmul", role = "producer"}} : (tensor<2048x4096xbf16>) -> tensor<8192x4096xbf16>
