@@ -243,7 +243,7 @@ def gemm_rs_ideal(m: int, n: int, k: int, world: int, peaks: TargetPeaks, elem_b
 # ------------------------------------------------------------------------------------ overlapped estimates
 
 def gated_gemm_time(t_gemm: float, tiles: int, sms: int, *, own: int, first: float, last: float,
-                    start: float = 0.0) -> float:
+                    start: float = 0.0, own_ready: float = 0.0) -> float:
     """A persistent GEMM whose peer-row tiles wait for their rows: ``tiles`` tiles in rank-rotated order (the
     ``own`` tiles of this rank's rows first, then the peers'), program p of min(sms, tiles) running tiles p, p +
     grid, ... one after another from ``start``, each taking t_gemm / waves; the i-th of the n peer tiles may start
@@ -257,7 +257,7 @@ def gated_gemm_time(t_gemm: float, tiles: int, sms: int, *, own: int, first: flo
     for p in range(grid):
         t = start
         for j in range(p, tiles, grid):
-            ready = 0.0 if j < own else first + (last - first) * (j - own + 1) / peers
+            ready = own_ready if j < own else first + (last - first) * (j - own + 1) / peers
             t = max(t, ready) + d
         finish = max(finish, t)
     return finish
@@ -279,7 +279,10 @@ def ag_gemm_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_s
     t_comm = copy_time((world - 1) * shard_bytes, peaks, engine=engine, peers=peers, chunks=chunks, sms=comm_sms)
     t_stage = peaks.hop_latency + (0.0 if push else local_copy_time(shard_bytes, peaks))
     own = 0 if tiles_span_ranks else tiles // world
-    return gated_gemm_time(t_gemm, tiles, sms, own=own, first=t_stage + t_comm / chunks, last=t_stage + t_comm)
+    # the own rows too come through the comm stream (its staging copy, or the push's own copy), after the hand-off
+    own_ready = peaks.hop_latency + local_copy_time(shard_bytes / chunks_per_shard, peaks)
+    return gated_gemm_time(t_gemm, tiles, sms, own=own, first=t_stage + t_comm / chunks, last=t_stage + t_comm,
+                           own_ready=own_ready)
 
 
 def ag_gemm_one_launch_estimate(t_gemm: float, shard_bytes: float, world: int, peaks: TargetPeaks, *, tiles: int,

@@ -198,12 +198,14 @@ def test_tile_model_all_reduces_large_tensors_two_shot_from_four_ranks(W, algori
 
 
 @pytest.mark.parametrize("m,k,n,algorithm", [(64, 8192, 14336, "one_launch"), (64, 4096, 7168, "one_launch"),
-                                             (512, 8192, 14336, "pull"), (4096, 4096, 7168, "pull")])
+                                             (512, 4096, 7168, "one_launch"), (512, 8192, 14336, "pull"),
+                                             (4096, 4096, 7168, "pull")])
 def test_tile_model_gathers_small_shards_in_the_gemm_launch(m, k, n, algorithm):
-    """AG+GEMM on two ranks (LLaMA-3 70B / 8B shapes): at M = 128 the GEMM's own programs push the 0.5-1 MB shards
-    before their tiles (one launch, no stream hand-off, which the model charges hop_latency); from M = 1024 the
-    gather by streams hides under a GEMM it overlaps, and one launch would expose the whole push (a one-wave GEMM's
-    peer-row tiles start only once it landed)."""
+    """AG+GEMM on two ranks (LLaMA-3 70B / 8B shapes), as measured on 2xH200 (results/ablation_ag_one_launch.csv):
+    at M = 128, and at 8B M = 1024, the GEMM's own programs push the shards before their tiles (one launch: no
+    stream hand-off, which the model charges hop_latency to the peers' rows and to the own rows' staging alike);
+    at 70B M = 1024 and M = 8192 the gather by streams hides under a GEMM long enough to overlap it, where one
+    launch would expose the whole push."""
     t = _tilings(lower(local_program("ag_gemm", 2, m, k=k, n=n), "ditron-tile"))[0]  # the group's, on both ops
     assert t["kind"] == "ag_matmul"
     assert t["algorithm"] == algorithm
