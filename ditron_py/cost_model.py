@@ -279,8 +279,10 @@ def ag_gemm_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_s
     t_comm = copy_time((world - 1) * shard_bytes, peaks, engine=engine, peers=peers, chunks=chunks, sms=comm_sms)
     t_stage = peaks.hop_latency + (0.0 if push else local_copy_time(shard_bytes, peaks))
     own = 0 if tiles_span_ranks else tiles // world
-    # the own rows too come through the comm stream (its staging copy, or the push's own copy), after the hand-off
-    own_ready = peaks.hop_latency + local_copy_time(shard_bytes / chunks_per_shard, peaks)
+    # the own rows too come through the comm stream (its staging copy, or the push's own copy), after the hand-off;
+    # the GEMM is modelled to start on them once the whole shard is staged (2xH200, 70B M = 1024 by pull: 4
+    # chunks, which a per-chunk staging time made the model prefer, ran 571-574 us against 403-407 with one)
+    own_ready = peaks.hop_latency + local_copy_time(shard_bytes, peaks)
     return gated_gemm_time(t_gemm, tiles, sms, own=own, first=t_stage + t_comm / chunks, last=t_stage + t_comm,
                            own_ready=own_ready)
 

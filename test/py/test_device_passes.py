@@ -205,10 +205,10 @@ def test_tile_model_gathers_small_shards_in_the_gemm_launch(m, k, n, algorithm):
     at M = 128, and at 8B M = 1024, the GEMM's own programs push the shards before their tiles (one launch: no
     stream hand-off, which the model charges hop_latency to the peers' rows and to the own rows' staging alike);
     at 70B M = 1024 and M = 8192 the gather by streams hides under a GEMM long enough to overlap it, where one
-    launch would expose the whole push."""
+    launch would expose the whole push, in one chunk (70B M = 1024 in 4 chunks ran 571-574 us against 403-407)."""
     t = _tilings(lower(local_program("ag_gemm", 2, m, k=k, n=n), "ditron-tile"))[0]  # the group's, on both ops
     assert t["kind"] == "ag_matmul"
-    assert t["algorithm"] == algorithm
+    assert t["algorithm"] == algorithm and t["num_chunks"] == 1
     if algorithm == "one_launch":
         assert (t["engine"], t["comm_sms"], t["num_chunks"]) == ("sm", 0, 1)
 
