@@ -247,8 +247,9 @@ def gated_gemm_time(t_gemm: float, tiles: int, sms: int, *, own: int, first: flo
     """A persistent GEMM whose peer-row tiles wait for their rows: ``tiles`` tiles in rank-rotated order (the
     ``own`` tiles of this rank's rows first, then the peers'), program p of min(sms, tiles) running tiles p, p +
     grid, ... one after another from ``start``, each taking t_gemm / waves; the i-th of the n peer tiles may start
-    once its rows landed, between ``first`` and ``last`` in proportion (i + 1) / n. When it ends: a one-wave GEMM
-    whose peer tiles start late ends a whole tile later, where a tail model would hide them under the own rows
+    once its rows landed, between ``first`` and ``last`` in proportion (i + 1) / n, an own tile at ``own_ready``.
+    When it ends. Unlike a tail model (the last chunk's share of the work after it lands), it sees that a tile
+    started late holds its SM a whole tile longer: with one or two waves, a late peer tile is the GEMM's end
     (2xH200, AG+GEMM 8B M = 1024 by pull, 224 tiles of 128x256 on 132 SMs: 140 us against cuBLAS's 89)."""
     grid = max(1, min(sms, tiles))
     d = t_gemm / max(1, math.ceil(tiles / grid))

@@ -530,21 +530,9 @@ class _Planner:
         algorithms = [self.o.all_gather] if self.o.all_gather else list(ALL_GATHER_ALGORITHMS)
         for algorithm in algorithms:
             if algorithm == "one_launch":
-                streams = self.o.engine == "copy_engine" or self.o.comm_sms or self.o.chunk_rows is not None or \
-                    self.o.num_chunks is not None
-                if streams and not self.o.all_gather:
-                    continue  # the options describe a gather beside the GEMM (an engine, its SMs, chunks)
-                if streams:
-                    raise op_error(self.o.name, g.producer, "all-gather=one_launch pushes whole shards with the "
-                                                            "GEMM's own SMs: it takes no engine=copy_engine, "
-                                                            "comm-sms, chunk-rows or num-chunks")
-                sms = self.peaks.num_sms
-                cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
-                t = ag_gemm_one_launch_estimate(t_gemm, shard_rows * k * eb, w, self.peaks,
-                                                tiles=gemm_tiles(m, n, cfg), sms=sms,
-                                                tiles_span_ranks=cfg.block_m > shard_rows)
-                if best is None or t < best[0] * 0.999:
-                    best = (t, "sm", 0, sms, cfg, shard_rows, 1, algorithm)
+                choice = self.one_launch_gather(g, m, n, k, eb, shard_rows, w)
+                if choice is not None and (best is None or choice[0] < best[0] * 0.999):
+                    best = choice
                 continue
             # a push is a copy engine's remote write (SMs stay on the GEMM) unless engine=sm is asked for
             engines = ["copy_engine"] if algorithm == "push" and not self.o.engine else self.engines()
@@ -563,6 +551,24 @@ class _Planner:
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6,
                       algorithm=algorithm if w > 1 else None, **self.gemm_fields(cfg, m, n, sms, waits=w > 1))
+
+    def one_launch_gather(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, shard_rows: int, w: int):
+        """AG+GEMM in one launch: (modelled time, engine, comm SMs, SMs, config, chunk rows, chunks, algorithm), or
+        None where the options describe a gather beside the GEMM (an engine, its SMs, chunks) and it was not asked
+        for."""
+        streams = self.o.engine == "copy_engine" or self.o.comm_sms or self.o.chunk_rows is not None or \
+            self.o.num_chunks is not None
+        if streams and not self.o.all_gather:
+            return None
+        if streams:
+            raise op_error(self.o.name, g.producer, "all-gather=one_launch pushes whole shards with the GEMM's own "
+                                                    "SMs: it takes no engine=copy_engine, comm-sms, chunk-rows or "
+                                                    "num-chunks")
+        sms = self.peaks.num_sms
+        cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
+        t = ag_gemm_one_launch_estimate(t_gemm, shard_rows * k * eb, w, self.peaks, tiles=gemm_tiles(m, n, cfg),
+                                        sms=sms, tiles_span_ranks=cfg.block_m > shard_rows)
+        return t, "sm", 0, sms, cfg, shard_rows, 1, "one_launch"
 
     def matmul_reduce(self, g: OverlapGroup, w: int) -> Tiling:
         mm = task.Matmul(g.producer)

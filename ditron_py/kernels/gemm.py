@@ -55,9 +55,10 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             of each rank they cover. Every program must be resident (persistent, or one wave), and A
                             is read through pointers (the peers' stores are generic-proxy writes).
 
-Arguments (``record["args"]``): a, b, c, then the wait pad and value, the gather source, the notify pad (if another one) and peer
-argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N] row-major: slice j holds rows j*M ...) and ``locks``
-(i32, one per tile, zero before the first launch; the kernel leaves them zero).
+Arguments (``record["args"]``): a, b, c, then the wait pad and value, the gather source, the notify pad (if
+another one) and peer argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N]
+row-major: slice j holds rows j*M ...) and ``locks`` (i32, one per tile, zero before the first launch; the kernel
+leaves them zero).
 
 Tile order: tile t -> (pid_m, pid_n). row_major: t // tiles_n, t % tiles_n. grouped: GROUP_M m-blocks share a
 column sweep (Triton's swizzle). rank_rotated: grouped, then pid_m shifted by the m-block holding row
