@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="passes that lower a task-level input to a device program (default ditron-default)")
     p.add_argument("--num-sms", type=int, default=None, help="SMs per rank (default: only sm_budget limits)")
     p.add_argument("--sync-between-calls", action="store_true", help="synchronise all ranks between calls")
+    p.add_argument("--graph", action="store_true", help="run the calls as CUDA-graph replays: epoch 1 every call, a "
+                                                        "signal pad per parity, none zeroed (pads must be consumed)")
     p.add_argument("--no-reference", action="store_true", help="do not compare with the task-level reference")
     p.add_argument("--mutate", action="store_true", help="mutation-test the program instead of running it once")
 
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             return m
 
         options = dict(calls=args.calls, function=args.function, num_sms=args.num_sms,
-                       sync_between_calls=args.sync_between_calls, reference=reference)
+                       sync_between_calls=args.sync_between_calls, graph=args.graph, reference=reference)
         if args.mutate:
             results = run_mutants(build, W, filename=args.input, seed=seeds[0], **options)
             missed = [r for r in results if not r.caught]

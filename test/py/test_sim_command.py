@@ -61,3 +61,23 @@ def test_errors_are_one_line_without_a_traceback(tmp_path):
     f.write_text("module {\n  func.func @f() {\n    \"ditron_device.nope\"() : () -> ()\n    return\n  }\n}\n")
     code, _, err = _run([str(f), "-W", "1"])
     assert code == 1 and "ag.mlir:3:5: error:" in err and "Traceback" not in err
+
+
+def test_graph_replays_from_the_command_line(tmp_path):
+    """--graph: the push all-reduce (its pad consumed) replays race-free with epoch 1; a program whose pads a graph
+    would zero (the gather's) is reported, exit code 1."""
+    f = tmp_path / "all_reduce.mlir"
+    f.write_text("""module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @all_reduce(%x: tensor<100x32xbf16>) -> tensor<100x32xbf16> attributes {ditron.view = "local"} {
+    %y = "ditron_task.all_reduce"(%x) {axis = "tp", reduce = "sum"} : (tensor<100x32xbf16>) -> tensor<100x32xbf16>
+    return %y : tensor<100x32xbf16>
+  }
+}""")
+    code, out, err = _run([str(f), "--graph", "--calls", "4", "--pipeline",
+                           "ditron-tile{all-reduce=push},ditron-lower-task-to-device"])
+    assert code == 0, out + err
+    assert "4 call(s)" in out and "outputs equal to the reference" in out
+    g = tmp_path / "ag.mlir"
+    g.write_text(P.all_gather(2, 16, 8))
+    code, out, _ = _run([str(g), "--graph"])
+    assert code == 1 and "not consumed (ditron.consumed)" in out
