@@ -1,5 +1,6 @@
 """ditron-tile: multi-level tiling. Chooses, for every op of a local-view task program, the device-level chunking
-(rows per chunk, chunks per shard, copy engine, SMs given to communication, all-reduce algorithm) and the core tile
+(rows per chunk, chunks per shard, copy engine, SMs given to communication, all-gather / reduce-scatter /
+all-reduce algorithm) and the core tile
 configuration (BLOCK_M/N/K, warps, stages, grouped order, persistent or not, SM budget), from the cost model of
 ditron.cost_model fed by the target's peak numbers. Every choice can be forced by an option.
 

@@ -11,7 +11,9 @@ copies, signals (release), waits (acquire), barriers and kernel launches whose p
 template's ``tiles()``. The interleaving is chosen by ``seed`` (same seed, same run). Every access is checked
 against a happens-before relation built from vector clocks, so a missing wait shows as a race even when the data
 happened to arrive in time. Running ``calls`` > 1 times in a row (epoch 1, 2, ...) with fresh inputs catches bugs
-that only show when signal pads and buffers are reused.
+that only show when signal pads and buffers are reused. ``graph=True`` runs the calls as the runtime's CUDA graphs
+replay them (epoch 1 every call, each signal pad held once per call parity, never zeroed in between): the check of
+a program whose pads are consumed (``ditron.consumed``), i.e. cleared by their waiters.
 
 Findings (``SimResult.findings``): deadlock, read-before-signal, write-write and write-after-read races,
 uninitialized reads, out-of-bounds regions, unwritten outputs, mismatches against the reference, and broken rules
