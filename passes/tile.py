@@ -431,7 +431,7 @@ class _Planner:
         return gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb, split=s)
 
     def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool) -> dict:
-        tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+        tiles = gemm_tiles(m, n, cfg)
         persistent = self.o.persistent if self.o.persistent is not None else (waits or tiles > sms)
         return dict(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages, group_m=cfg.group_m, persistent=persistent, sm_budget=sms)
@@ -593,7 +593,7 @@ class _Planner:
                 cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb, split=True)
                 rows = shard_rows if algorithm == "one_launch" else m
                 if algorithm == "push":  # the GEMM pushes its tiles as it goes, then a local sum
-                    tiles = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
+                    tiles = gemm_tiles(m, n, cfg)
                     t = gemm_ar_push_estimate(t_gemm, m, n, w, self.peaks, tiles=tiles, sms=sms, elem_bytes=eb)
                 else:
                     t = t_gemm + all_reduce_one_launch_time(rows, n, w, self.peaks, elem_bytes=eb, sms=sms)
@@ -628,7 +628,7 @@ class _Planner:
         engine or read by the SMs; GEMM+AR adds the gather of the reduced rows."""
         sms = self.peaks.num_sms
         cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
-        one_wave = math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n) <= sms
+        one_wave = gemm_tiles(m, n, cfg) <= sms
         if one_wave and shard_rows <= cfg.block_m and g.kind == "matmul_rs" and not self.o.reduce_scatter:
             # every tile at once and one row tile per rank: nothing overlaps, and the epilogue's constrained tile
             # order only costs (2xH200, LLaMA-70B M=128: 106 us against 84 for the GEMM then one_launch; 8B: a tie)

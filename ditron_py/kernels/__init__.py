@@ -79,6 +79,15 @@ class TileStep:
     notifies: list[SlotNotify] = field(default_factory=list)
 
 
+def copies(src: Region, *dsts: Region) -> Callable[[View], None]:
+    """A TileStep compute that copies region src into each of dsts."""
+    def compute(view: View) -> None:
+        for dst in dsts:
+            view(dst)[...] = view(src)
+
+    return compute
+
+
 class Template(Protocol):
     name: str
 

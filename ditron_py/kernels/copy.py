@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..dialects import core
 from ..dialects import ttir as T
-from . import KernelRecord, Region, TileStep
+from . import KernelRecord, Region, TileStep, copies
 from . import chunk
 
 name = "copy"
@@ -88,7 +88,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
         for tm, tn in chunk.program_tiles(rec, pid):
             src = Region("src", *chunk.tile_box(rec, "src", tm, tn, scalars), rank=src_rank)
             dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars), rank=dst_rank)
-            steps.append(TileStep(reads=[src], writes=[dst], compute=_copy(src, dst)))
+            steps.append(TileStep(reads=[src], writes=[dst], compute=copies(src, dst)))
         notifies = chunk.program_notifies(rec, rank, num_ranks, scalars, peer if dst_rank is not None else rank)
         if notifies:
             if not steps:
@@ -96,13 +96,6 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             steps[-1].notifies = notifies
         out.append(steps)
     return out
-
-
-def _copy(src, dst):
-    def compute(view):
-        view(dst)[...] = view(src)
-
-    return compute
 
 
 # ------------------------------------------------------------------------------------------------ build()

@@ -88,7 +88,7 @@ from mlir import ir
 from ..dialects import core
 from ..dialects import ttir as T
 from ..errors import VerificationError
-from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep
+from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep, copies
 from .numerics import round_to
 
 name = "gemm"
@@ -594,11 +594,7 @@ def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> list[TileStep]
         size = (min(gm, rpr - r0), min(gk, rec["k"] - c0))
         src = Region(rec["gather"]["arg"], (r0, c0), size)
         dsts = [Region("a", (rank * rpr + r0, c0), size, rank=q) for q in order]
-
-        def copies(view, src=src, dsts=dsts):
-            for d in dsts:
-                view(d)[...] = view(src)
-        steps.append(TileStep(reads=[src], writes=dsts, compute=copies,
+        steps.append(TileStep(reads=[src], writes=dsts, compute=copies(src, *dsts),
                               notifies=[SlotNotify(pad, rank, 1, q, op="add") for q in order]))
     return steps
 
@@ -611,12 +607,11 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
         raise _err(f"'push' has {spec['slabs']} inbox slabs; a world of {num_ranks} ranks needs {num_ranks - 1}")
     peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]
     boxes = [Region(spec["arg"], (slab * rec["m"] + m0, n0), (rows, cols), q) for q, slab in peers]
-    c_reg, compute = step.writes[0], step.compute
+    c_reg, compute, to_boxes = step.writes[0], step.compute, copies(step.writes[0], *boxes)
 
     def with_copies(view):
         compute(view)
-        for box in boxes:
-            view(box)[...] = view(c_reg)
+        to_boxes(view)
 
     step.writes = [c_reg] + boxes
     step.compute = with_copies

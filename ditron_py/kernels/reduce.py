@@ -56,7 +56,7 @@ import numpy as np
 
 from ..dialects import core
 from ..dialects import ttir as T
-from . import KernelRecord, Region, SlotNotify, SlotWait, TileStep
+from . import KernelRecord, Region, SlotNotify, SlotWait, TileStep, copies
 from . import chunk
 from .numerics import round_to
 
@@ -247,7 +247,7 @@ def _scatter_step(rec, t: int, srcs, dst, order, rank: int, num_ranks: int, scal
     value = int(scalars[pub["value_arg"]])
     own = srcs[0]
     if scatter_owner(rec, t, num_ranks) != rank:
-        step = TileStep(reads=[own], writes=[dst], compute=_copy(own, dst))
+        step = TileStep(reads=[own], writes=[dst], compute=copies(own, dst))
         step.waits = [SlotWait(pub["scatter"], t, value, rank=None)]
         return step
     peers = [Region("src", own.offsets, own.sizes, rank=q) for q in order[1:]]
@@ -275,7 +275,7 @@ def _push_steps(rec, pid: int, rank: int, num_ranks: int, scalars) -> list[TileS
         mine = Region(pub["copy_from"], (r0, c0), size)
         peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]  # (peer, its slab)
         boxes = [Region("src", (slab * rows + r0, c0), size, rank=q) for q, slab in peers]
-        pushes.append((TileStep(reads=[mine], writes=boxes, compute=_copies(mine, boxes)),
+        pushes.append((TileStep(reads=[mine], writes=boxes, compute=copies(mine, *boxes)),
                        [SlotNotify(pub["arg"], t * slabs + slab, value, q, op="set") for q, slab in peers]))
         inbox = [Region("src", (j * rows + r0, c0), size) for j in range(slabs)]
         dst = Region("dst", *chunk.tile_box(rec, "dst", tm, tn, scalars))
@@ -304,14 +304,6 @@ def _push_slots(rec, t: int, r0: int, rows: int, slab: int) -> range:
     if rps is None:
         return range(t * pub["push"] + slab, t * pub["push"] + slab + 1)
     return _row_slots(r0, rows, rps, base=slab * -(-rec["rows"] // rps))
-
-
-def _copies(a, targets):
-    def compute(view):
-        for s in targets:
-            view(s)[...] = view(a)
-
-    return compute
 
 
 def scatter_owner(rec, t: int, num_ranks: int) -> int:
@@ -351,17 +343,10 @@ def _publish_copy_steps(rec, tm: int, tn: int, num_ranks: int, scalars) -> list[
     steps = []
     for box in boxes:
         a, s = Region(pub["copy_from"], *box), Region("src", *box)
-        steps.append(TileStep(reads=[a], writes=[s], compute=_copy(a, s)))
+        steps.append(TileStep(reads=[a], writes=[s], compute=copies(a, s)))
     steps[-1].notifies = [SlotNotify(pub["arg"], tm * chunk.tiles_n(rec) + tn, int(scalars[pub["value_arg"]]), None,
                                      op="set")]
     return steps
-
-
-def _copy(a, s):
-    def compute(view):
-        view(s)[...] = view(a)
-
-    return compute
 
 
 def _sum(srcs, dst, out_dtype, also=(), also_dtype=None):
