@@ -46,6 +46,13 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             of a rank's inbox holds rank + j's tiles), then 1 is added (release) to slot
                             slab * tiles_m + pid_m of that peer's pad ``pad``: a slot counts tiles_n tiles per
                             call. The reduce template's ``publish.pushed`` sums the inbox once they are there.
+                            A persistent grid adds a tile's counts after its next tile's K loop (the last tile's
+                            after the loop; ``deferred_push``): the release then waits for no store in flight.
+                            ``owner`` (GEMM+RS by push): a tile of rank q's rows [q*R, (q+1)*R) (R = rows_per_rank,
+                            a multiple of block_m; m = (slabs + 1) * R) goes to q alone, at its row within the
+                            shard: into ``c`` ([R, n]) when q is the launching rank, else into slab
+                            num_ranks - 1 - ((q - rank) mod num_ranks) of q's inbox ([slabs * R, n]), counted in
+                            q's slot slab * (R / block_m) + its row block within the shard.
     gather  (optional)      {arg, block}: AG+GEMM in one launch. Before its first tile, program p copies blocks p,
                             p + grid, ... of this rank's shard ``arg`` ([R, k] contiguous, R = rows_per_rank;
                             ``block`` = [rows, cols] per block, ``gather_blocks`` of them) into rows rank*R + ... of
@@ -230,6 +237,12 @@ def check(rec) -> None:
         if "notify" in rec or "reduce_own" in rec or rec["store"] != "pointer":
             raise _err("'push' works without notify and reduce_own, with store='pointer' (its release follows the "
                        "tile's stores)")
+        if spec.get("owner"):
+            rpr = rec.get("rows_per_rank", 0)
+            if rpr < 1 or rpr % rec["block_m"] or rec["m"] != (spec["slabs"] + 1) * rpr or rec["split_k"] > 1:
+                raise _err(f"'push.owner' needs m = (slabs + 1) * rows_per_rank with block_m dividing rows_per_rank, "
+                           f"and no split-K (m={rec['m']}, slabs={spec['slabs']}, rows_per_rank={rpr}, block_m="
+                           f"{rec['block_m']}, split_k={rec['split_k']})")
     g = geometry(rec)
     if "gather" in rec:
         _check_gather(rec, g)
@@ -263,6 +276,12 @@ def _check_gather(rec, g) -> None:
     if g.grid > rec["num_sms"]:
         raise _err(f"'gather' needs every program resident (the tiles wait on every program's copies): "
                    f"{g.grid} programs > num_sms={rec['num_sms']}; use persistent")
+
+
+def deferred_push(rec) -> bool:
+    """A persistent GEMM that pushes counts each tile after the next tile's K loop (the last after its loop): the
+    release then finds the tile's stores long out instead of stalling the SM on them while they cross the link."""
+    return "push" in rec and rec["persistent"]
 
 
 def gather_blocks(rec) -> int:
@@ -575,6 +594,10 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.notifies = [SlotNotify(nt["arg"], sl, nt["value"], _peer(nt, sl, rank, num_ranks, rec, scalars),
                                             op="add") for sl in _slots(m0, rows, nt)]
             steps.append(step)
+        if deferred_push(rec) and steps:  # each tile's counts go out with the next tile (the last with its own)
+            counts = [st.notifies for st in steps]
+            for j, st in enumerate(steps):
+                st.notifies = (counts[j - 1] if j else []) + (counts[j] if j == len(steps) - 1 else [])
         out.append(steps)
     return out
 
@@ -605,6 +628,19 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
     spec = rec["push"]
     if spec["slabs"] != num_ranks - 1:
         raise _err(f"'push' has {spec['slabs']} inbox slabs; a world of {num_ranks} ranks needs {num_ranks - 1}")
+    if spec.get("owner"):
+        rpr = rec["rows_per_rank"]
+        q, row = divmod(m0, rpr)
+        if q == rank:
+            dst = Region("c", (row, n0), (rows, cols))
+        else:
+            slab = num_ranks - 1 - (q - rank) % num_ranks
+            dst = Region(spec["arg"], (slab * rpr + row, n0), (rows, cols), q)
+            step.notifies = [SlotNotify(spec["pad"], slab * (rpr // rec["block_m"]) + row // rec["block_m"], 1, q,
+                                        op="add")]
+        step.writes = [dst]
+        step.compute = _gemm_compute(step.reads[0], step.reads[1], dst, [], rec)
+        return
     peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]
     boxes = [Region(spec["arg"], (slab * rec["m"] + m0, n0), (rows, cols), q) for q, slab in peers]
     c_reg, compute, to_boxes = step.writes[0], step.compute, copies(step.writes[0], *boxes)
@@ -704,13 +740,15 @@ class _Emitter:
             if "gather" in rec:
                 self._gather(pid)
             if rec["persistent"]:
-                flatten = rec["flatten"]
-                init = [T.sub(pid, self.g.grid)] if flatten else []
+                flatten, defer = rec["flatten"], deferred_push(rec)
+                init = ([T.sub(pid, self.g.grid)] if flatten else []) + ([T.c(-1)] if defer else [])
                 with T.For(pid, self.g.tiles, self.g.grid, init, attrs={"tt.flatten": flatten}) as loop:
                     tile_c = T.add(loop.args[0], self.g.grid) if flatten else None
-                    self.tile(loop.iv, None, tile_c)
-                    if flatten:
-                        loop.yield_(tile_c)
+                    m0 = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
+                    if init:
+                        loop.yield_(*([tile_c] if flatten else []), *([m0] if defer else []))
+                if defer:  # the last tile's count, once its stores are out
+                    self._push_notifies_after(loop.results[-1])
             elif rec["split_k"] > 1:
                 self.tile(T.rem(pid, self.g.tiles), T.div(pid, self.g.tiles), None)
             else:
@@ -739,7 +777,9 @@ class _Emitter:
         return TILE_ORDER_FNS[self.rec["tile_order"]](IrOps, t, self.rec, self.g, self.rank)
 
     # -- one tile
-    def tile(self, t, split, tile_c):
+    def tile(self, t, split, tile_c, prev_m0=None):
+        """One tile. ``prev_m0`` (a deferred push): the row of the program's previous tile (-1: none), whose
+        peers' slots are counted after this tile's K loop; returns this tile's row."""
         rec = self.rec
         pid_m, pid_n = self.coords(t)
         m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
@@ -762,11 +802,19 @@ class _Emitter:
         if "reduce_own" in rec:
             self._reduce_own_epilogue(acc, m0, n0)
             return
-        self.store_c(acc, m0, n0)
+        if prev_m0 is not None:
+            self._push_notifies_after(prev_m0)
+        if rec.get("push", {}).get("owner"):
+            self._push_owner_stores(acc, m0, n0)
+        else:
+            self.store_c(acc, m0, n0)
         if "notify" in rec:
             self._notify(m0)
-        if "push" in rec:
-            self._push(acc, m0, n0)
+        if "push" in rec and not rec["push"].get("owner"):
+            self._push_stores(acc, m0, n0)
+        if "push" in rec and prev_m0 is None:
+            self._push_notifies(m0)
+        return m0
 
     def _gather(self, pid):
         """The prologue of 'gather': blocks pid, pid + grid, ... of the shard into A on every rank, each counted
@@ -800,6 +848,10 @@ class _Emitter:
 
     def _push(self, acc, m0, n0):
         """The tile into its slab of every peer's inbox, then 1 added to the peer's slot of its row block."""
+        self._push_stores(acc, m0, n0)
+        self._push_notifies(m0)
+
+    def _push_stores(self, acc, m0, n0):
         spec = self.rec["push"]
         num_ranks = core.NumRanks.build().num_ranks
         vals = T.cast(acc, self.out_t)
@@ -809,9 +861,51 @@ class _Emitter:
             inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
             ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(slab, self.m))
             T.store(ptrs, vals, mask)
-            slot = T.add(T.mul(slab, self.g.tiles_m), T.div(m0, self.bm))
-            core.Notify.build(T.addptr(self.arg[spec["pad"]], slot), q, T.c(1), op="add", scope=spec["scope"],
-                              semantic="release")
+
+    def _push_notifies(self, m0):
+        """1 (release: after the CTA's stores) added to the slots counting the tile at row m0 on the ranks it
+        went to: every peer's slot slab * tiles_m + its row block, or with push.owner its owner's (unless that is
+        this rank)."""
+        spec = self.rec["push"]
+        num_ranks = core.NumRanks.build().num_ranks
+        pad = self.arg[spec["pad"]]
+        if spec.get("owner"):
+            rpr = self.rec["rows_per_rank"]
+            q = T.div(m0, rpr)
+            with T.if_(T.cmp("ne", q, self.rank)):
+                slot = T.add(T.mul(self._owner_slab(q, num_ranks), rpr // self.bm), T.div(T.sub(m0, T.mul(q, rpr)),
+                                                                                          self.bm))
+                core.Notify.build(T.addptr(pad, slot), q, T.c(1), op="add", scope=spec["scope"], semantic="release")
+            return
+        with T.For(1, num_ranks, 1) as qs:
+            q = T.rem(T.add(self.rank, qs.iv), num_ranks)
+            slot = T.add(T.mul(T.sub(T.sub(num_ranks, 1), qs.iv), self.g.tiles_m), T.div(m0, self.bm))
+            core.Notify.build(T.addptr(pad, slot), q, T.c(1), op="add", scope=spec["scope"], semantic="release")
+
+    def _push_notifies_after(self, m0):
+        """The deferred count of the tile at row m0 (-1: no tile)."""
+        with T.if_(T.cmp("sge", m0, 0)):
+            self._push_notifies(m0)
+
+    def _owner_slab(self, q, num_ranks):
+        """The slab of rank q's inbox that holds this rank's tiles: num_ranks - 1 - ((q - rank) mod num_ranks)."""
+        return T.sub(T.sub(num_ranks, 1), T.rem(T.add(T.sub(q, self.rank), num_ranks), num_ranks))
+
+    def _push_owner_stores(self, acc, m0, n0):
+        """'push.owner': the tile to the rank owning its rows alone, at its row within the shard -- into c when
+        that is this rank, else into this rank's slab of the owner's inbox."""
+        rec, spec, rpr = self.rec, self.rec["push"], self.rec["rows_per_rank"]
+        num_ranks = core.NumRanks.build().num_ranks
+        q = T.div(m0, rpr)
+        row = T.sub(m0, T.mul(q, rpr))
+        vals = T.cast(acc, self.out_t)
+        with T.if_(T.cmp("eq", q, self.rank)):
+            ptrs, mask = self._tile_ptrs(self.arg["c"], row, n0, rec["ldc"])
+            T.store(ptrs, vals, mask)
+        with T.if_(T.cmp("ne", q, self.rank)):
+            inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
+            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(self._owner_slab(q, num_ranks), rpr))
+            T.store(ptrs, vals, mask)
 
     def _reduce_own_epilogue(self, acc, m0, n0):
         """Own rows: wait for the staged peer partials, add them, store to dst. Others: store to c, notify."""

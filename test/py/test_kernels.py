@@ -329,6 +329,57 @@ def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
         gemm.make_record(m, n, k, push={"arg": "i", "slabs": 1}, loads="pointer", store="pointer")
 
 
+@pytest.mark.parametrize("W", [2, 3, 4])
+def test_gemm_push_owner_then_reduce_pushed_is_a_reduce_scatter(W):
+    """GEMM+RS by push (push.owner): a tile of rank q's rows goes to q alone -- into c at its row within the shard
+    when q is the launching rank, else into the launcher's slab of q's inbox, counted in q's slot of its row block
+    -- so the reduce template's publish.pushed over the R own rows sums every rank's partial of them. Ragged
+    columns (n = 44 of 32-column tiles); ranks run one after the other, each GEMM on its own B."""
+    R, n, k = 32, 44, 32
+    m = W * R
+    rec = gemm.make_record(m, n, k, push={"arg": "inbox", "pad": "pushed", "slabs": W - 1, "owner": True},
+                           rows_per_rank=R, tile_order="rank_rotated", rank_shift=1, loads="pointer",
+                           store="pointer", epilogue_split=1, flatten=False, persistent=True,
+                           **dict(SMALL, block_m=16))
+    tiles_r, tiles_n = R // 16, -(-n // rec["block_n"])
+    rng = np.random.default_rng(RNG_SEED)
+    mem, refs = {}, []
+    a = random("bf16", (m * k,), rng)
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)] = a, random("bf16", (k * n,), rng)
+        refs.append(round_to("bf16", a.reshape(m, k).astype(np.float32)
+                             @ mem[("b", r)].reshape(k, n).astype(np.float32)))
+        mem[("c", r)] = np.zeros(R * n, np.float32)
+        mem[("inbox", r)] = np.zeros((W - 1) * R * n, np.float32)
+        mem[("pushed", r)] = np.zeros((W - 1) * tiles_r, np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"inbox": n, "pushed": None}, ranks=range(W),
+                                 num_ranks=W)
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(R, n), refs[r][r * R:(r + 1) * R])
+        for j in range(1, W):  # slab j - 1 holds rank r + j's partial of r's rows
+            close(mem_ir[("inbox", r)].reshape(W - 1, R, n)[j - 1], refs[(r + j) % W][r * R:(r + 1) * R])
+        np.testing.assert_array_equal(mem_ir[("pushed", r)], np.full((W - 1) * tiles_r, tiles_n))
+        close(mem_tiles[("inbox", r)], mem_ir[("inbox", r)])
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+    red = reduce.make_record(R, n, dtype="bf16", block_m=8, block_n=32, grid=3,
+                             publish={"arg": "pushed", "value_arg": "expect", "copy_from": "c", "push": W - 1,
+                                      "pushed": 16})
+    rmem = {}
+    for r in range(W):
+        rmem[("src", r)], rmem[("c", r)] = mem_ir[("inbox", r)].copy(), mem_ir[("c", r)].copy()
+        rmem[("pushed", r)], rmem[("dst", r)] = mem_ir[("pushed", r)].copy(), np.zeros(R * n, np.float32)
+    r_ir, r_tiles = run_both(red, rmem, {"src": n, "dst": n, "c": n, "pushed": None}, ranks=range(W), num_ranks=W,
+                             scalars={"expect": tiles_n})
+    for r in range(W):
+        want = round_to("bf16", sum(refs[q][r * R:(r + 1) * R].astype(np.float32) for q in range(W)))
+        close(r_ir[("dst", r)].reshape(R, n), want)
+        np.testing.assert_array_equal(r_tiles[("dst", r)], r_ir[("dst", r)])
+    for bad in (dict(rows_per_rank=24), dict(rows_per_rank=R, block_m=64)):
+        with pytest.raises(VerificationError, match="'push.owner' needs m = \\(slabs \\+ 1\\) \\* rows_per_rank"):
+            gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": W - 1, "owner": True}, loads="pointer",
+                             store="pointer", **dict(SMALL, **{"block_m": 16, **bad}))
+
+
 @pytest.mark.parametrize("W,dst_rows,from_peers", [(2, "shard", False), (3, "shard", False), (2, "global", False),
                                                    (3, "shard", True), (2, "global", True)])
 def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows, from_peers):
