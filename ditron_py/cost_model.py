@@ -432,15 +432,18 @@ def _push_parts(nbytes: int, world: int, peaks: TargetPeaks, sms: int) -> tuple[
     return link, peaks.launch_latency + nbytes * (world + 1) / 2 / peaks.hbm_copy_bw + peaks.signal_latency
 
 
-def gemm_ar_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: TargetPeaks, *, tiles: int,
-                          sms: int, elem_bytes: int = 2) -> float:
+def gemm_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: TargetPeaks, *,
+                       elem_bytes: int = 2) -> float:
     """GEMM+AR by push (gemm template ``push``, then reduce ``publish.pushed``): each C tile is stored into the
-    peers' inboxes as the GEMM completes it, so the link time hides under the GEMM's except for its last wave's
-    share (``tiles`` C tiles over ``sms`` programs); then the local sum of x and the W-1 inbox slabs."""
+    peers' inboxes as the GEMM completes it; then the local sum of x and the W-1 inbox slabs. GEMM+RS by push
+    (``push.owner``) is the same with ``rows`` = a shard's rows: each rank stores W-1 shards. The link time adds to
+    the GEMM's: the SMs' stores into peer memory hold them (2xH200, GEMM+AR by push, 64 MB per rank: 8B
+    M = 8192 811-819 us against a 680 us GEMM; GEMM+RS by push, 32 / 64 MB: 783 / 2809 us against 700 / 2690 for
+    the epilogue's copy-engine pulls, which do overlap), even with each tile counted after the next one's K loop."""
     if world == 1:
         return t_gemm
     link, local = _push_parts(rows * cols * elem_bytes, world, peaks, peaks.num_sms)
-    return max(t_gemm, link) + link * min(1.0, sms / max(tiles, 1)) + local
+    return t_gemm + link + local
 
 
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,

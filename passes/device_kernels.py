@@ -51,7 +51,7 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
     if t.sm_budget is not None:
         config["num_sms"] = t.sm_budget
     if "block_m" in config and "block_n" in config and "block_k" in config:
-        config["split_k"] = _split_k(m, n, k, a_type, c_type, t, config, fused=bool(wait or notify or reduce_own))
+        config["split_k"] = _split_k(m, n, k, a_type, c_type, t, config, fused=bool(wait or notify or reduce_own or (push or {}).get("owner")))
     if reduce_own is not None and config.get("block_m") and rows_per_rank:
         # the own rows' tiles come last only if no GROUP_M group straddles two ranks' rows
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
@@ -67,7 +67,8 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
 def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,
              fused: bool) -> int:
     """Split-K for the tiles ditron-tile chose (``gemm.split_for``, which ditron-tile's model assumes too): none for
-    persistent kernels or GEMMs that wait or notify per tile (a push is done by the last split, with the sum)."""
+    persistent kernels or GEMMs that wait or notify per tile (a push is done by the last split, with the sum; a
+    push to the rows' owner is not split: its own tiles and pushed tiles go to different buffers)."""
     from ..kernels import gemm
     if config.get("persistent") or fused:
         return 1

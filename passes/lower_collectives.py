@@ -481,8 +481,15 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     rows, n = shape_of(mm.result)
     ch = Chunking.of(t, rows // t.world)
     _check_rows(lw, g.consumer, rows, t.world, ch)
-    mt = ir.MemRefType.get([rows, n], ir.RankedTensorType(mm.result.type).element_type)
-    p = lw.b.alloc(list(mt.shape), mt.element_type, "rs_partial")
+    element = ir.RankedTensorType(mm.result.type).element_type
+    if t.algorithm == "push" and t.world > 1:  # the GEMM keeps the own rows' partial; the peers' go to their inboxes
+        if t.engine != "sm":
+            raise lw.error(g.consumer, "reduce-scatter=push stores into the peers' inboxes with SMs; it needs engine "
+                                       "sm")
+        own = lw.b.alloc([ch.shard, n], element, "rs_own")
+        _pushing_gemm(lw, g, t, own, lw.dest(rs.output, "rs"), owner_rows=ch.shard)
+        return
+    p = lw.b.alloc([rows, n], element, "rs_partial")
     lw.symmetric.add(p)
     lw.buffers[mm.result] = p
     out = lw.dest(rs.output, "rs")
@@ -630,38 +637,47 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))
 
 
-def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value) -> None:
+def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value, *,
+                  owner_rows: int | None = None) -> None:
     """GEMM+AR by push: the GEMM stores each C tile into P and into its slab of every peer's inbox, counting the
     tile in the peer's ``ar_pushed`` slot of its row block (gemm template ``push``), so the link carries the
     partials while the GEMM runs; then one reduce launch (``publish.pushed``) sums P and the inbox, each tile
-    once its slots count every column tile of the call (epoch * tiles_n)."""
+    once its slots count every column tile of the call (epoch * tiles_n). ``owner_rows`` (GEMM+RS by push, R
+    rows per rank): P holds the own rows only ([R, n]), the GEMM stores a tile of rank q's rows into q's inbox
+    alone (``push.owner``; the peers' rows first: rank-rotated, own rows last) and the sum covers the R own rows.
+    Either way the push fences itself: no end barrier, the inbox rotates."""
     from ..kernels import reduce
     b, mm = lw.b, task.Matmul(g.producer)
     rows, n = ir.MemRefType(p.type).shape
     slabs = t.world - 1
-    inbox = _inbox(lw, p, slabs)
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
-                        push={"arg": "inbox", "pad": "pushed", "slabs": slabs})
+    prefix = "ar" if owner_rows is None else "rs"
+    inbox = _inbox(lw, p, slabs, f"{prefix}_inbox")
+    push = {"arg": "inbox", "pad": "pushed", "slabs": slabs}
+    order = {}
+    if owner_rows is not None:
+        push["owner"] = True
+        order = dict(rows_per_rank=owner_rows, tile_order="rank_rotated", rank_shift=1)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, push=push, **order)
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
-    pad = b.pad(slabs * tiles_m, "ar_pushed")
-    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, inbox, pad], lane="compute", role="ar.gemm_push",
-              group=g.group)
+    pad = b.pad(slabs * tiles_m, f"{prefix}_pushed")
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, inbox, pad], lane="compute", role=f"{prefix}.gemm_push",
+              group=g.group, tile_order=rec["tile_order"])
     lw.slot_step = max(lw.slot_step, tiles_n)
     tile = reduce.publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16)
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), dst_ld=ir.MemRefType(out.type).shape[1],
                   publish={"arg": "pushed", "value_arg": "expect", "copy_from": "x", "push": slabs,
                            "pushed": rec["block_m"]}, **tile)
     red = _resident_reduce_record(rows, n, t.comm_sms or 16, fields)
-    lw.launch(red, [inbox, out, p, pad, b.mul(b.epoch, tiles_n)], lane="compute", role="ar.sum_pushed",
+    lw.launch(red, [inbox, out, p, pad, b.mul(b.epoch, tiles_n)], lane="compute", role=f"{prefix}.sum_pushed",
               group=g.group)
 
 
-def _inbox(lw, x: ir.Value, slabs: int) -> ir.Value:
+def _inbox(lw, x: ir.Value, slabs: int, name: str = "ar_inbox") -> ir.Value:
     """A symmetric inbox of ``slabs`` slabs of x's shape (an all-reduce by push: slab j - 1 for rank + j's x).
     The push fences itself (``crosses``): peers only store into the inbox and this rank's pads, and every rank
     sums every peer's slab each call, waiting on its slots first."""
     mt = ir.MemRefType(x.type)
-    inbox = lw.b.alloc([slabs * mt.shape[0], mt.shape[1]], mt.element_type, "ar_inbox")
+    inbox = lw.b.alloc([slabs * mt.shape[0], mt.shape[1]], mt.element_type, name)
     lw.symmetric.add(inbox)
     lw.crosses(inbox=inbox)
     return inbox

@@ -27,7 +27,7 @@ from mlir import ir
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate,
                           ag_gemm_one_launch_estimate, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
-                          copy_time, gemm_ar_push_estimate, gemm_candidates, gemm_split, gemm_tiles,
+                          copy_time, gemm_candidates, gemm_push_estimate, gemm_split, gemm_tiles,
                           gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
                           reduce_scatter_estimates)
 from ..dialects import device, task
@@ -60,12 +60,18 @@ GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
 # ran 3-9x over its estimate at every measured shape (2xH200 ablation, bench_dist --passes
 # ditron-tile:all-reduce=two_shot: LLaMA-8B M=8192 4100 us against 864 for one_shot), so it is only run when asked
 GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue", "push")
-# GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine) or in reduce kernels on SMs
-REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch")
+# GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine), in reduce kernels on SMs, in one
+# reduce launch after the GEMM (one_launch), or push: the GEMM stores each tile of a peer's rows into that peer's
+# inbox, then one launch sums the own rows (no end barrier: the push fences itself)
+REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch", "push")
 # AG+GEMM's gather: pull (offer, the peers pull), push (copies into every rank's buffer), both by streams beside the
 # GEMM; one_launch: the GEMM's programs push the shard themselves before their first tile (gemm template 'gather')
 ALL_GATHER_ALGORITHMS = ("pull", "push", "one_launch")
 MAX_CHUNKS_PER_SHARD = 16
+# What the end barrier adds to a call of a GEMM+RS / GEMM+AR that does not fence itself (every algorithm but push):
+# 2xH200, the same programs with and without it: 3.1-3.4 us per call (benchmarks/results/ablation_end_barrier.csv),
+# the barrier kernel 4.2-4.6 us in a profile
+END_BARRIER_TIME = 3.5e-6
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -340,9 +346,10 @@ class TilePass(Pass):
                                  "programs push the shard before their tiles) (default: the model's choice)")
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue), reduce_kernel (reduction kernels on SMs "
-                                     "beside the GEMM) or one_launch (the GEMM, then one reduce launch of the own "
-                                     "rows); a standalone reduce-scatter takes reduce_kernel (staged by the copy "
-                                     "engine) or one_launch (default: the model's choice)")
+                                     "beside the GEMM), one_launch (the GEMM, then one reduce launch of the own "
+                                     "rows) or push (the GEMM stores the peers' rows into their inboxes, then one "
+                                     "launch sums the own rows); a standalone reduce-scatter takes reduce_kernel "
+                                     "(staged by the copy engine) or one_launch (default: the model's choice)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
 
     def __post_init__(self):
@@ -406,7 +413,9 @@ class _Planner:
     # ---- core-level GEMM configuration
 
     def gemm_config(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int,
-                    split: bool = False) -> GemmConfig:
+                    split: bool = False, rows_per_tile_of: int = 0) -> GemmConfig | None:
+        """The candidate tile with the least modelled time; ``rows_per_tile_of``: only tiles whose BLOCK_M divides
+        it (None if none does)."""
         o = self.o
         forced = {f: getattr(o, f) for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m")
                   if getattr(o, f) is not None}
@@ -415,6 +424,9 @@ class _Planner:
         if forced and not candidates:
             candidates = [dataclasses.replace(gemm_candidates(self.peaks, 2)[0], **forced)]
         fits = [c for c in candidates if c.smem_bytes(eb, self.vendor) <= self.peaks.smem_per_sm]
+        if fits and rows_per_tile_of:
+            return min([c for c in fits if rows_per_tile_of % c.block_m == 0] or [None],
+                       key=lambda c: c and (self.gemm_seconds(m, n, k, c, sms, eb, split), fits.index(c)))
         if not fits:
             c = candidates[0]
             raise op_error(o.name, op, f"tile {c.block_m}x{c.block_n}x{c.block_k} with {c.num_stages} stages needs "
@@ -581,11 +593,17 @@ class _Planner:
             algorithms = self.all_reduce_algorithms(g.consumer, m, w, fused=True)
         best = None
         for algorithm in algorithms:
-            shard_rows = m if algorithm in ("one_shot", "push") else math.ceil(m / w)
+            shard_rows = m if algorithm in ("one_shot", "push") and g.kind == "matmul_ar" else math.ceil(m / w)
             if algorithm == "epilogue":
                 for choice in self.epilogue_choices(g, m, n, k, eb, w, shard_rows):
+                    choice = (choice[0] + END_BARRIER_TIME,) + choice[1:]
                     if best is None or choice[0] < best[0] * 0.999:
                         best = choice
+                continue
+            if algorithm == "push" and g.kind == "matmul_rs":
+                choice = self.push_reduce_scatter(g, m, n, k, eb, shard_rows, w)
+                if choice is not None and (best is None or choice[0] < best[0] * 0.999):
+                    best = choice
                 continue
             if algorithm in ("one_shot", "push") and g.kind == "matmul_ar" or algorithm == "one_launch":
                 # the GEMM on every SM, then one reduce launch (of every row for GEMM+AR, of the own rows for RS)
@@ -593,10 +611,10 @@ class _Planner:
                 cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb, split=True)
                 rows = shard_rows if algorithm == "one_launch" else m
                 if algorithm == "push":  # the GEMM pushes its tiles as it goes, then a local sum
-                    tiles = gemm_tiles(m, n, cfg)
-                    t = gemm_ar_push_estimate(t_gemm, m, n, w, self.peaks, tiles=tiles, sms=sms, elem_bytes=eb)
+                    t = gemm_push_estimate(t_gemm, m, n, w, self.peaks, elem_bytes=eb)
                 else:
-                    t = t_gemm + all_reduce_one_launch_time(rows, n, w, self.peaks, elem_bytes=eb, sms=sms)
+                    t = t_gemm + all_reduce_one_launch_time(rows, n, w, self.peaks, elem_bytes=eb, sms=sms) + \
+                        END_BARRIER_TIME
                 if best is None or t < best[0] * 0.999:
                     best = (t, algorithm, "sm", sms, sms, cfg, rows, rows, 1)
                 continue
@@ -606,7 +624,7 @@ class _Planner:
                 for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
                     chunks = math.ceil(shard_rows / rows)
                     t = gemm_rs_estimate(t_gemm, shard_rows * n * eb, w, chunks, self.peaks, reduce_sms=comm,
-                                         rows=shard_rows, cols=n, elem_bytes=eb)
+                                         rows=shard_rows, cols=n, elem_bytes=eb) + END_BARRIER_TIME
                     if algorithm == "two_shot":
                         t += copy_time((w - 1) * shard_rows * n * eb, self.peaks, engine="copy_engine",
                                        peers=w - 1, chunks=(w - 1) * chunks)
@@ -622,6 +640,28 @@ class _Planner:
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6, algorithm=algorithm,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
 
+    def push_reduce_scatter(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, shard_rows: int, w: int):
+        """(time, "push", ...) of GEMM+RS by push -- every SM on the GEMM, whose tiles of a peer's rows go to that
+        peer's inbox as they complete, then one launch summing the own rows -- on the best GEMM tile that does not
+        straddle two ranks' rows; None where none fits (reduce-scatter=push asked for: an error)."""
+        if self.o.engine == "copy_engine":
+            if self.o.reduce_scatter == "push":
+                raise op_error(self.o.name, g.consumer, "reduce-scatter=push stores into the peers' inboxes with SMs; "
+                                                        "it cannot use engine=copy_engine")
+            return None
+        sms = self.peaks.num_sms
+        cfg = self.gemm_config(g.producer, m, n, k, sms, eb, rows_per_tile_of=shard_rows)
+        if cfg is None:
+            if self.o.reduce_scatter == "push":
+                bm = f"BLOCK_M {self.o.block_m}" if self.o.block_m else "no GEMM tile's BLOCK_M"
+                raise op_error(self.o.name, g.consumer, f"reduce-scatter=push needs GEMM row tiles inside one rank's "
+                                                        f"rows: {bm} does not divide the {shard_rows} rows of a shard "
+                                                        "(pass a block-m that does, or use one_launch)")
+            return None
+        t_gemm = self.gemm_seconds(m, n, k, cfg, sms, eb, False)
+        t = gemm_push_estimate(t_gemm, shard_rows, n, w, self.peaks, elem_bytes=eb)
+        return t, "push", "sm", sms, sms, cfg, shard_rows, shard_rows, 1
+
     def epilogue_choices(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, w: int, shard_rows: int):
         """(time, "epilogue", engine, comm SMs, SMs, config, shard rows, chunk rows, chunks) for each way to reduce
         in the GEMM's epilogue: every SM on the GEMM, chunks of whole row tiles, partials moved by the copy
@@ -629,9 +669,10 @@ class _Planner:
         sms = self.peaks.num_sms
         cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb)
         one_wave = gemm_tiles(m, n, cfg) <= sms
-        if one_wave and shard_rows <= cfg.block_m and g.kind == "matmul_rs" and not self.o.reduce_scatter:
-            # every tile at once and one row tile per rank: nothing overlaps, and the epilogue's constrained tile
-            # order only costs (2xH200, LLaMA-70B M=128: 106 us against 84 for the GEMM then one_launch; 8B: a tie)
+        if one_wave and g.kind == "matmul_rs" and not self.o.reduce_scatter:
+            # every tile at once: the own tiles wait for the peers' tiles, which end with them, so nothing
+            # overlaps, and the epilogue's constrained tile order only costs (2xH200, LLaMA-70B M=128: 106 us
+            # against 84 for the GEMM then one_launch; 8B M = 1024, 128 tiles: 108 us against 103 by push)
             return
         for engine in self.engines():
             for rows in self.chunk_options(g.consumer, shard_rows, cfg.block_m):
@@ -762,8 +803,9 @@ class _Planner:
         """The reduce-scatter option for a standalone reduce-scatter (None: the model's choice)."""
         algorithm = self.o.reduce_scatter or None
         if algorithm not in (None, "reduce_kernel", "one_launch"):
-            raise op_error(self.o.name, op, f"reduce-scatter={algorithm} reduces in a GEMM's epilogue; this "
-                                            "reduce-scatter does not follow a GEMM (use reduce_kernel or one_launch)")
+            what = "reduces in a GEMM's epilogue" if algorithm == "epilogue" else "pushes a GEMM's tiles"
+            raise op_error(self.o.name, op, f"reduce-scatter={algorithm} {what}; this reduce-scatter does not follow "
+                                            "a GEMM (use reduce_kernel or one_launch)")
         if algorithm == "one_launch" and self.o.engine == "copy_engine":
             raise op_error(self.o.name, op, "reduce-scatter=one_launch reads the peers' partials with SMs; it "
                                             "cannot use engine=copy_engine")

@@ -172,13 +172,15 @@ def test_tile_epilogue_all_reduce_needs_a_gemm():
         lower(local_program("all_reduce", 2, 256, k=64), "ditron-tile{all-reduce=epilogue}")
 
 
-@pytest.mark.parametrize("kind,W,algorithm", [("gemm_rs", 2, "epilogue"), ("gemm_ar", 4, "push"),
+@pytest.mark.parametrize("kind,W,algorithm", [("gemm_rs", 2, "epilogue"), ("gemm_ar", 4, "epilogue"),
                                               ("gemm_ar", 2, "push")])
 def test_tile_model_reduces_large_gemms_in_the_epilogue(kind, W, algorithm):
     """At LLaMA-70B sizes the model keeps every SM on the GEMM: GEMM+RS moves partials with the copy engine and
-    reduces in the epilogue; GEMM+AR pushes each C tile into the peers' inboxes from the GEMM's epilogue (the link
-    time hides under the GEMM's, even W - 1 full copies at W = 4), which costs less than the epilogue reduction's
-    gather and output copy, as measured on two ranks (cost_model.EPILOGUE_GATHER_SLOWDOWN)."""
+    reduces in the epilogue; GEMM+AR on two ranks pushes each C tile into the peer's inbox from the GEMM's epilogue,
+    which costs less than the epilogue reduction's gather and output copy, as measured on two ranks
+    (cost_model.EPILOGUE_GATHER_SLOWDOWN). On four ranks a push stores three full copies of C, and the SMs' stores
+    add their link time to the GEMM's (cost_model.gemm_push_estimate): the epilogue moves half the bytes, by the
+    copy engine, beside the GEMM."""
     text = lower(local_program(kind, W, 4096, k=14336, n=8192), "ditron-tile")
     for t in _tilings(text):
         assert t["algorithm"] == algorithm and t["sm_budget"] == 132
@@ -349,6 +351,7 @@ def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
 
 @pytest.mark.parametrize("kind,tile,inbox", [("all_reduce", "all-reduce=push", "ar_inbox"),
                                              ("gemm_ar", "all-reduce=push", "ar_inbox"),
+                                             ("gemm_rs", "reduce-scatter=push", "rs_inbox"),
                                              ("ag_gemm", "all-gather=one_launch", "ag_gather")])
 @pytest.mark.parametrize("w", [2, 4])
 def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotating(kind, tile, inbox, w):
@@ -364,6 +367,42 @@ def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotati
     once = device_text.replace("{ditron.rotate, ", "{")
     results = [simulate(once, world_size=w, seed=seed, calls=4) for seed in range(4)]
     assert any("[write-after-read]" in r.summary() and inbox in r.summary() for r in results)
+
+
+@pytest.mark.parametrize("w", [1, 2, 4, 8])
+def test_push_gemm_rs_stores_peer_rows_into_their_inboxes_and_simulates_equal_to_the_reference(w):
+    """GEMM+RS by push (reduce-scatter=push): the GEMM keeps the own rows' partial ([R, n], not symmetric) and stores
+    every tile of a peer's rows into that peer's inbox ([(W - 1) * R, n], rotating), counted per row block; one
+    launch sums the own rows. No end barrier. Three calls simulate race-free and equal to the reference, with
+    ragged columns, and with two SMs (a persistent grid whose programs count each tile after the next one's K
+    loop). Rows a GEMM tile cannot split by owner are refused with the reason."""
+    for m, n, extra, seeds in ((128, 256, "", (0, 1)), (64, 100, "", (2,)), (64, 96, " num-sms=2 block-m=16 block-n=32 persistent=true", (3,))):
+        text = local_program("gemm_rs", w, m, n=n)
+        dev = lower(text, FULL % ("reduce-scatter=push" + extra, ""))
+        if w > 1:
+            assert "barrier" not in dev and 'ditron.fence = "waits"' in dev
+            assert f'{{ditron.rotate, name = "rs_inbox"}} : () -> memref<{(w - 1) * m}x{n}xbf16>' in dev
+            assert "owner = true" in dev and dev.count('ditron.role = "rs.sum_pushed"') == 1
+        check_sim(dev, text, w, seeds=seeds, calls=3)
+    if w > 1:
+        with pytest.raises(PassError, match="reduce-scatter=push needs GEMM row tiles inside one rank's rows: "
+                                            "BLOCK_M 64 does not divide the 100 rows"):
+            lower(local_program("gemm_rs", w, 100), FULL % ("reduce-scatter=push block-m=64", ""))
+        with pytest.raises(PassError, match="reduce-scatter=push stores into the peers' inboxes with SMs"):
+            lower(local_program("gemm_rs", w, 64), FULL % ("reduce-scatter=push engine=copy_engine", ""))
+
+
+@pytest.mark.parametrize("w", [2, 4])
+def test_a_persistent_push_counts_each_tile_after_the_next_ones_k_loop(w):
+    """GEMM+AR's push on a persistent grid (two SMs, many tiles): each tile's counts go out after the next tile's
+    K loop (the last after the loop), so a release never waits on stores still crossing the link; the program
+    simulates race-free and equal to the reference over three calls."""
+    text = local_program("gemm_ar", w, 64, n=96)
+    dev = lower(text, FULL % ("all-reduce=push num-sms=2 block-m=16 block-n=32 persistent=true", ""))
+    (mm,) = [k for k in _launches_and_kernels(dev)[1].values() if k["template"] == "gemm"]
+    from ditron.kernels import gemm
+    assert mm["persistent"] and gemm.deferred_push(mm)
+    check_sim(dev, text, w, seeds=(0, 1), calls=3)
 
 
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
