@@ -446,6 +446,14 @@ def gemm_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: T
     return t_gemm + link + local
 
 
+def gemm_push_sum_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: TargetPeaks, *,
+                           elem_bytes: int = 2) -> float:
+    """GEMM+AR in one launch (gemm template ``push.sum``): the push of gemm_push_estimate with the sum in the GEMM's
+    epilogue, so without the reduce launch."""
+    return gemm_push_estimate(t_gemm, rows, cols, world, peaks, elem_bytes=elem_bytes) - \
+        (peaks.launch_latency if world > 1 else 0.0)
+
+
 def all_reduce_one_launch_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, elem_bytes: int = 2,
                                sms: int | None = None) -> float:
     """One-shot all-reduce as one kernel: each program copies its tiles into the symmetric buffer, sets their

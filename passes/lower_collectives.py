@@ -606,6 +606,9 @@ def _counted_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, cou
 def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     mm, ar = task.Matmul(g.producer), task.AllReduce(g.consumer)
     rows, n = shape_of(mm.result)
+    if t.algorithm == "push_sum" and t.world > 1:
+        _summing_gemm(lw, g, t, lw.dest(ar.output, "ar"))
+        return
     mt = ir.MemRefType.get([rows, n], ir.RankedTensorType(mm.result.type).element_type)
     p = lw.b.alloc(list(mt.shape), mt.element_type, "ar_partial")
     lw.symmetric.add(p)
@@ -670,6 +673,22 @@ def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value, *,
     red = _resident_reduce_record(rows, n, t.comm_sms or 16, fields)
     lw.launch(red, [inbox, out, p, pad, b.mul(b.epoch, tiles_n)], lane="compute", role=f"{prefix}.sum_pushed",
               group=g.group)
+
+
+def _summing_gemm(lw, g: OverlapGroup, t: Tiling, out: ir.Value) -> None:
+    """GEMM+AR in one launch (gemm template ``push.sum``; a one-wave GEMM): each tile goes into its slab of every
+    peer's inbox, whose slot of the tile it sets to the epoch; then it waits for its own slots, adds the peers'
+    tiles to its own and stores the sum to the output. The pad has one waiter per slot, which clears it
+    (``ditron.consumed``: a CUDA graph zeroes nothing); the inbox rotates (no end barrier)."""
+    from ..kernels import gemm
+    b, mm = lw.b, task.Matmul(g.producer)
+    slabs = t.world - 1
+    inbox = _inbox(lw, out, slabs)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+                        push={"arg": "inbox", "pad": "pushed", "slabs": slabs, "sum": True, "value_arg": "epoch"})
+    pad = b.pad(gemm.geometry(rec).tiles * slabs, "ar_pushed", consumed=True)
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), out, inbox, pad, b.v(b.epoch)], lane="compute",
+              role="ar.gemm_push_sum", group=g.group)
 
 
 def _inbox(lw, x: ir.Value, slabs: int, name: str = "ar_inbox") -> ir.Value:

@@ -27,9 +27,9 @@ from mlir import ir
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate,
                           ag_gemm_one_launch_estimate, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
-                          copy_time, gemm_candidates, gemm_push_estimate, gemm_split, gemm_tiles,
-                          gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, peaks_for,
-                          reduce_scatter_estimates)
+                          copy_time, gemm_candidates, gemm_push_estimate, gemm_push_sum_estimate, gemm_split,
+                          gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time,
+                          peaks_for, reduce_scatter_estimates)
 from ..dialects import device, task
 from ..dialects.context import diagnostic_at
 from ..dialects.opbase import walk_ops
@@ -55,11 +55,13 @@ ENGINES = ("copy_engine", "sm")
 # push: one-shot by SM stores into the peers' inboxes (engine sm only)
 ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot", "push")
 # GEMM+AR may also reduce in the GEMM's epilogue (as GEMM+RS does), then all-gather the reduced rows
-GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue",)
+# or push and sum in one launch (push_sum: each GEMM tile pushed to the peers, then summed with theirs in its epilogue;
+# one-wave GEMMs, every program resident)
+GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue", "push_sum")
 # those the model chooses among for GEMM+AR: two_shot (GEMM+RS with reduce kernels on a few SMs, then an all-gather)
 # ran 3-9x over its estimate at every measured shape (2xH200 ablation, bench_dist --passes
 # ditron-tile:all-reduce=two_shot: LLaMA-8B M=8192 4100 us against 864 for one_shot), so it is only run when asked
-GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue", "push")
+GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue", "push", "push_sum")
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine), in reduce kernels on SMs, in one
 # reduce launch after the GEMM (one_launch), or push: the GEMM stores each tile of a peer's rows into that peer's
 # inbox, then one launch sums the own rows (no end barrier: the push fences itself)
@@ -509,16 +511,17 @@ class _Planner:
         if self.o.all_reduce in ("two_shot", "epilogue") and rows % w:
             raise op_error(self.o.name, op, f"all-reduce={self.o.all_reduce} needs the {rows} rows divisible by the "
                                             f"{w} ranks; use one_shot")
-        if self.o.all_reduce == "epilogue" and not fused:
-            raise op_error(self.o.name, op, "all-reduce=epilogue reduces in a GEMM's epilogue; this all-reduce does "
-                                            "not follow a GEMM (use one_shot or two_shot)")
-        if self.o.all_reduce == "push" and self.o.engine == "copy_engine":
-            raise op_error(self.o.name, op, "all-reduce=push stores into the peers' buffers with SMs; it cannot use "
-                                            "engine=copy_engine")
+        if self.o.all_reduce in ("epilogue", "push_sum") and not fused:
+            what = "reduces" if self.o.all_reduce == "epilogue" else "sums"
+            raise op_error(self.o.name, op, f"all-reduce={self.o.all_reduce} {what} in a GEMM's epilogue; this "
+                                            "all-reduce does not follow a GEMM (use one_shot or two_shot)")
+        if self.o.all_reduce in ("push", "push_sum") and self.o.engine == "copy_engine":
+            raise op_error(self.o.name, op, f"all-reduce={self.o.all_reduce} stores into the peers' buffers with "
+                                            "SMs; it cannot use engine=copy_engine")
         if self.o.all_reduce:
             return [self.o.all_reduce]
         if rows % w:
-            return ["one_shot", "push"] if fused and w > 1 and not self.o.comm_sms else ["one_shot"]
+            return ["one_shot", "push", "push_sum"] if fused and w > 1 and not self.o.comm_sms else ["one_shot"]
         return list(GEMM_AR_MODEL_ALGORITHMS if fused and w > 1 and not self.o.comm_sms else ALL_REDUCE_ALGORITHMS)
 
     def world(self, op: ir.Operation) -> int:
@@ -593,12 +596,18 @@ class _Planner:
             algorithms = self.all_reduce_algorithms(g.consumer, m, w, fused=True)
         best = None
         for algorithm in algorithms:
-            shard_rows = m if algorithm in ("one_shot", "push") and g.kind == "matmul_ar" else math.ceil(m / w)
+            whole = algorithm in ("one_shot", "push", "push_sum") and g.kind == "matmul_ar"
+            shard_rows = m if whole else math.ceil(m / w)
             if algorithm == "epilogue":
                 for choice in self.epilogue_choices(g, m, n, k, eb, w, shard_rows):
                     choice = (choice[0] + END_BARRIER_TIME,) + choice[1:]
                     if best is None or choice[0] < best[0] * 0.999:
                         best = choice
+                continue
+            if algorithm == "push_sum":
+                choice = self.push_sum_all_reduce(g, m, n, k, eb, w)
+                if choice is not None and (best is None or choice[0] < best[0] * 0.999):
+                    best = choice
                 continue
             if algorithm == "push" and g.kind == "matmul_rs":
                 choice = self.push_reduce_scatter(g, m, n, k, eb, shard_rows, w)
@@ -639,6 +648,23 @@ class _Planner:
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6, algorithm=algorithm,
                       **self.gemm_fields(cfg, m, n, sms, waits=False))
+
+    def push_sum_all_reduce(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, w: int):
+        """(time, "push_sum", ...) of GEMM+AR in one launch -- every tile pushed to the peers, then summed with
+        theirs in its epilogue -- for a GEMM whose tiles are all resident at once (one wave: a tile waits for the
+        peers' same tile); None otherwise (all-reduce=push_sum asked for: an error)."""
+        sms = self.peaks.num_sms
+        cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb, split=True)
+        tiles = gemm_tiles(m, n, cfg)
+        if tiles > sms:
+            if self.o.all_reduce == "push_sum":
+                raise op_error(self.o.name, g.consumer, f"all-reduce=push_sum sums each tile in the GEMM's epilogue "
+                                                        f"once the peers' copy of it landed, so every tile must be "
+                                                        f"resident at once: {tiles} tiles of {cfg.block_m}x"
+                                                        f"{cfg.block_n} > {sms} SMs (use push)")
+            return None
+        t = gemm_push_sum_estimate(t_gemm, m, n, w, self.peaks, elem_bytes=eb)
+        return t, "push_sum", "sm", sms, sms, cfg, m, m, 1
 
     def push_reduce_scatter(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, shard_rows: int, w: int):
         """(time, "push", ...) of GEMM+RS by push -- every SM on the GEMM, whose tiles of a peer's rows go to that
@@ -777,7 +803,7 @@ class _Planner:
         """(algorithm, engine, modelled seconds) of a standalone all-reduce: one_shot or two_shot, each staged by
         the copy engine and reduced by a kernel (engine copy_engine; two_shot needs rows divisible by W) or as one
         kernel whose SMs publish, signal and reduce (engine sm); the all-reduce and engine options narrow them."""
-        if self.o.all_reduce == "epilogue":
+        if self.o.all_reduce in ("epilogue", "push_sum"):
             self.all_reduce_algorithms(op, rows, w)  # raises: no GEMM to reduce in
         staged = all_reduce_estimates(rows, cols, w, self.peaks, elem_bytes=eb, sms=sms)
         launch = {"one_shot": all_reduce_one_launch_time, "two_shot": all_reduce_two_shot_launch_time,

@@ -53,6 +53,13 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             shard: into ``c`` ([R, n]) when q is the launching rank, else into slab
                             num_ranks - 1 - ((q - rank) mod num_ranks) of q's inbox ([slabs * R, n]), counted in
                             q's slot slab * (R / block_m) + its row block within the shard.
+                            ``sum`` (with ``value_arg``, an i32 argument; GEMM+AR in one launch): each tile's slot
+                            t * slabs + slab on a peer (t = pid_m * tiles_n + pid_n) is set to the value (release),
+                            then the tile waits for its own slots t * slabs + j, adds the W - 1 inbox tiles to its
+                            own (rounded to out_dtype first: every rank sums the same values), stores the sum to
+                            ``c`` and clears its slots (one waiter each: the pad is consumed); split-K: the last split
+                            does it, with the sum. Every program must be resident (a tile waits for the peers' same
+                            tile); no owner.
     gather  (optional)      {arg, block}: AG+GEMM in one launch. Before its first tile, program p copies blocks p,
                             p + grid, ... of this rank's shard ``arg`` ([R, k] contiguous, R = rows_per_rank;
                             ``block`` = [rows, cols] per block, ``gather_blocks`` of them) into rows rank*R + ... of
@@ -174,7 +181,8 @@ def _arg_names(rec) -> list[str]:
         args += [a for a in (spec["arg"], spec["value_arg"], spec.get("src"), spec["dst"], spec.get("done"))
                  if a is not None and a not in args]
     if "push" in rec:
-        args += [a for a in (rec["push"].get("arg"), rec["push"].get("pad")) if a not in args]
+        args += [a for a in (rec["push"].get("arg"), rec["push"].get("pad"), rec["push"].get("value_arg"))
+                 if a is not None and a not in args]
     if rec.get("split_k", 1) > 1:
         args += ["workspace", "locks"]
     return args
@@ -237,6 +245,8 @@ def check(rec) -> None:
         if "notify" in rec or "reduce_own" in rec or rec["store"] != "pointer":
             raise _err("'push' works without notify and reduce_own, with store='pointer' (its release follows the "
                        "tile's stores)")
+        if spec.get("sum") and (spec.get("owner") or not isinstance(spec.get("value_arg"), str)):
+            raise _err("'push.sum' needs 'value_arg' (the value its slots are set to) and no owner")
         if spec.get("owner"):
             rpr = rec.get("rows_per_rank", 0)
             if rpr < 1 or rpr % rec["block_m"] or rec["m"] != (spec["slabs"] + 1) * rpr or rec["split_k"] > 1:
@@ -246,6 +256,9 @@ def check(rec) -> None:
     g = geometry(rec)
     if "gather" in rec:
         _check_gather(rec, g)
+    if rec.get("push", {}).get("sum") and g.grid > rec["num_sms"]:
+        raise _err(f"'push.sum' needs every program resident (a tile waits for the peers' same tile): {g.grid} "
+                   f"programs > num_sms={rec['num_sms']}; use persistent")
     if rec["split_k"] > 1:
         if rec["persistent"] or "wait" in rec or "notify" in rec or "reduce_own" in rec:
             raise _err("split_k > 1 works with non-persistent kernels without wait/notify only")
@@ -281,7 +294,7 @@ def _check_gather(rec, g) -> None:
 def deferred_push(rec) -> bool:
     """A persistent GEMM that pushes counts each tile after the next tile's K loop (the last after its loop): the
     release then finds the tile's stores long out instead of stalling the SM on them while they cross the link."""
-    return "push" in rec and rec["persistent"]
+    return "push" in rec and rec["persistent"] and not rec["push"].get("sum")
 
 
 def gather_blocks(rec) -> int:
@@ -573,6 +586,9 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if S == 1:
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec)
+                if rec.get("push", {}).get("sum"):
+                    steps += _push_sum_steps(step, rec, pid_m * g.tiles_n + pid_n, m0, n0, rank, num_ranks, scalars)
+                    continue
                 if "push" in rec:
                     _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
             elif s < S - 1:
@@ -587,6 +603,9 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, parts, rec)
                 step.notifies = [SlotNotify("locks", t, 0, op="set")]
+                if rec.get("push", {}).get("sum"):
+                    steps += _push_sum_steps(step, rec, pid_m * g.tiles_n + pid_n, m0, n0, rank, num_ranks, scalars)
+                    continue
                 if "push" in rec:  # the last split holds the tile's sum: it pushes
                     _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
             if "notify" in rec:
@@ -655,6 +674,43 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
                                                       op="add") for q, slab in peers]
 
 
+def _push_sum_steps(step: TileStep, rec, t: int, m0: int, n0: int, rank: int, num_ranks: int,
+                    scalars) -> list[TileStep]:
+    """'push.sum' for tile t (``step``: the tile as a plain GEMM computes and stores it, split-K's last split
+    included), as the IR runs it: (1) the tile (rounded) stored into every peer's inbox slab instead of c and the
+    peer's slot t * slabs + slab set; (2) after waiting for the own slots, the own tile plus the inbox tiles stored
+    to c and the slots cleared."""
+    spec = rec["push"]
+    slabs, value = spec["slabs"], int(scalars[spec["value_arg"]])
+    if slabs != num_ranks - 1:
+        raise _err(f"'push' has {slabs} inbox slabs; a world of {num_ranks} ranks needs {num_ranks - 1}")
+    c_reg, gemm = step.writes[0], step.compute
+    rows, cols = c_reg.sizes
+    peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]
+    boxes = [Region(spec["arg"], (slab * rec["m"] + m0, n0), (rows, cols), q) for q, slab in peers]
+    inbox = [Region(spec["arg"], (j * rec["m"] + m0, n0), (rows, cols)) for j in range(slabs)]
+    own: dict[str, np.ndarray] = {}
+
+    def push(view):
+        own["tile"] = np.zeros((rows, cols), np.float32)
+        gemm(lambda region: own["tile"] if region == c_reg else view(region))  # the tile, not into c
+        for box in boxes:
+            view(box)[...] = own["tile"]
+
+    def total(view):
+        acc = np.asarray(own["tile"], np.float32)
+        for box in inbox:
+            acc = acc + np.asarray(view(box), np.float32)
+        view(c_reg)[...] = round_to(rec["out_dtype"], acc)
+
+    return [TileStep(waits=step.waits, reads=step.reads, writes=boxes, compute=push,
+                     notifies=step.notifies + [SlotNotify(spec["pad"], t * slabs + slab, value, q, op="set")
+                                               for q, slab in peers]),
+            TileStep(waits=[SlotWait(spec["pad"], t * slabs + j, value) for j in range(slabs)], reads=inbox,
+                     writes=[c_reg], compute=total,
+                     notifies=[SlotNotify(spec["pad"], t * slabs + j, value, rank, op="clear") for j in range(slabs)])]
+
+
 def _own_rows(rec, m0: int, rank: int) -> int | None:
     """With reduce_own: the row within the rank's shard where a tile at row m0 starts, if the rank owns it."""
     if "reduce_own" not in rec:
@@ -721,6 +777,8 @@ class _Emitter:
             types[rec["notify"]["peer"][4:]] = T.i32()
         if "push" in rec:
             types[rec["push"]["arg"]], types[rec["push"]["pad"]] = T.ptr(self.out_t), T.ptr("i32")
+            if rec["push"].get("value_arg"):
+                types[rec["push"]["value_arg"]] = T.i32()
         if "gather" in rec:
             types[rec["gather"]["arg"]] = T.ptr(self.in_t)
         return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
@@ -796,12 +854,20 @@ class _Emitter:
             pid_m, pid_n = self.coords(tile_c)
             m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
         if split is not None:  # the last split stores the sum (and pushes it)
+            if rec.get("push", {}).get("sum"):
+                tile = T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
+                self._split_epilogue(acc, t, split, m0, n0, lambda total: self._push_sum(total, m0, n0, tile),
+                                     store=False)
+                return
             push = (lambda total: self._push(total, m0, n0)) if "push" in rec else None
             self._split_epilogue(acc, t, split, m0, n0, push)
             return
         if "reduce_own" in rec:
             self._reduce_own_epilogue(acc, m0, n0)
             return
+        if rec.get("push", {}).get("sum"):
+            self._push_sum(acc, m0, n0, T.add(T.mul(pid_m, self.g.tiles_n), pid_n))
+            return m0
         if prev_m0 is not None:
             self._push_notifies_after(prev_m0)
         if rec.get("push", {}).get("owner"):
@@ -881,6 +947,31 @@ class _Emitter:
             q = T.rem(T.add(self.rank, qs.iv), num_ranks)
             slot = T.add(T.mul(T.sub(T.sub(num_ranks, 1), qs.iv), self.g.tiles_m), T.div(m0, self.bm))
             core.Notify.build(T.addptr(pad, slot), q, T.c(1), op="add", scope=spec["scope"], semantic="release")
+
+    def _push_sum(self, acc, m0, n0, t):
+        """'push.sum': the tile (rounded) into every peer's inbox slab and the peer's slot t * slabs + slab set
+        (release); then, once the own slots t * slabs + j are set, the own tile plus the inbox tiles stored to c,
+        and the own slots cleared."""
+        spec = self.rec["push"]
+        num_ranks = core.NumRanks.build().num_ranks
+        slabs = T.sub(num_ranks, 1)
+        value, pad = self.arg[spec["value_arg"]], self.arg[spec["pad"]]
+        self._push_stores(acc, m0, n0)
+        with T.For(1, num_ranks, 1) as qs:
+            slot = T.add(T.mul(t, slabs), T.sub(slabs, qs.iv))
+            core.Notify.build(T.addptr(pad, slot), T.rem(T.add(self.rank, qs.iv), num_ranks), value, op="set",
+                              scope=spec["scope"], semantic="release")
+        with T.For(0, slabs, 1, [T.cast(T.cast(acc, self.out_t), "fp32")]) as js:
+            token = core.Wait.build(T.addptr(pad, T.add(T.mul(t, slabs), js.iv)), value, scope=spec["scope"]).token
+            inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
+            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(js.iv, self.m))
+            part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
+            js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
+        ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, self.rec["ldc"])
+        T.store(ptrs, T.cast(js.results[0], self.out_t), mask)
+        with T.For(0, slabs, 1) as js:
+            core.Notify.build(T.addptr(pad, T.add(T.mul(t, slabs), js.iv)), self.rank, value, op="clear",
+                              scope=spec["scope"], semantic="relaxed")
 
     def _push_notifies_after(self, m0):
         """The deferred count of the tile at row m0 (-1: no tile)."""
@@ -1057,9 +1148,9 @@ class _Emitter:
         ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, rec["ldc"])
         T.store(ptrs, T.cast(acc, self.out_t), mask)
 
-    def _split_epilogue(self, acc, t, split, m0, n0, then=None):
+    def _split_epilogue(self, acc, t, split, m0, n0, then=None, store=True):
         """Splits but the last store their fp32 partial and count it; the last waits for them, adds them, stores
-        C, resets the lock and calls ``then(total)`` (the push)."""
+        C (unless not ``store``), resets the lock and calls ``then(total)`` (the push)."""
         S = self.rec["split_k"]
         lock = T.addptr(self.arg["locks"], t)
         last = T.cmp("eq", split, S - 1)
@@ -1076,7 +1167,8 @@ class _Emitter:
             for j in range(S - 1):
                 ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, row_shift=j * self.m)
                 total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
-            self.store_c(total, m0, n0)
+            if store:
+                self.store_c(total, m0, n0)
             T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
             if then is not None:
                 then(total)

@@ -352,6 +352,7 @@ def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
 @pytest.mark.parametrize("kind,tile,inbox", [("all_reduce", "all-reduce=push", "ar_inbox"),
                                              ("gemm_ar", "all-reduce=push", "ar_inbox"),
                                              ("gemm_rs", "reduce-scatter=push", "rs_inbox"),
+                                             ("gemm_ar", "all-reduce=push_sum", "ar_inbox"),
                                              ("ag_gemm", "all-gather=one_launch", "ag_gather")])
 @pytest.mark.parametrize("w", [2, 4])
 def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotating(kind, tile, inbox, w):
@@ -390,6 +391,35 @@ def test_push_gemm_rs_stores_peer_rows_into_their_inboxes_and_simulates_equal_to
             lower(local_program("gemm_rs", w, 100), FULL % ("reduce-scatter=push block-m=64", ""))
         with pytest.raises(PassError, match="reduce-scatter=push stores into the peers' inboxes with SMs"):
             lower(local_program("gemm_rs", w, 64), FULL % ("reduce-scatter=push engine=copy_engine", ""))
+
+
+@pytest.mark.parametrize("w", [1, 2, 4, 8])
+def test_push_sum_gemm_ar_is_one_launch_and_replays_as_a_graph_without_zeroing(w):
+    """GEMM+AR in one launch (all-reduce=push_sum, the model's choice for a one-wave GEMM): each tile goes into the
+    peers' inboxes and sets their slot of it, then waits for its own slots and stores the sum into the output. No
+    reduce launch, no end barrier; the pad has one waiter per slot, which clears it, so CUDA-graph replays (epoch
+    1, nothing zeroed) simulate race-free and equal to the reference, as do eager calls, with ragged shapes. A
+    GEMM whose tiles do not all fit at once, a standalone all-reduce and the copy engine are refused."""
+    for m, n, seeds in ((64, 256, (0, 1)), (40, 100, (2,))):
+        text = local_program("gemm_ar", w, m, n=n)
+        dev = lower(text, FULL % ("all-reduce=push_sum", ""))
+        if w > 1:
+            assert "barrier" not in dev and dev.count('ditron.role = "ar.gemm_push_sum"') == 1
+            assert "ar.sum_pushed" not in dev and '{ditron.consumed, name = "ar_pushed"}' in dev
+            check_sim(dev, text, w, seeds=seeds, calls=4, graph=True)
+        check_sim(dev, text, w, seeds=seeds, calls=3)
+    if w == 1:
+        return
+    assert "push_sum" in [t["algorithm"] for t in _tilings(lower(local_program("gemm_ar", w, 64, k=14336 // w,
+                                                                                n=8192), "ditron-tile"))]
+    with pytest.raises(PassError, match="all-reduce=push_sum sums each tile in the GEMM's epilogue once the peers' "
+                                        "copy of it landed, so every tile must be resident at once"):
+        lower(local_program("gemm_ar", w, 64, n=256), FULL % ("all-reduce=push_sum num-sms=2 block-m=16 block-n=32", ""))
+    with pytest.raises(PassError, match="all-reduce=push_sum sums in a GEMM's epilogue; this all-reduce does not "
+                                        "follow a GEMM"):
+        lower(local_program("all_reduce", w, 64), FULL % ("all-reduce=push_sum", ""))
+    with pytest.raises(PassError, match="all-reduce=push_sum stores into the peers' buffers with SMs"):
+        lower(local_program("gemm_ar", w, 64), FULL % ("all-reduce=push_sum engine=copy_engine", ""))
 
 
 @pytest.mark.parametrize("w", [2, 4])
@@ -435,7 +465,8 @@ def test_push_all_reduce_consumes_its_pad_and_replays_as_a_graph_without_zeroing
     assert not result.ok and "not consumed (ditron.consumed)" in result.summary()
 
 
-@pytest.mark.parametrize("kind,tile", [("gemm_ar", "all-reduce=push"), ("gemm_rs", "reduce-scatter=one_launch")])
+@pytest.mark.parametrize("kind,tile", [("gemm_ar", "all-reduce=push"), ("gemm_ar", "all-reduce=push_sum"),
+                                       ("gemm_rs", "reduce-scatter=one_launch")])
 def test_a_skinny_gemm_splits_k_and_simulates_equal_to_the_reference(kind, tile):
     """A one-wave GEMM whose tiles neither wait nor notify (GEMM+AR's push, GEMM+RS's one_launch) splits K as the
     model assumed (gemm.split_for): the launch gets the fp32 workspace and the locks, the last split of a tile adds

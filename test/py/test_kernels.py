@@ -329,6 +329,54 @@ def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
         gemm.make_record(m, n, k, push={"arg": "i", "slabs": 1}, loads="pointer", store="pointer")
 
 
+@pytest.mark.parametrize("W,split", [(2, 1), (3, 1), (2, 2), (3, 3)])
+def test_gemm_push_sum_is_an_all_reduce_in_one_launch(W, split):
+    """GEMM+AR in one launch (push.sum): each tile, rounded, goes into every peer's inbox slab with the peer's slot
+    t * slabs + slab set; then, once its own slots are set, the tile plus the inbox tiles is stored to c and the own
+    slots are cleared. Ranks run one after the other here, so each rank's inbox and slots start as the peers will
+    leave them (the simulator checks the concurrent protocol). Ragged rows and columns; split-K: the last split of a
+    tile pushes and sums the tile."""
+    m, n, k = 40, 44, 32 * split
+    shape = dict(persistent=True, num_sms=3) if split == 1 else dict(persistent=False, num_sms=6 * split)
+    rec = gemm.make_record(m, n, k, push={"arg": "inbox", "pad": "pushed", "slabs": W - 1, "sum": True,
+                                          "value_arg": "expect"}, loads="pointer", store="pointer", epilogue_split=1,
+                           flatten=False, split_k=split, **dict(SMALL, block_m=16, **shape))
+    assert rec["args"] == ["a", "b", "c", "inbox", "pushed", "expect"] + (["workspace", "locks"] if split > 1 else [])
+    g = gemm.geometry(rec)
+    rng = np.random.default_rng(RNG_SEED)
+    a = random("bf16", (m * k,), rng)
+    bs = [random("bf16", (k * n,), rng) for _ in range(W)]
+    tiles = [round_to("bf16", a.reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32)) for b in bs]
+    mem = {}
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)], mem[("c", r)] = a, bs[r], np.zeros(m * n, np.float32)
+        mem[("inbox", r)] = np.concatenate([tiles[(r + j) % W].ravel() for j in range(1, W)]).astype(np.float32)
+        mem[("pushed", r)] = np.full(g.tiles * (W - 1), 7, np.int32)
+        if split > 1:
+            mem[("workspace", r)] = np.zeros((split - 1) * m * n, np.float32)
+            mem[("locks", r)] = np.zeros(g.tiles, np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"inbox": n, "pushed": None}, ranks=range(W),
+                                 num_ranks=W, scalars={"expect": 7})
+    want = round_to("bf16", sum(t.astype(np.float32) for t in tiles))
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(m, n), want)
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        for j in range(1, W):
+            close(mem_ir[("inbox", r)].reshape(W - 1, m, n)[j - 1], tiles[(r + j) % W])
+    # the last rank cleared its own slots (the others' were set again by the ranks after them)
+    assert not mem_ir[("pushed", W - 1)].any() and not mem_tiles[("pushed", W - 1)].any()
+    if split > 1:
+        return
+    steps = gemm.tiles(rec, rank=0, num_ranks=W, scalars={"expect": 7})[0]
+    assert [bool(st.waits) for st in steps] == [False, True] * (len(steps) // 2)
+    with pytest.raises(VerificationError, match="'push.sum' needs every program resident"):
+        gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1, "sum": True, "value_arg": "v"},
+                         loads="pointer", store="pointer", persistent=False, **dict(SMALL, block_m=16, num_sms=2))
+    with pytest.raises(VerificationError, match="'push.sum' needs 'value_arg'"):
+        gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1, "sum": True}, loads="pointer",
+                         store="pointer", **SMALL)
+
+
 @pytest.mark.parametrize("W", [2, 3, 4])
 def test_gemm_push_owner_then_reduce_pushed_is_a_reduce_scatter(W):
     """GEMM+RS by push (push.owner): a tile of rank q's rows goes to q alone -- into c at its row within the shard
