@@ -61,6 +61,7 @@ from .runtime.graphs import GRAPH_CACHE, tensor_key
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce")
 ALGORITHMS = ("auto", "one_shot", "two_shot", "push")
+GEMM_AR_ALGORITHMS = ALGORITHMS + ("push_sum",)  # push_sum: the sum in the GEMM's epilogue (one launch)
 # the parameters each op takes, with their defaults
 PARAMS: dict[str, dict[str, Any]] = {
     "ag_gemm": {}, "gemm_rs": {}, "gemm_ar": {"algorithm": "auto"}, "all_gather": {"dim": 0},
@@ -155,8 +156,9 @@ class Signature:
                     raise OpError(f"reduce_scatter: dim {p['dim']} of {list(x)} (size {x[p['dim']]}) does not "
                                   f"split over {W} ranks")
         if "algorithm" in p:
-            if p["algorithm"] not in ALGORITHMS:
-                raise OpError(f"{op}: algorithm must be one of {', '.join(ALGORITHMS)}, got {p['algorithm']!r}")
+            allowed = GEMM_AR_ALGORITHMS if op == "gemm_ar" else ALGORITHMS
+            if p["algorithm"] not in allowed:
+                raise OpError(f"{op}: algorithm must be one of {', '.join(allowed)}, got {p['algorithm']!r}")
             rows = shapes[0][0]
             if p["algorithm"] == "two_shot" and rows % W:
                 raise OpError(f"{op}: algorithm='two_shot' scatters the {rows} rows over the {W} ranks, which "
@@ -698,7 +700,8 @@ def gemm_rs(a, b, world, *, out=None, sync: bool = True, library: Library | None
 def gemm_ar(a, b, world, *, algorithm: str = "auto", out=None, sync: bool = True, library: Library | None = None,
             passes=None, graph: bool = False):
     """GEMM + all-reduce: a [M, k], b [k, N] (K sharded) -> [M, N] = sum_ranks(a @ b). ``algorithm``: auto (the
-    cost model picks), one_shot, two_shot or push (one-shot by SM stores into the peers' inboxes)."""
+    cost model picks), one_shot, two_shot, push (one-shot by SM stores into the peers' inboxes) or push_sum (the same
+    push, summed in the GEMM's epilogue: one launch, for a GEMM whose tiles all fit on the GPU at once)."""
     return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 

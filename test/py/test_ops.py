@@ -68,6 +68,8 @@ def test_signature_fills_defaults_and_keys_are_stable():
     (lambda: sig("all_gather", [(6, 8)], 4, dim=2), r"dim 2 is out of range for a tensor of shape \[6, 8\]"),
     (lambda: sig("all_reduce", [(6, 8)], 4, algorithm="two_shot"), "two_shot' scatters the 6 rows over the 4 ranks"),
     (lambda: sig("all_reduce", [(8, 8)], 4, algorithm="three_shot"), "algorithm must be one of auto, one_shot"),
+    (lambda: sig("all_reduce", [(8, 8)], 4, algorithm="push_sum"), r"all_reduce: algorithm must be one of auto, "
+                                                                     r"one_shot, two_shot, push, got 'push_sum'"),
     (lambda: sig("all_reduce", [(8, 8)], 4, dim=0), "all_reduce: unknown parameter 'dim'"),
     (lambda: ops.signature_for("all_reduce", [(8, 8)], "i8", 2, True), "element type 'i8' is not supported"),
     (lambda: sig("all_reduce", [(8, 8)], 0), "world size must be a positive int"),
@@ -195,6 +197,8 @@ def test_all_reduce_auto_is_the_cost_models_pick(rows):
 def test_forced_algorithm_and_overrides_reach_the_program():
     assert ops.lower(sig("all_reduce", [(64, 32)], 4, algorithm="one_shot"))[1][0]["algorithm"] == "one_shot"
     assert ops.lower(sig("all_reduce", [(64, 32)], 4, algorithm="two_shot"))[1][0]["algorithm"] == "two_shot"
+    gemm_ar = ops.lower(sig("gemm_ar", [(64, 32), (32, 16)], 2, algorithm="push_sum"))[1]
+    assert [c["algorithm"] for c in gemm_ar if c["op"].endswith("all_reduce")] == ["push_sum"]
     chosen = ops.lower(sig("ag_gemm", [(64, 32), (32, 16)], 2, passes={"ditron-tile": {"num-chunks": 2}}))[1]
     assert {c["num_chunks"] for c in chosen} == {2}
 
