@@ -426,17 +426,16 @@ class _Planner:
         if forced and not candidates:
             candidates = [dataclasses.replace(gemm_candidates(self.peaks, 2)[0], **forced)]
         fits = [c for c in candidates if c.smem_bytes(eb, self.vendor) <= self.peaks.smem_per_sm]
-        if fits and rows_per_tile_of:
-            return min([c for c in fits if rows_per_tile_of % c.block_m == 0] or [None],
-                       key=lambda c: c and (self.gemm_seconds(m, n, k, c, sms, eb, split), fits.index(c)))
         if not fits:
             c = candidates[0]
             raise op_error(o.name, op, f"tile {c.block_m}x{c.block_n}x{c.block_k} with {c.num_stages} stages needs "
                                        f"{c.smem_bytes(eb, self.vendor)} bytes of shared memory; "
                                        f"{self.peaks.target} has {self.peaks.smem_per_sm}: lower num-stages or the "
                                        "block sizes")
-        best = min(fits, key=lambda c: (self.gemm_seconds(m, n, k, c, sms, eb, split), fits.index(c)))
-        return best
+        ranked = [c for c in fits if not rows_per_tile_of or rows_per_tile_of % c.block_m == 0]
+        if not ranked:
+            return None
+        return min(ranked, key=lambda c: (self.gemm_seconds(m, n, k, c, sms, eb, split), fits.index(c)))
 
     def gemm_seconds(self, m: int, n: int, k: int, cfg: GemmConfig, sms: int, eb: int, split: bool) -> float:
         """The model's time of cfg, split-K included where the GEMM may split (``split``: its tiles neither wait

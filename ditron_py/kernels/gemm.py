@@ -586,11 +586,6 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if S == 1:
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec)
-                if rec.get("push", {}).get("sum"):
-                    steps += _push_sum_steps(step, rec, pid_m * g.tiles_n + pid_n, m0, n0, rank, num_ranks, scalars)
-                    continue
-                if "push" in rec:
-                    _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
             elif s < S - 1:
                 ws = Region("workspace", (s * m + m0, n0), (rows, cols))
                 step.writes = [ws]
@@ -603,11 +598,11 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.writes = [c_reg]
                 step.compute = _gemm_compute(a_reg, b_reg, c_reg, parts, rec)
                 step.notifies = [SlotNotify("locks", t, 0, op="set")]
-                if rec.get("push", {}).get("sum"):
+            if "push" in rec and s == S - 1:  # the tile's sum (split-K: the last split's) is pushed
+                if rec["push"].get("sum"):
                     steps += _push_sum_steps(step, rec, pid_m * g.tiles_n + pid_n, m0, n0, rank, num_ranks, scalars)
                     continue
-                if "push" in rec:  # the last split holds the tile's sum: it pushes
-                    _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
+                _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
             if "notify" in rec:
                 nt = rec["notify"]
                 step.notifies = [SlotNotify(nt["arg"], sl, nt["value"], _peer(nt, sl, rank, num_ranks, rec, scalars),
@@ -855,8 +850,8 @@ class _Emitter:
             m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
         if split is not None:  # the last split stores the sum (and pushes it)
             if rec.get("push", {}).get("sum"):
-                tile = T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
-                self._split_epilogue(acc, t, split, m0, n0, lambda total: self._push_sum(total, m0, n0, tile),
+                t_id = T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
+                self._split_epilogue(acc, t, split, m0, n0, lambda total: self._push_sum(total, m0, n0, t_id),
                                      store=False)
                 return
             push = (lambda total: self._push(total, m0, n0)) if "push" in rec else None

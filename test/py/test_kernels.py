@@ -152,6 +152,14 @@ def gemm_memory(rec, rng):
     return mem, ref
 
 
+def rank_products(W: int, m: int, n: int, k: int, rng):
+    """One A for every rank, a B per rank and each rank's A @ B rounded to bf16 (the partials of a GEMM+AR/RS)."""
+    a = random("bf16", (m * k,), rng)
+    bs = [random("bf16", (k * n,), rng) for _ in range(W)]
+    return a, bs, [round_to("bf16", a.reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32))
+                   for b in bs]
+
+
 def gemm_lds(rec):
     return {"a": rec["lda"], "b": rec["ldb"], "c": rec["ldc"], "workspace": rec["n"], "locks": None}
 
@@ -343,10 +351,7 @@ def test_gemm_push_sum_is_an_all_reduce_in_one_launch(W, split):
                            flatten=False, split_k=split, **dict(SMALL, block_m=16, **shape))
     assert rec["args"] == ["a", "b", "c", "inbox", "pushed", "expect"] + (["workspace", "locks"] if split > 1 else [])
     g = gemm.geometry(rec)
-    rng = np.random.default_rng(RNG_SEED)
-    a = random("bf16", (m * k,), rng)
-    bs = [random("bf16", (k * n,), rng) for _ in range(W)]
-    tiles = [round_to("bf16", a.reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32)) for b in bs]
+    a, bs, tiles = rank_products(W, m, n, k, np.random.default_rng(RNG_SEED))
     mem = {}
     for r in range(W):
         mem[("a", r)], mem[("b", r)], mem[("c", r)] = a, bs[r], np.zeros(m * n, np.float32)
@@ -390,13 +395,10 @@ def test_gemm_push_owner_then_reduce_pushed_is_a_reduce_scatter(W):
                            store="pointer", epilogue_split=1, flatten=False, persistent=True,
                            **dict(SMALL, block_m=16))
     tiles_r, tiles_n = R // 16, -(-n // rec["block_n"])
-    rng = np.random.default_rng(RNG_SEED)
-    mem, refs = {}, []
-    a = random("bf16", (m * k,), rng)
+    a, bs, refs = rank_products(W, m, n, k, np.random.default_rng(RNG_SEED))
+    mem = {}
     for r in range(W):
-        mem[("a", r)], mem[("b", r)] = a, random("bf16", (k * n,), rng)
-        refs.append(round_to("bf16", a.reshape(m, k).astype(np.float32)
-                             @ mem[("b", r)].reshape(k, n).astype(np.float32)))
+        mem[("a", r)], mem[("b", r)] = a, bs[r]
         mem[("c", r)] = np.zeros(R * n, np.float32)
         mem[("inbox", r)] = np.zeros((W - 1) * R * n, np.float32)
         mem[("pushed", r)] = np.zeros((W - 1) * tiles_r, np.int32)
