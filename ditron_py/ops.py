@@ -446,7 +446,9 @@ class Library:
         self._fast_worlds: dict[int, Any] = {}     # id(world) -> world, so a reused id cannot alias another
         # graph-mode calls by their tensors -> (world, BoundCall): a repeated call is one replay (ops._call)
         self._bound: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
-        self._last: dict[str, _LastCall] = {}      # per op: its last graph-mode call in a real world (ops._call)
+        # per op: its last graph-mode call in a real world, repeated at once if called again alike (ops._call; the
+        # host path of a small all-reduce is the call's cost)
+        self._last: dict[str, Any] = {}
         self._warned_source = False
 
     def __repr__(self) -> str:
@@ -578,42 +580,12 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
     return ranks
 
 
-class _LastCall:
-    """An op's last graph-mode call in a real world: the same tensor objects, unchanged (address, element type,
-    shape, still contiguous as a graph needs them), the same world and parameters, replay at once -- no key to build
-    and hash (the host path of a small all-reduce is the call's cost: 2xH200 host, 13.1 us per call against 17.3
-    with the key)."""
-
-    __slots__ = ("world", "tensors", "out", "params", "snapshot", "bound")
-
-    def __init__(self, world, tensors, out, params, bound):
-        self.world, self.tensors, self.out, self.params, self.bound = world, tuple(tensors), out, dict(params), bound
-        self.snapshot = tuple((t, t.data_ptr(), t.dtype, t.shape) for t in (*tensors, out))
-
-    def matches(self, world, tensors, out, params) -> bool:
-        if world is not self.world or out is not self.out or len(tensors) != len(self.tensors) or \
-                params != self.params:
-            return False
-        for t, mine in zip(tensors, self.tensors):  # identity (== on tensors would compare their elements)
-            if t is not mine:
-                return False
-        for t, ptr, dtype, shape in self.snapshot:
-            if t.data_ptr() != ptr or t.dtype is not dtype or t.shape != shape or not t.is_contiguous():
-                return False
-        return self.bound.live
-
-
 def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes,
           graph: bool = False):
     lib = library or default_library()
     if graph and passes is None and out is not None:  # the op's last call again (a real world): replay at once
-        last = lib._last.get(op)
-        try:
-            hit = last is not None and last.matches(world, tensors, out, params)
-        except (TypeError, AttributeError, RuntimeError):
-            hit = False  # not tensors: the full path below refuses them
-        if hit:
-            last.bound(sync)
+        again = lib._last.get(op)
+        if again is not None and again(world, tensors, out, params, sync):
             return out
     if graph:  # a call with the same tensors as an earlier one: replay its graph straight away
         try:
@@ -628,7 +600,7 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
             result = bound[1](sync)
             if out is not None:  # the caller's tensors (the bound ones may be other objects on the same memory)
                 if not virtual and passes is None:
-                    lib._last[op] = _LastCall(world, tensors, out, params, bound[1])
+                    lib._last[op] = bound[1].again(world, tensors, out, params)
                 return list(out) if virtual else out
             return [r[0] for r in result] if virtual else result[0]
     # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a

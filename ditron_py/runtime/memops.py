@@ -6,8 +6,9 @@ in GPU memory, or writes one, without a kernel and without an SM.
     drv.write(stream.cuda_stream, addr, 7)        # *addr := 7, after a fence over the stream's earlier work
     drv.record(event.cuda_event, stream_handle)   # cuEventRecord: a completion event without torch's Python
                                                   # stream lookup (torch.cuda.Event.record() costs ~7 us, this ~1)
-    drv.launch_graph(exec_handle, stream_handle)  # cuGraphLaunch: a graph replay without torch's wrapper (2.1 us
-                                                  # against CUDAGraph.replay()'s 2.6: benchmarks/bench_host.py)
+    drv.launch_graph(exec_handle, stream_handle, event_handle)  # cuGraphLaunch (a graph replay without torch's
+                                                  # wrapper: 2.1 us against CUDAGraph.replay()'s 2.6,
+                                                  # benchmarks/bench_host.py), then cuEventRecord
 
 ``cuStreamWaitValue32`` with ``CU_STREAM_WAIT_VALUE_GEQ`` compares cyclically, ``(int32)(*addr - value) >= 0``:
 for the small, growing values of signal pads that is ``*addr >= value``, and INT32_MAX (what the watchdog writes to
@@ -110,15 +111,21 @@ class DriverMemops:
         records through torch then)."""
         return self._record is not None and event != 0 and self._record(event, stream) == 0
 
-    def launch_graph(self, graph_exec: int, stream: int) -> bool:
-        """cuGraphLaunch(graph_exec, stream) (raw handles); False where the driver lacks it (the caller replays
-        through torch then). Raises DitronRuntimeError when the driver refuses the launch."""
-        if self._graph_launch is None or not graph_exec:
+    def launch_graph(self, graph_exec: int, stream: int, event: int = 0) -> bool:
+        """cuGraphLaunch(graph_exec, stream), then cuEventRecord(event, stream) where ``event`` is given (raw handles):
+        one Python call for a graph call's launch and its completion event. False, having done nothing, where the
+        driver lacks an entry point it needs or there is no instantiation handle (the caller replays and records
+        through torch then). Raises DitronRuntimeError when the driver refuses either."""
+        launch, record = self._graph_launch, self._record
+        if launch is None or not graph_exec or (event and record is None):
             return False
-        code = self._graph_launch(graph_exec, stream)
+        code = launch(graph_exec, stream)
         if code:
             raise DitronRuntimeError(f"cuGraphLaunch failed: CUresult {code} ({self.error_name(code)})")
+        if event:
+            code = record(event, stream)
+            if code:
+                raise DitronRuntimeError(f"cuEventRecord failed: CUresult {code} ({self.error_name(code)})")
         return True
-
 
 __all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError"]

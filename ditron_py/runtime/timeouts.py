@@ -123,7 +123,8 @@ class Watch:
         return [q[0] for q in self.queues.values() if q]
 
     def clear(self) -> None:
-        self.queues.clear()
+        for q in self.queues.values():  # in place: a queue may be held (graphs.GraphRunner keeps its own)
+            q.clear()
 
     def wait(self, timeout_s: float, on_stall: Callable[[list[Milestone], float], None]) -> None:
         """Poll until every milestone completed. Each time nothing has completed for timeout_s (and again every

@@ -428,6 +428,28 @@ def test_graph_calls_are_pruned_with_one_query_per_stream(monkeypatch, gather_ar
     ex.close()
 
 
+def test_graph_call_milestones_each_name_their_own_call(monkeypatch, gather_artifacts):
+    """A call's milestone comes from a ring of EVENT_RING, refilled, while the watch holds fewer calls (so never one
+    still queued), else it is made new: however far the host runs ahead, each queued milestone names its call."""
+    W = 3
+    monkeypatch.setattr(G, "EVENT_RING", 4)
+    monkeypatch.setattr(G, "PRUNE_AT", 100)
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    xs, outs = gather_inputs(W, 1), [[torch.zeros(W * 8, 16)] for _ in range(W)]
+    for _ in range(2):  # both parities captured; synchronised: nothing queued
+        ex.run(xs, outputs=outs)
+    assert ex.watch.pending(G.GRAPH_KEY) == 0
+    for _ in range(10):
+        ex.run(xs, outputs=outs, sync=False)
+    queued = list(ex.watch.queues[G.GRAPH_KEY])
+    assert [m.epoch for m in queued] == list(range(3, 13))
+    assert [m.action.parity for m in queued] == [e % 2 for e in range(3, 13)]
+    ring = ex._graphs._milestones
+    assert len({id(m) for m in queued}) == 10 and all(m is ring[e % 4] for m, e in zip(queued, range(3, 7)))
+    ex.synchronize()
+    ex.close()
+
+
 @pytest.mark.parametrize("done", [0, 1, 9, 15, 16])
 def test_pruning_bisects_for_the_newest_completed_call(done):
     """Graph calls on one stream complete in order: with the newest not done yet, a bisection finds the newest done
@@ -447,7 +469,7 @@ def test_pruning_bisects_for_the_newest_completed_call(done):
             return self.k < done
     watch = Watch()
     watch.queues[G.GRAPH_KEY] = deque(Milestone(Ev(k), -1, -1, None, k) for k in range(16))
-    runner = SimpleNamespace(ex=SimpleNamespace(watch=watch), _streams={7})
+    runner = SimpleNamespace(ex=SimpleNamespace(watch=watch), _streams={7}, _queue=watch.queues[G.GRAPH_KEY])
     G.GraphRunner._prune(runner)
     assert [m.epoch for m in watch.queues[G.GRAPH_KEY]] == list(range(done, 16))
     assert len(queries) <= 1 + 4
@@ -621,8 +643,9 @@ def test_the_watchdog_names_a_silent_graph_stall():
 
 
 def test_driver_graph_launch_and_record_through_ctypes_entry_points():
-    """DriverMemops binds cuGraphLaunch and cuEventRecord where the driver has them: a launch returns True, a
-    missing entry point or handle False (torch replays then), a refused launch raises naming the CUresult."""
+    """DriverMemops binds cuGraphLaunch and cuEventRecord where the driver has them: a launch (with its completion
+    event, in one call) returns True, a missing entry point or handle False having done nothing (torch replays and
+    records then), a refused launch or record raises naming the CUresult."""
     from ditron.runtime.memops import DriverMemops
 
     class Lib:
@@ -636,6 +659,12 @@ def test_driver_graph_launch_and_record_through_ctypes_entry_points():
     drv = DriverMemops(lib)
     assert drv.launch_graph(0xabc, 0x10) and drv.record(0xdef, 0x10) and not drv.launch_graph(0, 0x10)
     assert lib.calls == [("cuGraphLaunch", (0xabc, 0x10)), ("cuEventRecord", (0xdef, 0x10))]
+    assert drv.launch_graph(0xabc, 0x20, 0xdef)  # a graph call's launch and its event in one call
+    assert lib.calls[2:] == [("cuGraphLaunch", (0xabc, 0x20)), ("cuEventRecord", (0xdef, 0x20))]
     assert not DriverMemops(Lib()).launch_graph(0xabc, 0x10) and not DriverMemops(Lib()).record(0xdef, 0x10)
+    no_record = Lib(cuGraphLaunch=0)
+    assert not DriverMemops(no_record).launch_graph(0xabc, 0x10, 0xdef) and not no_record.calls  # nothing done
     with pytest.raises(DitronRuntimeError, match=r"cuGraphLaunch failed: CUresult 400 \(CUDA_ERROR_\?\)"):
         DriverMemops(Lib(cuGraphLaunch=400)).launch_graph(0xabc, 0x10)
+    with pytest.raises(DitronRuntimeError, match=r"cuEventRecord failed: CUresult 700 \(CUDA_ERROR_\?\)"):
+        DriverMemops(Lib(cuGraphLaunch=0, cuEventRecord=700)).launch_graph(0xabc, 0x10, 0xdef)

@@ -447,12 +447,25 @@ def _fake_binds(monkeypatch, exe, world, record, reply):
     ``binds``); calling one appends ``record(bound, sync)`` to ``calls`` and returns ``reply(bound)``."""
     binds, calls = [], []
 
+    from types import SimpleNamespace
+
+    from ditron.runtime.graphs import BoundCall
+
     class Bound:
-        live = True
-        runner = type("R", (), {"ex": type("E", (), {"exe": exe})()})()
+        runner = SimpleNamespace(ex=SimpleNamespace(exe=exe, _closed=False, _broken=None))
+        again = BoundCall.again  # the real fast path, over this stand-in's entry
 
         def __init__(self, inputs, outputs):
             self.inputs, self.outputs = inputs, outputs
+            self.entry = SimpleNamespace(live=True, enqueue=lambda sync: calls.append(record(self, sync)) or True)
+
+        @property
+        def live(self):
+            return self.entry.live
+
+        @live.setter
+        def live(self, value):
+            self.entry.live = value
 
         def __call__(self, sync=True):
             calls.append(record(self, sync))
@@ -540,6 +553,23 @@ def test_a_real_world_repeats_its_last_graph_call_without_a_key(library_dir, mon
     assert len(binds) == 4 and calls[-1] is binds[3]
     call(algorithm="push")  # bound again: the next call is the fast one
     assert lib._last["all_reduce"].bound is binds[3]
+    assert not lib._last["all_reduce"](world, ("not a tensor",), out, {"algorithm": "push"}, False)
+    assert lib._last["all_reduce"](world, (x,), out, {"algorithm": "push"}, False) and calls[-1] is binds[3]
+    # an op of two tensors: the same, checked in a loop
+    a, b = torch.zeros(16, 16, dtype=torch.bfloat16), torch.zeros(16, 16, dtype=torch.bfloat16)
+
+    def gemm(**kw):
+        assert ops.gemm_ar(a, b, world, library=lib, graph=True, sync=False, out=out, **kw) is out
+    n = len(binds)
+    for _ in range(3):
+        gemm()
+    assert len(binds) == n + 1 and calls[-2:] == [binds[n]] * 2 and lib._last["gemm_ar"].bound is binds[n]
+    k = len(keyed)
+    gemm()
+    assert len(keyed) == k and calls[-1] is binds[n]  # no key
+    b.t_()  # same shape, other strides: keyed again
+    gemm()
+    assert len(keyed) == k + 2 and not lib._last["gemm_ar"](world, (a, b), out, {"algorithm": "auto"}, False)
     lib.release(s)
     assert not lib._last and not lib._bound
 
