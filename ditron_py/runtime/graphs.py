@@ -58,7 +58,8 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   replay; and per op its last call in a real world as ``BoundCall.again``, a closure that checks the same tensor
   objects are unchanged and enqueues, in one frame. On a small all-reduce the host path is the call's cost: a
   2xH200 host, 8 KB, the ops call 7.0-7.5 us per call against 9.2-9.5 for the layered path of session 9 (same
-  process, interleaved; torch's two-shot 8.1-8.6).
+  process, interleaved; torch's two-shot 8.1-8.6), on a slower host 10.9-11.6 against 12.2-13.9 (torch 10.3-11.9):
+  benchmarks/results/ablation_host_path.csv.
 * **Outputs.** Given outputs are written in place. Without them, the executor allocates outputs once per key and
   returns those same tensors on every call with the same inputs: the next such call overwrites them (as with
   torch's CUDA graphs). Inputs must be contiguous (a graph reads fixed addresses).
