@@ -428,6 +428,46 @@ def test_graph_calls_are_pruned_with_one_query_per_stream(monkeypatch, gather_ar
     ex.close()
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_bound_call_again_checks_the_call_then_enqueues(n):
+    """BoundCall.again (ditron.ops' repeated call): the same world, tensor objects and out, unchanged, equal
+    parameters and a live call enqueue it (replay() when the entry cannot: a parity still to capture); anything
+    else returns False having done nothing -- another object, an in-place resize or transpose, other parameters,
+    an evicted set, a closed or broken executor, something that is not a tensor."""
+    from types import SimpleNamespace
+    log, ready = [], [True]
+    ex = SimpleNamespace(_closed=False, _broken=None)
+    entry = SimpleNamespace(live=True, enqueue=lambda sync: log.append(("enqueue", sync)) or ready[0])
+    runner = SimpleNamespace(ex=ex, replay=lambda e, outs, sync: log.append(("replay", sync, e is entry)))
+    xs = tuple(torch.zeros(4, 4) for _ in range(n))
+    out, world, params = torch.zeros(4, 4), object(), {"algorithm": "auto"}
+    again = G.BoundCall(runner, entry, list(xs), [out]).again(world, xs, out, params)
+    assert again(world, xs, out, {"algorithm": "auto"}, False) and log == [("enqueue", False)]
+    ready[0] = False
+    assert again(world, tuple(xs), out, params, True) and log[1:] == [("enqueue", True), ("replay", True, True)]
+    log.clear()
+    other = torch.zeros(4, 4)
+    assert not again(world, (other,) + xs[1:], out, params, False)
+    assert not again(world, xs, other, params, False)
+    assert not again(object(), xs, out, params, False)
+    assert not again(world, xs, out, {"algorithm": "push"}, False)
+    assert not again(world, xs + xs[:1], out, params, False)
+    assert not again(world, ("not a tensor",) * n, out, params, False)
+    xs[-1].t_()  # same object, same shape, other strides
+    assert not again(world, xs, out, params, False)
+    xs[-1].t_()
+    out.resize_(2, 8)
+    assert not again(world, xs, out, params, False)
+    out.resize_(4, 4)
+    for obj, name, value in ((entry, "live", False), (ex, "_closed", True), (ex, "_broken", "a wait timed out")):
+        old = getattr(obj, name)
+        setattr(obj, name, value)
+        assert not again(world, xs, out, params, False)
+        setattr(obj, name, old)
+    assert not log
+    assert again(world, xs, out, params, False) and again.bound.entry is entry
+
+
 def test_graph_call_milestones_each_name_their_own_call(monkeypatch, gather_artifacts):
     """A call's milestone comes from a ring of EVENT_RING, refilled, while the watch holds fewer calls (so never one
     still queued), else it is made new: however far the host runs ahead, each queued milestone names its call."""
