@@ -158,7 +158,6 @@ class BoundCall:
             return runner.replay(entry, self.outputs, sync)
         return _results(entry, self.outputs, ex.world.is_virtual)
 
-
     def again(self, world, tensors, out, params) -> Callable[..., bool]:
         """The cheapest host path to this call again, for ditron.ops (one per op: its last call in a real world):
         a closure ``again(world, tensors, out, params, sync) -> bool`` that enqueues a call and returns True when it
@@ -313,7 +312,7 @@ class GraphRunner:
         self._milestones = [Milestone(ev, -1, -1, None, 0) for ev in self._events]
         # what a call's hot path (_enqueuer) reads, bound once
         self._queue = ex.watch.queues.setdefault(GRAPH_KEY, deque())
-        self._device, self._current, self._launch = self.backend.device, self.backend.current, self.backend.launch
+        self._device, self._current = self.backend.device, self.backend.current
         try:
             for p in (0, 1):  # both parities zero now, and the zeroing kernel loaded before anything can spin
                 for r in ex.ranks:

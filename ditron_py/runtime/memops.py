@@ -128,4 +128,5 @@ class DriverMemops:
                 raise DitronRuntimeError(f"cuEventRecord failed: CUresult {code} ({self.error_name(code)})")
         return True
 
+
 __all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError"]
