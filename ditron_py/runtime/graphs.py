@@ -45,8 +45,9 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   memops (after a probe that the driver captures them). In-kernel waits get their epoch-derived value (epoch 1) as a plain operand: constant, as it must be.
   The LRU keeps ``GRAPH_CACHE`` keys; before a capture the executor waits for outstanding calls.
 * **Replay.** ``cuGraphLaunch`` of the graph's instantiation on the caller's stream and ``cuEventRecord`` of one
-  event for the watchdog after it, in one driver call (torch's ``graph.replay()`` and ``record()`` where the driver
-  entry points are missing); the event's milestone (a ``GraphCall`` that knows every wait of the captured program,
+  event for the watchdog after it, in one call from Python (``DriverMemops.graph_launcher``: the compiled
+  ``hotpath.c`` where it builds; torch's ``graph.replay()`` and ``record()`` where the driver entry points are
+  missing); the event's milestone (a ``GraphCall`` that knows every wait of the captured program,
   so a stall names the first unsatisfied wait of each rank and stream); with ``sync=True`` the host wait and error
   check as in eager mode. Completed calls leave the watch every ``PRUNE_AT`` calls: after one event query when
   they all ran on one stream and the newest is done, else a bisection for the newest done. Events and milestones
@@ -442,6 +443,7 @@ class GraphRunner:
         queue, streams, prune = self._queue, self._streams, self._prune
         events, raw_events, milestones = self._events, self._raw_events, self._milestones
         driver, launch = self._driver, self.backend.launch
+        driver_launch = None if driver is None else driver.graph_launcher()  # both driver calls in one
 
         def enqueue(sync: bool) -> bool:
             epoch = ex.epoch + 1
@@ -454,9 +456,13 @@ class GraphRunner:
             if len(queue) >= PRUNE_AT:  # querying events costs ~2 us each: not on every call
                 prune()
             i = epoch % EVENT_RING
-            # the graph, then its event on the same stream: one driver call, else torch's replay and record
-            if driver is None or not driver.launch_graph(execs[parity], stream, raw_events[i]):
-                launch(graph, execs[parity], stream, None, events[i], raw_events[i])
+            graph_exec, event = execs[parity], raw_events[i]
+            if driver_launch is not None and graph_exec and event:  # the graph, then its event on the same stream
+                code = driver_launch(graph_exec, stream, event)
+                if code:
+                    raise driver.fail(code)
+            else:  # torch's replay and record
+                launch(graph, graph_exec, stream, None, events[i], event)
             streams.add(stream)
             if len(queue) < EVENT_RING:  # the calls queued are the latest: slot i is not among them
                 m = milestones[i]

@@ -682,6 +682,42 @@ def test_the_watchdog_names_a_silent_graph_stall():
         raise_silent_stall([head], 31.0)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_graph_launcher_calls_both_entry_points_in_one_call(compiled, monkeypatch):
+    """DriverMemops.graph_launcher: cuGraphLaunch then cuEventRecord (skipped for event 0) in one call returning 0,
+    the launch's CUresult, or minus the record's; the compiled helper (hotpath.c, through real C function pointers
+    here) and the ctypes fallback alike; fail() names the call that failed."""
+    import functools
+
+    from ditron.runtime import memops
+    if compiled and memops.hotpath() is None:
+        pytest.skip("no C compiler or Python headers here: the helper cannot be built")
+    if not compiled:
+        monkeypatch.setattr(memops, "hotpath", lambda: None)
+    fn_type = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    calls, codes = [], {"cuGraphLaunch": 0, "cuEventRecord": 0}
+
+    class Lib:
+        cuStreamWaitValue32_v2 = cuStreamWriteValue32_v2 = staticmethod(lambda *a: 0)
+    lib = Lib()
+    for name in codes:  # C function pointers that call back here
+        setattr(lib, name, fn_type(lambda a, b, name=name: calls.append((name, a, b)) or codes[name]))
+    drv = memops.DriverMemops(lib)
+    launch = drv.graph_launcher()
+    assert isinstance(launch, functools.partial) == compiled
+    assert launch(0xabc, 0x10, 0xdef) == 0
+    assert calls == [("cuGraphLaunch", 0xabc, 0x10), ("cuEventRecord", 0xdef, 0x10)]
+    assert launch(0xabc, 0x20, 0) == 0 and calls[2:] == [("cuGraphLaunch", 0xabc, 0x20)]
+    codes["cuEventRecord"] = 700
+    assert launch(1, 2, 3) == -700
+    with pytest.raises(DitronRuntimeError, match=r"cuEventRecord failed: CUresult 700"):
+        drv.launch_graph(1, 2, 3)
+    codes["cuGraphLaunch"] = 400
+    del calls[:]
+    assert launch(1, 2, 3) == 400 and calls == [("cuGraphLaunch", 1, 2)]  # no record after a refused launch
+    assert "cuGraphLaunch failed: CUresult 400" in str(drv.fail(400))
+
+
 def test_driver_graph_launch_and_record_through_ctypes_entry_points():
     """DriverMemops binds cuGraphLaunch and cuEventRecord where the driver has them: a launch (with its completion
     event, in one call) returns True, a missing entry point or handle False having done nothing (torch replays and
