@@ -21,15 +21,15 @@ static PyObject *launch_graph(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (PyErr_Occurred())
             return NULL;
     }
-    int code = ((driver_fn)v[0])(v[2], v[3]);
-    if (code)
-        return PyLong_FromLong(code);
-    if (v[4]) {
+    long code;
+    Py_BEGIN_ALLOW_THREADS  /* as ctypes does: a full launch queue may block the call */
+    code = ((driver_fn)v[0])(v[2], v[3]);
+    if (!code && v[4]) {
         code = ((driver_fn)v[1])(v[4], v[3]);
-        if (code)
-            return PyLong_FromLong(-(long)code);
+        code = -code;
     }
-    return PyLong_FromLong(0);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(code);
 }
 
 static PyMethodDef methods[] = {

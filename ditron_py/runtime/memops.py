@@ -171,4 +171,5 @@ class DriverMemops:
             raise self.fail(code)
         return True
 
+
 __all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError"]
