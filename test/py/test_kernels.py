@@ -273,6 +273,21 @@ def test_gemm_gather_prologue_matches_tiles(W, shard, block_m):
                          block_m=16, block_n=16)
 
 
+def _sum_pushed(mem_ir, W: int, rows: int, n: int, expect: int):
+    """The reduce launch that sums a GEMM push's results (publish.push, pushed counts): each rank's own c and the
+    W - 1 inbox slabs, every slot awaited at ``expect``; run in both interpreters -> (record, ir mem, tiles mem)."""
+    red = reduce.make_record(rows, n, dtype="bf16", block_m=8, block_n=32, grid=3,
+                             publish={"arg": "pushed", "value_arg": "expect", "copy_from": "c", "push": W - 1,
+                                      "pushed": 16})
+    rmem = {}
+    for r in range(W):
+        rmem[("src", r)], rmem[("c", r)] = mem_ir[("inbox", r)].copy(), mem_ir[("c", r)].copy()
+        rmem[("pushed", r)], rmem[("dst", r)] = mem_ir[("pushed", r)].copy(), np.zeros(rows * n, np.float32)
+    r_ir, r_tiles = run_both(red, rmem, {"src": n, "dst": n, "c": n, "pushed": None}, ranks=range(W), num_ranks=W,
+                             scalars={"expect": expect})
+    return red, r_ir, r_tiles
+
+
 @pytest.mark.parametrize("W,split", [(2, 1), (3, 1), (2, 2), (3, 3)])
 def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
     """GEMM+AR by push: each rank's GEMM stores every C tile into c and into its slab of every peer's inbox, and
@@ -310,16 +325,8 @@ def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
             assert not mem_ir[("locks", r)].any()
     if split > 1:
         return
-    red = reduce.make_record(m, n, dtype="bf16", block_m=8, block_n=32, grid=3,
-                             publish={"arg": "pushed", "value_arg": "expect", "copy_from": "c", "push": W - 1,
-                                      "pushed": 16})
+    red, r_ir, r_tiles = _sum_pushed(mem_ir, W, m, n, tiles_n)
     assert red["args"] == ["src", "dst", "c", "pushed", "expect"]
-    rmem = {}
-    for r in range(W):
-        rmem[("src", r)], rmem[("c", r)] = mem_ir[("inbox", r)].copy(), mem_ir[("c", r)].copy()
-        rmem[("pushed", r)], rmem[("dst", r)] = mem_ir[("pushed", r)].copy(), np.zeros(m * n, np.float32)
-    r_ir, r_tiles = run_both(red, rmem, {"src": n, "dst": n, "c": n, "pushed": None}, ranks=range(W), num_ranks=W,
-                             scalars={"expect": tiles_n})
     for r in range(W):
         want = round_to("bf16", sum(mem_ir[("c", (r + j) % W)].astype(np.float32) for j in range(W)))
         np.testing.assert_array_equal(r_ir[("dst", r)], want)
@@ -411,15 +418,7 @@ def test_gemm_push_owner_then_reduce_pushed_is_a_reduce_scatter(W):
         np.testing.assert_array_equal(mem_ir[("pushed", r)], np.full((W - 1) * tiles_r, tiles_n))
         close(mem_tiles[("inbox", r)], mem_ir[("inbox", r)])
         close(mem_tiles[("c", r)], mem_ir[("c", r)])
-    red = reduce.make_record(R, n, dtype="bf16", block_m=8, block_n=32, grid=3,
-                             publish={"arg": "pushed", "value_arg": "expect", "copy_from": "c", "push": W - 1,
-                                      "pushed": 16})
-    rmem = {}
-    for r in range(W):
-        rmem[("src", r)], rmem[("c", r)] = mem_ir[("inbox", r)].copy(), mem_ir[("c", r)].copy()
-        rmem[("pushed", r)], rmem[("dst", r)] = mem_ir[("pushed", r)].copy(), np.zeros(R * n, np.float32)
-    r_ir, r_tiles = run_both(red, rmem, {"src": n, "dst": n, "c": n, "pushed": None}, ranks=range(W), num_ranks=W,
-                             scalars={"expect": tiles_n})
+    red, r_ir, r_tiles = _sum_pushed(mem_ir, W, R, n, tiles_n)
     for r in range(W):
         want = round_to("bf16", sum(refs[q][r * R:(r + 1) * R].astype(np.float32) for q in range(W)))
         close(r_ir[("dst", r)].reshape(R, n), want)
