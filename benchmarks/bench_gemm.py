@@ -13,7 +13,10 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
 Without arguments it builds when MLIR is importable and runs when a GPU is present (both on a box with both).
 ``--skinny`` (with --build): the M = 128 GEMMs of the distributed ops' small-M rows instead, with ditron-tile's own
 tile candidates (cost_model) beside the template's, written as gemm_skinny.csv / .png: the evidence for the
-candidates' pipeline depth.
+candidates' pipeline depth. ``--stages`` (with --build): the same shapes over a grid of tiles, BLOCK_K, pipeline
+stages and loads, timed back to back (L2 warm, as inside the distributed ops' repeated calls) beside torch.matmul,
+every candidate written to gemm_skinny_warm.csv: the evidence for the small tiles' stages in
+``cost_model._GEMM_CANDIDATES``.
 
 Output: a table on stdout; benchmarks/results/gemm.csv, gemm.png (if matplotlib is importable),
 gemm_compile.csv (compile times: ditron's TTIR through Triton's stages vs triton.compile of the equivalent
@@ -111,7 +114,36 @@ def bench_kernels(shapes=SHAPES, max_candidates: int = MAX_CANDIDATES, dtype: st
     return out
 
 
-def build(out_dir: Path, skinny: bool = False) -> None:
+# the --stages grid: the small tiles of the memory-bound GEMMs, every pipeline depth that fits an H200's shared memory
+STAGE_TILES = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 8))
+SM90_SMEM = 232448
+
+
+def stage_kernels(shapes=SKINNY, dtype: str = "bf16") -> list[dict]:
+    out = []
+    base = dict(group_m=8, num_sms=132, store="pointer", epilogue_split=1, flatten=False, persistent=False, split_k=1)
+    for m, n, k in shapes:
+        i = 0
+        for bm, bn, warps in STAGE_TILES:
+            for bk in (64, 128):
+                for stages in range(4, 10):
+                    if stages * (bm + bn) * bk * 2 > SM90_SMEM - 8192:  # Triton's own scratch beside the stages
+                        continue
+                    for loads in ("tma", "pointer"):
+                        out.append({"name": f"gemm_{m}x{n}x{k}_s{i}", "group": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+                                    "fields": dict(base, block_m=bm, block_n=bn, block_k=bk, num_warps=warps,
+                                                   num_stages=stages, loads=loads, in_dtype=dtype)})
+                        i += 1
+    return out
+
+
+def build(out_dir: Path, skinny: bool = False, stages: bool = False) -> None:
+    if stages:
+        manifest = build_kernels(out_dir, stage_kernels())
+        manifest["timing"] = "warm"
+        (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        print(f"built {len(manifest['kernels'])} kernels for {len(SKINNY)} shapes into {out_dir} (timed L2 warm)")
+        return
     manifest = build_kernels(out_dir, bench_kernels(SKINNY, model_tiles=True) if skinny else bench_kernels())
     timings = json.loads((out_dir / "timings.json").read_text())
     # one cold compile of the whole ditron path on this box, for reference: template -> TTIR -> Triton stages
@@ -311,14 +343,20 @@ def run(kernel_dir: Path, rep: int = 200, tune_rep: int = 40, dry_run_target: st
     return rows
 
 
+def group_inputs(cands: list[dict]):
+    """One shape's first record, its operands, output, reference result and a buffer for torch.matmul's."""
+    import torch
+    rec0 = cands[0]["record"]
+    a, b, c = gemm_inputs(rec0)
+    ref = reference(rec0, a, b)
+    return rec0, a, b, c, ref, torch.empty_like(ref)
+
+
 def bench_group(kernel_dir: Path, cands: list[dict], errors: dict, rep: int, tune_rep: int) -> dict | None:
     """Check and time every candidate of one shape, then time the fastest and torch.matmul alternately."""
     import torch
-    rec0 = cands[0]["record"]
+    rec0, a, b, c, ref, c_ref = group_inputs(cands)
     m, n, k = rec0["m"], rec0["n"], rec0["k"]
-    a, b, c = gemm_inputs(rec0)
-    ref = reference(rec0, a, b)
-    c_ref = torch.empty_like(ref)
     tried = []
     for e in cands:
         if e["name"] in errors:
@@ -359,6 +397,66 @@ def bench_group(kernel_dir: Path, cands: list[dict], errors: dict, rep: int, tun
             "candidates": len(cands),
             "tuning": "; ".join(f"{describe(t[0]['record'])}: {'%.3f ms' % t[2] if t[2] is not None else t[3]}"
                                 for t in tried)}
+
+
+def warm_us(fn, iters: int = 200, blocks: int = 2) -> float:
+    """Microseconds per call of fn repeated back to back (L2 warm), the best of ``blocks`` blocks of CUDA events."""
+    import torch
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    best = math.inf
+    for _ in range(blocks):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e3 / iters)
+    return best
+
+
+def run_stages(kernel_dir: Path, out: Path) -> None:
+    """--stages: every candidate and torch.matmul per shape, L2 warm; the ranking printed, all written as CSV."""
+    import torch
+    manifest = load_manifest(kernel_dir)
+    errors = precompile(kernel_dir, manifest["kernels"])
+    set_scratch_allocator()
+    groups: dict[str, list[dict]] = {}
+    for e in manifest["kernels"]:
+        groups.setdefault(e["group"], []).append(e)
+    rows = []
+    for group, cands in groups.items():
+        rec0, a, b, c, ref, c_ref = group_inputs(cands)
+        timed = []
+        for e in cands:
+            if e["name"] in errors:
+                print(f"  {e['name']}: {errors[e['name']]}")
+                continue
+            launch = GemmLaunch(compile_entry(kernel_dir, e), e, a, b, c)
+            c.zero_()
+            launch()
+            torch.cuda.synchronize()
+            err = rel_error(c[:, :rec0["n"]], ref)
+            if err > 2e-2:
+                print(f"  {e['name']} {describe(e['record'])}: rel. error {err:.2e}")
+                continue
+            timed.append((warm_us(launch), describe(e["record"]), err))
+        t_torch = min(warm_us(lambda: torch.matmul(a, b, out=c_ref)) for _ in range(2))
+        timed.sort()
+        print(f"{group}: torch.matmul {t_torch:.1f} us")
+        for t, desc, _ in timed[:10]:
+            print(f"  {t:7.1f} us  {t_torch / t:5.2f}  {desc}")
+        rows += [{"M": rec0["m"], "N": rec0["n"], "K": rec0["k"], "config": desc, "ditron_us": t,
+                  "torch_us": t_torch, "ratio": t_torch / t, "rel_err": err} for t, desc, err in timed]
+        torch.cuda.empty_cache()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "gemm_skinny_warm.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {out / 'gemm_skinny_warm.csv'}")
 
 
 # ------------------------------------------------------------------ the equivalent Triton-Python kernel
@@ -533,6 +631,8 @@ def main(argv=None) -> None:
                    help="benchmark prebuilt kernels (needs a GPU, torch, triton)")
     p.add_argument("--skinny", action="store_true", help="with --build: the M = 128 shapes of the distributed ops "
                    "and ditron-tile's candidate tiles (results: gemm_skinny.*)")
+    p.add_argument("--stages", action="store_true", help="with --build: the M = 128 shapes over tiles, BLOCK_K, "
+                   "stages and loads, timed L2 warm (results: gemm_skinny_warm.csv)")
     p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per final measurement")
     p.add_argument("--out", default=str(RESULTS), help="where the CSV and PNG go")
     p.add_argument("--dry-run", metavar="TARGET", help="with --run: only compile, for TARGET (e.g. cuda:90); no GPU "
@@ -556,9 +656,12 @@ def main(argv=None) -> None:
         if args.build is None and args.run is None:
             sys.exit("nothing to do: no MLIR bindings (for --build) and no GPU (for --run)")
     if args.build is not None:
-        build(Path(args.build), skinny=args.skinny)
+        build(Path(args.build), skinny=args.skinny, stages=args.stages)
     if args.run is not None:
         kdir = Path(args.run)
+        if load_manifest(kdir).get("timing") == "warm" and not args.dry_run:
+            run_stages(kdir, Path(args.out))
+            return
         rows = run(kdir, rep=args.rep, dry_run_target=args.dry_run)
         manifest = load_manifest(kdir)
         first = next((e for e in manifest["kernels"] if e["group"] == "8192x8192x8192"), manifest["kernels"][0])

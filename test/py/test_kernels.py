@@ -1017,3 +1017,23 @@ def test_gpu_kernel_sets_build(which, tmp_path):
     fresh = sorted(p.name for p in tmp_path.glob("*.ttir"))
     assert fresh and len(fresh) == len(manifest["kernels"])
     triton_parse((tmp_path / fresh[0]).read_text())
+
+
+def test_gemm_stages_grid_fits_and_builds(tmp_path):
+    """bench_gemm --stages: every pipeline depth of the small tiles that fits an H200's shared memory, TMA and
+    pointer loads, per M = 128 shape; the depths ditron-tile's candidates use are among them, and they build."""
+    from pathlib import Path
+    from ditron.cost_model import gemm_candidates, peaks_for
+    bench = _load(Path(__file__).resolve().parents[2] / "benchmarks" / "bench_gemm.py")
+    grid = bench.stage_kernels(shapes=[(128, 4096, 7168)])
+    fields = [e["fields"] for e in grid]
+    assert all(f["num_stages"] * (f["block_m"] + f["block_n"]) * f["block_k"] * 2 <= bench.SM90_SMEM for f in fields)
+    seen = {(f["block_m"], f["block_n"], f["block_k"], f["num_stages"]) for f in fields}
+    small = [c for c in gemm_candidates(peaks_for("cuda:90")) if 64 <= c.block_m <= 128 and c.block_n <= 128]
+    assert small and all((c.block_m, c.block_n, c.block_k, c.num_stages) in seen for c in small)
+    assert {f["loads"] for f in fields} == {"tma", "pointer"} and len({e["name"] for e in grid}) == len(grid)
+    picked = [e for e in grid if (e["fields"]["block_m"], e["fields"]["block_n"], e["fields"]["block_k"],
+                                  e["fields"]["num_stages"]) in {(64, 64, 128, 6), (64, 128, 64, 8)}][:2]
+    bench.build_kernels(tmp_path, picked)
+    for p in sorted(tmp_path.glob("*.ttir")):
+        triton_parse(p.read_text())
