@@ -115,15 +115,20 @@ class GemmConfig:
 
 
 # Candidates per vendor, best first for large problems. Efficiencies follow the H200 measurements of
-# MLIR_NOTES.md (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile. Tiles up to
-# 128x128 pipeline 6 K steps deep: the small ones serve skinny, memory-bound GEMMs, which need the bytes in flight
-# (H200, M=128, N and K of 4096..14336: 4 stages ran 1.2-1.5x slower than 6, benchmarks/results/gemm_skinny.csv).
+# MLIR_NOTES.md (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile. The small
+# tiles serve skinny, memory-bound GEMMs, which need the bytes in flight: their stages fill shared memory
+# (benchmarks/results/gemm_skinny_warm.csv, H200, M = 128, L2 warm, pointer loads: 64x128 with 8 stages 19.3 /
+# 60.8 us against 20.1 / 62.3 with 6 at N, K = 7168, 4096 / 8192, 14336; 64x64 with BK = 128 20.1 us against 25.4
+# with BK = 64 at 4096, 7168 -- twice the bytes per stage; 128x128 with 5 stages 62.7 us against 65.0 with 6 at
+# 14336, 8192). Where a target's shared memory is smaller, the shallower twins below them remain.
 _GEMM_CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
     "cuda": (
         GemmConfig(128, 256, 64, 8, 3, 8, 1.00),
-        GemmConfig(128, 128, 64, 8, 6, 8, 0.93),
+        GemmConfig(128, 128, 64, 8, 5, 8, 0.93),
         GemmConfig(128, 128, 64, 4, 6, 8, 0.90),
+        GemmConfig(64, 128, 64, 4, 8, 8, 0.80),
         GemmConfig(64, 128, 64, 4, 6, 8, 0.80),
+        GemmConfig(64, 64, 128, 4, 6, 8, 0.65),
         GemmConfig(64, 64, 64, 4, 6, 8, 0.65),
         GemmConfig(32, 64, 64, 4, 6, 8, 0.45),
         GemmConfig(16, 64, 128, 4, 6, 1, 0.30),
@@ -167,7 +172,11 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
     t_math = 2.0 * cfg.block_m * cfg.block_n * k_part / flops_per_sm
     t_load = (cfg.block_m + cfg.block_n) * k_part * elem_bytes / load_bw_per_sm
-    t_split = (split - 1) * cfg.block_m * cfg.block_n * 4 * 2 / load_bw_per_sm
+    # the others' fp32 partials, written and read back, and the lock the last split waits on: one round trip
+    # through memory (H200, GEMM+AR 8B M = 128, benchmarks/results/ablation_skinny_tiles.csv: 64x128 tiles split
+    # in two 30.9-32.3 us, 64x64x128 whole 30.0-30.2 in the same device call, though they load a third more)
+    t_split = (split - 1) * cfg.block_m * cfg.block_n * 4 * 2 / load_bw_per_sm + (peaks.signal_latency
+                                                                                   if split > 1 else 0.0)
     # every operand byte crosses HBM once at least: what bounds a skinny GEMM (M = 128: B is read once, whatever
     # the tile; H200 warm L2, 128 x 8192 x 14336: 64x128 tiles 62.4 us, 128x128 split in two 65.7)
     floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw

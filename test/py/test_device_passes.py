@@ -128,6 +128,29 @@ def test_gemm_configs_fit_shared_memory_and_follow_the_problem():
     assert gemm_time(8192, 8192, 8192, big, p, sms=66) > gemm_time(8192, 8192, 8192, big, p)
 
 
+def test_skinny_gemm_tiles_fill_shared_memory_and_a_split_pays_its_lock():
+    """M = 128 GEMMs are memory-bound: the small tiles come with the deepest pipelines shared memory holds (a
+    shallower twin for smaller shared memories), and a split-K costs the wait of its last split, so a whole-K
+    wave of 64x64 tiles beats 64x128 tiles split in two (H200: 30.0-30.2 us against 30.9-32.3 for GEMM+AR)."""
+    from ditron.cost_model import gemm_split
+    p = peaks_for("cuda:90")
+    tiles = [(c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages) for c in gemm_candidates(p)]
+    assert {(64, 128, 64, 4, 8), (64, 64, 128, 4, 6), (128, 128, 64, 8, 5)} <= set(tiles)
+    assert tiles.index((64, 128, 64, 4, 8)) < tiles.index((64, 128, 64, 4, 6))  # the deeper twin wins a tie
+    for c in gemm_candidates(p):
+        assert c.smem_bytes(2, "cuda") <= p.smem_per_sm
+    a100 = {(c.block_m, c.block_n, c.block_k) for c in gemm_candidates(peaks_for("cuda:80"))}
+    assert (64, 128, 64) in a100 and (64, 64, 64) in a100  # the 6-stage twins fit where 8 stages do not
+    cfg = {(c.block_m, c.block_n, c.block_k, c.num_stages): c for c in gemm_candidates(p)}
+    wide, whole = cfg[(64, 128, 64, 8)], cfg[(64, 64, 128, 6)]
+    m, n, k = 128, 4096, 7168
+    assert gemm_split(m, n, k, wide, p.num_sms) == 2 and gemm_split(m, n, k, whole, p.num_sms) == 1
+    t_split = gemm_time(m, n, k, wide, p, split=2)
+    assert t_split > gemm_time(m, n, k, whole, p)
+    assert t_split - gemm_time(m, n, k, wide, p.__class__(**{**vars(p), "signal_latency": 0.0}), split=2) == \
+        pytest.approx(p.signal_latency)
+
+
 # ---------------------------------------------------------------------------------------------- ditron-tile
 
 def _tilings(text: str) -> list[dict]:
