@@ -229,23 +229,38 @@ class TorchGraphs:
         self.current = torch._C._cuda_getCurrentRawStream  # (device index) -> raw handle of its current stream
 
     def capture(self, body) -> Any:
-        """A graph of what ``body(capture_stream)`` enqueues (it may fork to other streams and must join back)."""
+        """A graph of what ``body(capture_stream)`` enqueues (it may fork to other streams and must join back).
+
+        Python's cyclic garbage collector is off while it captures: whatever it would free then runs its finalizer
+        on this thread, inside the capture, and a finalizer that calls CUDA in a way no capture allows either
+        invalidates the capture or, in C++, aborts the process (a torch symmetric-memory tensor's free does: one
+        2xH200 benchmark run in about eight died so, in a capture of the case after the one whose baseline left
+        such a tensor in a reference cycle). torch's own ``torch.cuda.graph`` collects before it captures for the
+        same reason; the garbage here waits for the next collection instead."""
+        import gc
+
         import torch
         graph = torch.cuda.CUDAGraph()
         cap = self.capture_stream
-        with torch.cuda.stream(cap):
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                body(cap)
-            except BaseException:
-                torch.cuda.set_stream(cap)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.stream(cap):
+                graph.capture_begin(capture_error_mode="thread_local")
                 try:
-                    graph.capture_end()
-                except RuntimeError:
-                    pass  # the capture was invalidated by the error being raised
-                raise
-            torch.cuda.set_stream(cap)
-            graph.capture_end()
+                    body(cap)
+                except BaseException:
+                    torch.cuda.set_stream(cap)
+                    try:
+                        graph.capture_end()
+                    except RuntimeError:
+                        pass  # the capture was invalidated by the error being raised
+                    raise
+                torch.cuda.set_stream(cap)
+                graph.capture_end()
+        finally:
+            if collecting:
+                gc.enable()
         return graph
 
     def executable(self, graph) -> int:

@@ -744,3 +744,52 @@ def test_driver_graph_launch_and_record_through_ctypes_entry_points():
         DriverMemops(Lib(cuGraphLaunch=400)).launch_graph(0xabc, 0x10)
     with pytest.raises(DitronRuntimeError, match=r"cuEventRecord failed: CUresult 700 \(CUDA_ERROR_\?\)"):
         DriverMemops(Lib(cuGraphLaunch=0, cuEventRecord=700)).launch_graph(0xabc, 0x10, 0xdef)
+
+
+class _FakeCapture:
+    """torch.cuda.CUDAGraph's capture calls, recording whether the cyclic garbage collector could run."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def capture_begin(self, capture_error_mode):
+        import gc
+        self.log.append(("begin", capture_error_mode, gc.isenabled()))
+
+    def capture_end(self):
+        import gc
+        self.log.append(("end", gc.isenabled()))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_capture_keeps_the_garbage_collector_off(monkeypatch, fails, enabled):
+    """A finalizer run by a collection inside a capture may call CUDA in a way the capture refuses (a torch
+    symmetric-memory tensor's free aborted a process so): no collection while TorchGraphs captures, and the
+    collector's state restored after -- on success, on an error in the body, and left off if it was off."""
+    import contextlib
+    import gc
+    log = []
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: _FakeCapture(log))
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: log.append(("set_stream", s)))
+    graphs = object.__new__(G.TorchGraphs)
+    graphs.capture_stream = "cap"
+
+    def body(stream):
+        log.append(("body", stream, gc.isenabled()))
+        if fails:
+            raise RuntimeError("a launch failed")
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        if fails:
+            with pytest.raises(RuntimeError, match="a launch failed"):
+                graphs.capture(body)
+        else:
+            assert isinstance(graphs.capture(body), _FakeCapture)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert log == [("begin", "thread_local", False), ("body", "cap", False), ("set_stream", "cap"), ("end", False)]

@@ -109,6 +109,55 @@ def test_pipelined_graph_calls_into_given_outputs(lib, name):
     lib.release(s)
 
 
+class _Finalized:
+    """Garbage in a reference cycle whose finalizer notes whether it ran inside a stream capture."""
+
+    seen: list[bool] = []
+
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        import torch
+        _Finalized.seen.append(torch.cuda.is_current_stream_capturing())
+
+
+def test_no_garbage_is_collected_inside_a_capture(lib, monkeypatch):
+    """A collection inside ditron's capture runs finalizers there; one that calls CUDA as a capture refuses (a torch
+    symmetric-memory tensor's free) aborted a benchmark process. Cyclic garbage made before each capturing call,
+    with collections made as frequent as they go the moment a capture begins, is finalized outside the captures."""
+    T._gpu()
+    import gc
+
+    import torch
+
+    from ditron.runtime.world import World
+    s = T.CASES["all_reduce1_w2_m128"]
+    world = World.virtual(s.world_size)
+    ex = lib.executable(s).executor(world, graph=True, timeout_s=TIMEOUT_S)
+    xs = T.make_inputs(s, 1)
+    begin = torch.cuda.CUDAGraph.capture_begin
+
+    def capture_begin(self, *args, **kwargs):
+        begin(self, *args, **kwargs)
+        gc.set_threshold(1, 1, 1)  # from here on, nearly every allocation would collect
+
+    thresholds = gc.get_threshold()
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", capture_begin)
+    _Finalized.seen.clear()
+    gc.collect()
+    try:
+        for call in range(1, 4):  # both parities captured, then a replay
+            gc.set_threshold(10**9)  # no collection before the capture begins
+            _Finalized()
+            check(s, "all_reduce1_w2_m128", call, T.call_op(s, world, xs, lib, graph=True), xs)
+    finally:
+        gc.set_threshold(*thresholds)
+    gc.collect()
+    assert ex._graphs.captures == 2 and len(_Finalized.seen) == 3 and not any(_Finalized.seen)
+    lib.release(s)
+
+
 def _stuck_executor(lib, name: str, pad: str, **options):
     from ditron.runtime.executor import Executor
     from ditron.runtime.world import World
