@@ -240,11 +240,13 @@ def make_env(virtual: int | None) -> Env:
 def timed(env: Env, fn, iters: int, warmup: int = 3, reps: int = REPS) -> float:
     """Microseconds per call of fn: the median over ``reps`` repetitions of CUDA events around iters / reps calls
     (the same count on every rank), each the max over ranks. A mean over one loop let one rare stall of a rank
-    (1-2 ms, seen on both ditron and torch in a profile of 300 calls) move a row by several microseconds."""
+    (1-2 ms, seen on both ditron and torch in a profile of 300 calls) move a row by several microseconds. The
+    warm-up runs half a repetition's calls (at least ``warmup``): the side timed first in a case, on a GPU and a
+    host just back from other work, otherwise ran its small rows slower than the side timed after it."""
     import torch
-    for _ in range(warmup):
-        fn()
     n = max(1, iters // reps)
+    for _ in range(max(warmup, n // 2)):
+        fn()
     times, hosts = [], []
     for _ in range(reps):
         env.barrier()
