@@ -114,20 +114,23 @@ def bench_kernels(shapes=SHAPES, max_candidates: int = MAX_CANDIDATES, dtype: st
     return out
 
 
-# the --stages grid: the small tiles of the memory-bound GEMMs, every pipeline depth that fits an H200's shared memory
+# the --stages grid: the small tiles of the memory-bound GEMMs, every pipeline depth that fits the shared memory
 STAGE_TILES = ((64, 64, 4), (64, 128, 4), (128, 64, 4), (128, 128, 8))
-SM90_SMEM = 232448
+SCRATCH_BYTES = 8192  # what Triton's own scratch may need beside the stages
 
 
 def stage_kernels(shapes=SKINNY, dtype: str = "bf16") -> list[dict]:
+    from ditron.cost_model import peaks_for
+    peaks = peaks_for(TARGET)
     out = []
-    base = dict(group_m=8, num_sms=132, store="pointer", epilogue_split=1, flatten=False, persistent=False, split_k=1)
+    base = dict(group_m=8, num_sms=peaks.num_sms, store="pointer", epilogue_split=1, flatten=False,
+                persistent=False, split_k=1)
     for m, n, k in shapes:
         i = 0
         for bm, bn, warps in STAGE_TILES:
             for bk in (64, 128):
                 for stages in range(4, 10):
-                    if stages * (bm + bn) * bk * 2 > SM90_SMEM - 8192:  # Triton's own scratch beside the stages
+                    if stages * (bm + bn) * bk * 2 > peaks.smem_per_sm - SCRATCH_BYTES:
                         continue
                     for loads in ("tma", "pointer"):
                         out.append({"name": f"gemm_{m}x{n}x{k}_s{i}", "group": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
