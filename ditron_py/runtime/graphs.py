@@ -268,24 +268,16 @@ class TorchGraphs:
         raw = getattr(graph, "raw_cuda_graph_exec", None)
         return raw() if raw is not None else 0
 
-    def replay(self, graph, graph_exec: int, stream: int, driver) -> None:
-        """Launch the graph on the current stream (raw handle ``stream``): through the driver when it can, else
-        torch's replay."""
-        if driver is None or not driver.launch_graph(graph_exec, stream):
-            graph.replay()
+    def replay(self, graph) -> None:
+        """Launch the graph on the current stream through torch (a call's hot path launches through the driver:
+        ``GraphRunner._enqueuer``)."""
+        graph.replay()
 
-    def launch(self, graph, graph_exec: int, stream: int, driver, event, raw_event: int) -> None:
-        """``replay``, then ``record`` of ``event`` (raw handle ``raw_event``) on the same stream: one driver call
-        for both where it can, else torch's."""
-        if driver is None or not driver.launch_graph(graph_exec, stream, raw_event or event.cuda_event):
-            graph.replay()
-            event.record()
-
-    def record(self, event, stream: int, driver, raw_event: int = 0) -> None:
-        """Record ``event`` on the current stream (raw handle ``stream``): through the driver when it can (torch's
-        ``Event.record()`` looks the stream up in Python: ~7 us of a ~20 us call), else torch."""
-        if driver is None or not driver.record(raw_event or event.cuda_event, stream):
-            event.record()
+    def launch(self, graph, event) -> None:
+        """``replay``, then ``event`` recorded on the same stream, through torch: where the driver's launcher is
+        missing."""
+        graph.replay()
+        event.record()
 
 
 def tensor_key(x) -> tuple:
@@ -383,7 +375,7 @@ class GraphRunner:
             drv.write(h, word.data_ptr() + 4, 2)
         try:
             graph = self.backend.capture(body)
-            self.backend.replay(graph, 0, 0, None)  # through torch: the probe is run once
+            self.backend.replay(graph)  # the probe is run once
             torch.cuda.synchronize(ex.device)
             got = word.tolist()
             problem = None if got == [1, 2] else f"a replayed probe wrote [1, 2] and read back {got}"
@@ -457,7 +449,7 @@ class GraphRunner:
         graphs, execs, calls = entry.graphs, entry.execs, self.calls
         queue, streams, prune = self._queue, self._streams, self._prune
         events, raw_events, milestones = self._events, self._raw_events, self._milestones
-        driver, launch = self._driver, self.backend.launch
+        driver, launch = self._driver, self.backend.launch  # launch: torch's, where the driver cannot
         driver_launch = None if driver is None else driver.graph_launcher()  # both driver calls in one
 
         def enqueue(sync: bool) -> bool:
@@ -477,7 +469,7 @@ class GraphRunner:
                 if code:
                     raise driver.fail(code)
             else:  # torch's replay and record
-                launch(graph, graph_exec, stream, None, events[i], event)
+                launch(graph, events[i])
             streams.add(stream)
             if len(queue) < EVENT_RING:  # the calls queued are the latest: slot i is not among them
                 m = milestones[i]

@@ -105,8 +105,7 @@ class FakeGraphs:
     def executable(self, graph) -> int:
         return id(graph)
 
-    def replay(self, graph, graph_exec, stream, driver) -> None:
-        assert graph_exec in (0, id(graph)) and driver is None
+    def replay(self, graph) -> None:
         gpu, cap = self.gpu, self.capture_stream
         gpu.replays += 1
         caller = gpu.cur
@@ -119,9 +118,9 @@ class FakeGraphs:
         end.record(cap)
         caller.wait_event(end)
 
-    def launch(self, graph, graph_exec, stream, driver, event, raw_event=0) -> None:
-        self.replay(graph, graph_exec, stream, driver)
-        self.record(event, stream, driver)
+    def launch(self, graph, event) -> None:
+        self.replay(graph)
+        event.record()
 
     @staticmethod
     def device():
@@ -129,10 +128,6 @@ class FakeGraphs:
 
     def current(self, device) -> int:
         return id(self.gpu.cur)
-
-    def record(self, event, stream, driver, raw_event=0) -> None:
-        assert driver is None and stream == id(self.gpu.cur)  # no CUDA driver on the CPU: torch's record
-        event.record()
 
 
 class GraphFakeGPU(FakeGPU):
