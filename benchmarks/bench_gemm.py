@@ -16,7 +16,9 @@ tile candidates (cost_model) beside the template's, written as gemm_skinny.csv /
 candidates' pipeline depth. ``--stages`` (with --build): the same shapes over a grid of tiles, BLOCK_K, pipeline
 stages and loads, timed back to back (L2 warm, as inside the distributed ops' repeated calls) beside torch.matmul,
 every candidate written to gemm_skinny_warm.csv: the evidence for the small tiles' stages in
-``cost_model._GEMM_CANDIDATES``.
+``cost_model._GEMM_CANDIDATES``. ``--stream-k`` (with --build): the M = 1024 GEMMs of the distributed ops, whose
+big tiles fill the SMs in a fraction of a wave, whole-tile persistent against stream-K (the last tiles shared out
+by K steps), timed the same way -> gemm_stream_k.csv: the evidence for the model's stream-K.
 
 Output: a table on stdout; benchmarks/results/gemm.csv, gemm.png (if matplotlib is importable),
 gemm_compile.csv (compile times: ditron's TTIR through Triton's stages vs triton.compile of the equivalent
@@ -85,7 +87,7 @@ def build_kernels(out_dir: Path, kernels: list[dict], target: str = TARGET) -> d
         entries.append({"name": rec["name"], "group": spec.get("group", rec["name"]), "file": f"{rec['name']}.ttir",
                         "grid": list(gemm.grid(rec)), "num_warps": rec["num_warps"],
                         "num_stages": rec["num_stages"], "tiles": gemm.geometry(rec).tiles, "record": dict(rec),
-                        "abi": abi})
+                        "abi": abi, "scratch": gemm.scratch(rec)})
     manifest = {"target": target, "built_with_triton": triton.__version__, "kernels": entries}
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     (out_dir / "timings.json").write_text(json.dumps({"ttir_build_s": timings}, indent=1, sort_keys=True) + "\n")
@@ -140,12 +142,40 @@ def stage_kernels(shapes=SKINNY, dtype: str = "bf16") -> list[dict]:
     return out
 
 
-def build(out_dir: Path, skinny: bool = False, stages: bool = False) -> None:
-    if stages:
-        manifest = build_kernels(out_dir, stage_kernels())
+# one rank's GEMM of AG+GEMM / GEMM+RS at M = 1024 on two ranks (LLaMA-3 8B and 70B)
+MID = [(1024, 7168, 4096), (1024, 14336, 8192), (1024, 4096, 7168), (1024, 8192, 14336)]
+
+
+def stream_k_kernels(shapes=MID, dtype: str = "bf16") -> list[dict]:
+    """Per shape: the big tiles whole (persistent) and stream-K over the partial wave's tiles (and over one more
+    wave), with TMA and with pointer loads (AG+GEMM's one-launch gather reads A through pointers)."""
+    from ditron.cost_model import peaks_for
+    sms = peaks_for(TARGET).num_sms
+    out = []
+    base = dict(group_m=8, num_sms=sms, store="pointer", epilogue_split=1, flatten=False, persistent=True,
+                split_k=1)
+    for m, n, k in shapes:
+        i = 0
+        for bm, bn, warps, stages in ((128, 256, 8, 3), (128, 128, 8, 5)):
+            tiles = math.ceil(m / bm) * math.ceil(n / bn)
+            for sk in sorted({0, tiles % sms, tiles % sms + sms} - {sms}):
+                if sk > tiles or (sk and sk * math.ceil(k / 64) < sms):
+                    continue
+                for loads in ("tma", "pointer"):
+                    out.append({"name": f"gemm_{m}x{n}x{k}_k{i}", "group": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+                                "fields": dict(base, block_m=bm, block_n=bn, block_k=64, num_warps=warps,
+                                               num_stages=stages, loads=loads, stream_k=sk, in_dtype=dtype)})
+                    i += 1
+    return out
+
+
+def build(out_dir: Path, skinny: bool = False, stages: bool = False, stream_k: bool = False) -> None:
+    if stages or stream_k:
+        manifest = build_kernels(out_dir, stream_k_kernels() if stream_k else stage_kernels())
         manifest["timing"] = "warm"
+        manifest["csv"] = "gemm_stream_k.csv" if stream_k else "gemm_skinny_warm.csv"
         (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        print(f"built {len(manifest['kernels'])} kernels for {len(SKINNY)} shapes into {out_dir} (timed L2 warm)")
+        print(f"built {len(manifest['kernels'])} kernels into {out_dir} (timed L2 warm)")
         return
     manifest = build_kernels(out_dir, bench_kernels(SKINNY, model_tiles=True) if skinny else bench_kernels())
     timings = json.loads((out_dir / "timings.json").read_text())
@@ -166,7 +196,8 @@ def build(out_dir: Path, skinny: bool = False, stages: bool = False) -> None:
 
 # ================================================================================ run (GPU box: torch + triton)
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4m3": "float8_e4m3fn"}
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4m3": "float8_e4m3fn",
+                "i32": "int32"}
 
 
 def torch_dtype(name: str):
@@ -240,10 +271,8 @@ class GemmLaunch:
         self.kernel, self.grid = kernel, tuple(entry["grid"])
         self.err = torch.zeros(4, device=a.device, dtype=torch.int32)  # [gave up, tag, value seen, unused]
         buffers = {"a": a, "b": b, "c": c, "wait_bound": WAIT_BOUND, "wait_err": self.err, "wait_tag": 1}
-        if rec.get("split_k", 1) > 1:
-            buffers["workspace"] = torch.empty(((rec["split_k"] - 1) * rec["m"], rec["n"]), device=a.device,
-                                               dtype=torch.float32)
-            buffers["locks"] = torch.zeros(entry["tiles"], device=a.device, dtype=torch.int32)
+        for name, (shape, dtype) in (entry.get("scratch") or {}).items():  # split-K / stream-K (locks zeroed)
+            buffers[name] = torch.zeros(shape, device=a.device, dtype=torch_dtype(dtype))
         names = list(rec["args"]) + [name for name, _ in entry.get("abi", [])]
         missing = [x for x in names if x not in buffers]
         if missing:
@@ -297,6 +326,8 @@ def describe(rec: dict) -> str:
              rec["loads"], "persistent" if rec["persistent"] else "grid"]
     if rec.get("split_k", 1) > 1:
         parts.append(f"splitk{rec['split_k']}")
+    if rec.get("stream_k", 0):
+        parts.append(f"streamk{rec['stream_k']}")
     if rec.get("epilogue_split", 1) > 1:
         parts.append("epi/2")
     if rec.get("flatten"):
@@ -421,7 +452,8 @@ def warm_us(fn, iters: int = 200, blocks: int = 2) -> float:
 
 
 def run_stages(kernel_dir: Path, out: Path) -> None:
-    """--stages: every candidate and torch.matmul per shape, L2 warm; the ranking printed, all written as CSV."""
+    """--stages / --stream-k: every candidate and torch.matmul per shape, L2 warm; the ranking printed, all
+    written as CSV (the manifest's "csv")."""
     import torch
     manifest = load_manifest(kernel_dir)
     errors = precompile(kernel_dir, manifest["kernels"])
@@ -455,11 +487,12 @@ def run_stages(kernel_dir: Path, out: Path) -> None:
                   "torch_us": t_torch, "ratio": t_torch / t, "rel_err": err} for t, desc, err in timed]
         torch.cuda.empty_cache()
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "gemm_skinny_warm.csv", "w", newline="") as f:
+    name = manifest.get("csv", "gemm_skinny_warm.csv")
+    with open(out / name, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"wrote {out / 'gemm_skinny_warm.csv'}")
+    print(f"wrote {out / name}")
 
 
 # ------------------------------------------------------------------ the equivalent Triton-Python kernel
@@ -636,6 +669,8 @@ def main(argv=None) -> None:
                    "and ditron-tile's candidate tiles (results: gemm_skinny.*)")
     p.add_argument("--stages", action="store_true", help="with --build: the M = 128 shapes over tiles, BLOCK_K, "
                    "stages and loads, timed L2 warm (results: gemm_skinny_warm.csv)")
+    p.add_argument("--stream-k", action="store_true", help="with --build: the M = 1024 shapes, whole tiles against "
+                   "stream-K, timed L2 warm (results: gemm_stream_k.csv)")
     p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per final measurement")
     p.add_argument("--out", default=str(RESULTS), help="where the CSV and PNG go")
     p.add_argument("--dry-run", metavar="TARGET", help="with --run: only compile, for TARGET (e.g. cuda:90); no GPU "
@@ -659,7 +694,7 @@ def main(argv=None) -> None:
         if args.build is None and args.run is None:
             sys.exit("nothing to do: no MLIR bindings (for --build) and no GPU (for --run)")
     if args.build is not None:
-        build(Path(args.build), skinny=args.skinny, stages=args.stages)
+        build(Path(args.build), skinny=args.skinny, stages=args.stages, stream_k=args.stream_k)
     if args.run is not None:
         kdir = Path(args.run)
         if load_manifest(kdir).get("timing") == "warm" and not args.dry_run:

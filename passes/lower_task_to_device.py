@@ -295,19 +295,21 @@ class _FunctionLowering:
 
     def launch(self, record: KernelRecord, args: Sequence[ir.Value], *, lane: str, role: str,
                group: int | None = None, tile_order: str = "grouped") -> device.Launch:
-        if record["template"] == "gemm" and record.get("split_k", 1) > 1:
-            args = [*args, *self._split_k_buffers(record)]
+        if record["template"] == "gemm":
+            args = [*args, *self._gemm_scratch(record)]
         name = self.kernels.declare(record, [a.type for a in args], self.b.loc)
         return self.b.launch(name, args, grid=K.grid_of(record), sm_budget=K.sm_budget_of(record),
                              tile_order=tile_order, lane=lane, role=role, group=group)
 
-    def _split_k_buffers(self, record: KernelRecord) -> list[ir.Value]:
-        """A split-K GEMM's fp32 workspace ([(S-1) * M, N]: the partials of splits 0..S-2) and its locks (one slot
-        per tile: zero at allocation, and the last split of a tile leaves it zero)."""
+    def _gemm_scratch(self, record: KernelRecord) -> list[ir.Value]:
+        """A split-K or stream-K GEMM's fp32 workspace and its locks (``gemm.scratch``: zero at allocation, and
+        every launch leaves them zero); none for other GEMMs."""
         from ..kernels import gemm
-        S, m, n = record["split_k"], record["m"], record["n"]
-        workspace = self.b.alloc([(S - 1) * m, n], ir.F32Type.get(), "gemm_workspace")
-        return [workspace, self.b.pad(gemm.geometry(record).tiles, "gemm_locks")]
+        shapes = gemm.scratch(record)
+        if not shapes:
+            return []
+        (ws_shape, _), ((locks,), _) = shapes["workspace"], shapes["locks"]
+        return [self.b.alloc(ws_shape, ir.F32Type.get(), "gemm_workspace"), self.b.pad(locks, "gemm_locks")]
 
     # ---- compute ops
 

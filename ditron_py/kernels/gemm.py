@@ -14,6 +14,8 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     epilogue_split          1 | 2: store the C tile in two column halves (less shared memory, a 4th stage fits)
     flatten                 let Triton flatten the persistent tile loop with the K loop (tt.flatten)
     split_k                 S > 1: S programs per tile over K slices (see below)
+    stream_k                T > 0: the last T tiles of the order are shared out by K steps (stream-K, see below);
+                            absent or 0: none
     max_imprecise_acc       fp8 only: K elements the tensor cores may accumulate in their reduced precision
                             before adding into the fp32 accumulator (default block_k: fp32 accumulation per K
                             step; 2**30 is Triton's fast default)
@@ -72,7 +74,8 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
 Arguments (``record["args"]``): a, b, c, then the wait pad and value, the gather source, the notify pad (if
 another one) and peer argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N]
 row-major: slice j holds rows j*M ...) and ``locks`` (i32, one per tile, zero before the first launch; the kernel
-leaves them zero).
+leaves them zero); for stream-K the same two, ``workspace`` [grid * BM, BN] and one lock per program
+(``scratch`` gives both shapes).
 
 Tile order: tile t -> (pid_m, pid_n). row_major: t // tiles_n, t % tiles_n. grouped: GROUP_M m-blocks share a
 column sweep (Triton's swizzle). rank_rotated: grouped, then pid_m shifted by the m-block holding row
@@ -86,6 +89,16 @@ Split-K (non-persistent, grid <= num_sms so all programs are resident): split s 
 (``ditron_core.wait`` at gpu scope, acquire: bounded like every wait, so the lowered kernel takes ``wait_bound``,
 ``wait_err``, ``wait_tag`` after its own arguments), adds the slices in order to its own partial, stores C and
 resets ``locks[t]`` to 0.
+
+Stream-K (persistent, grid = num_sms programs, all resident): the first D = tiles - T tiles go to the programs
+data-parallel (program p: tiles p, p + grid, ...; D a multiple of the grid), then the I = T * k_tiles K steps of
+the last T tiles are cut into grid equal ranges, program p taking steps [p*I // grid, (p+1)*I // grid) (tile D +
+step // k_tiles). A tile's *owner* is the program holding its last K step. A program first runs its trailing
+piece of a tile it does not own (if its range ends inside one): stores the fp32 partial to ``workspace`` slot p
+([grid * BM, BN], full tiles) and adds 1 to ``locks[p]`` (release); then the tiles it owns, in order: the first
+may have begun in lower programs' ranges, whose partials it waits for (``locks[q] >= 1``, acquire, bounded), adds
+and clears (``locks[q]`` back to 0) before storing C. Only lower programs' trailing pieces are awaited, which they
+run before anything that waits on a lock: no chain, no cycle. ``stream_k_segments`` lists a program's pieces.
 
 Launch: exactly ``grid(record)`` programs, ``num_warps`` warps; pointer arguments 16-byte aligned. TMA variants
 create descriptors on the device: the launcher must set Triton's global scratch allocator
@@ -112,7 +125,7 @@ OUT_DTYPES = ("bf16", "fp16", "fp32")
 SM90_SHARED_BYTES = 232448 - 1024  # H100/H200 shared memory per block, less room for barriers
 
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "persistent", "num_sms",
-                 "loads", "store", "epilogue_split", "flatten", "split_k")
+                 "loads", "store", "epilogue_split", "flatten", "split_k", "stream_k")
 
 
 def _err(message: str) -> VerificationError:
@@ -183,9 +196,21 @@ def _arg_names(rec) -> list[str]:
     if "push" in rec:
         args += [a for a in (rec["push"].get("arg"), rec["push"].get("pad"), rec["push"].get("value_arg"))
                  if a is not None and a not in args]
-    if rec.get("split_k", 1) > 1:
+    if rec.get("split_k", 1) > 1 or rec.get("stream_k", 0):
         args += ["workspace", "locks"]
     return args
+
+
+def scratch(rec) -> dict[str, tuple[list[int], str]] | None:
+    """The kernel-private buffers of a split-K or stream-K GEMM: name -> (shape, dtype), or None. ``locks`` must be
+    zero before the first launch (every launch leaves them zero)."""
+    if rec.get("stream_k", 0):
+        grid_ = geometry(rec).grid
+        return {"workspace": ([grid_ * rec["block_m"], rec["block_n"]], "fp32"), "locks": ([grid_], "i32")}
+    if rec.get("split_k", 1) > 1:
+        return {"workspace": ([(rec["split_k"] - 1) * rec["m"], rec["n"]], "fp32"),
+                "locks": ([geometry(rec).tiles], "i32")}
+    return None
 
 
 def check(rec) -> None:
@@ -269,8 +294,25 @@ def check(rec) -> None:
         if g.split_tiles * (rec["split_k"] - 1) >= g.k_tiles:
             raise _err(f"split_k={rec['split_k']} leaves an empty K slice ({g.k_tiles} K tiles of "
                        f"{rec['block_k']}); lower split_k")
+    if rec.get("stream_k", 0):
+        _check_stream_k(rec, g)
     if len(set(rec["args"])) != len(rec["args"]):
         raise _err(f"argument names collide: {rec['args']}")
+
+
+def _check_stream_k(rec, g) -> None:
+    sk = rec["stream_k"]
+    if not isinstance(sk, int) or isinstance(sk, bool) or sk < 0 or sk > g.tiles:
+        raise _err(f"stream_k={sk!r} must be a number of tiles in [0, {g.tiles}]")
+    if not rec["persistent"] or rec["split_k"] > 1 or rec["flatten"] or "notify" in rec or "reduce_own" in rec \
+            or "push" in rec:
+        raise _err("stream_k works with persistent, unflattened kernels without split-K, notify, reduce_own and push")
+    if (g.tiles - sk) % g.grid:
+        raise _err(f"stream_k={sk} leaves {g.tiles - sk} data-parallel tiles, not a multiple of the {g.grid} programs")
+    if sk * g.k_tiles < g.grid:
+        raise _err(f"stream_k={sk} tiles of {g.k_tiles} K steps give fewer K steps than the {g.grid} programs")
+    if g.grid * sk * g.k_tiles >= 2 ** 31:
+        raise _err(f"stream_k={sk}: {g.grid} programs x {sk * g.k_tiles} K steps overflow the kernel's i32 ranges")
 
 
 def _check_gather(rec, g) -> None:
@@ -446,7 +488,10 @@ def geometry(rec) -> Geometry:
     tm, tn = math.ceil(rec["m"] / rec["block_m"]), math.ceil(rec["n"] / rec["block_n"])
     kt = math.ceil(rec["k"] / rec["block_k"])
     s = rec.get("split_k", 1)
-    grid = min(rec["num_sms"], tm * tn) if rec["persistent"] else tm * tn * s
+    if rec.get("stream_k", 0):
+        grid = rec["num_sms"]
+    else:
+        grid = min(rec["num_sms"], tm * tn) if rec["persistent"] else tm * tn * s
     return Geometry(tm, tn, kt, math.ceil(kt / s), grid)
 
 
@@ -507,9 +552,32 @@ def tile_coords(rec, t: int, rank: int = 0) -> tuple[int, int]:
 def program_tiles(rec, pid: int) -> list[tuple[int, int]]:
     """(tile, split) pairs program pid visits, in order."""
     g = geometry(rec)
-    if rec["persistent"]:
-        return [(t, 0) for t in range(pid, g.tiles, g.grid)]
+    if rec["persistent"]:  # stream-K: the data-parallel tiles (stream_k_segments gives the rest)
+        return [(t, 0) for t in range(pid, g.tiles - rec.get("stream_k", 0), g.grid)]
     return [(pid % g.tiles, pid // g.tiles)]
+
+
+def stream_k_segments(rec, pid: int) -> list[tuple[int, int, int, list[int] | None]]:
+    """Program pid's stream-K pieces in the order it runs them: (tile, first K step, end K step, contributors) --
+    contributors None for the trailing piece of a tile it does not own (its partial goes to workspace slot pid),
+    else the lower programs whose partials of the tile it adds before storing C."""
+    g = geometry(rec)
+    sk = rec.get("stream_k", 0)
+    if not sk:
+        return []
+    K, G, d = g.k_tiles, g.grid, g.tiles - sk
+    total = sk * K
+    start, end = pid * total // G, (pid + 1) * total // G
+    last = (end - 1) // K
+    out: list[tuple[int, int, int, list[int] | None]] = []
+    tail = end % K != 0
+    if tail:
+        out.append((d + last, max(start, last * K) - last * K, end - last * K, None))
+    for t in range(start // K, last if tail else last + 1):
+        k0 = max(start - t * K, 0)
+        first = ((t * K + 1) * G - 1) // total  # the program holding the tile's first K step
+        out.append((d + t, k0, K, list(range(first, pid)) if k0 else []))
+    return out
 
 
 def _slots(m0: int, rows: int, spec) -> range:
@@ -608,12 +676,49 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.notifies = [SlotNotify(nt["arg"], sl, nt["value"], _peer(nt, sl, rank, num_ranks, rec, scalars),
                                             op="add") for sl in _slots(m0, rows, nt)]
             steps.append(step)
+        steps += _stream_k_steps(rec, g, pid, rank, scalars)
         if deferred_push(rec) and steps:  # each tile's counts go out with the next tile (the last with its own)
             counts = [st.notifies for st in steps]
             for j, st in enumerate(steps):
                 st.notifies = (counts[j - 1] if j else []) + (counts[j] if j == len(steps) - 1 else [])
         out.append(steps)
     return out
+
+
+def _stream_k_steps(rec, g, pid: int, rank: int, scalars) -> list[TileStep]:
+    """Program pid's stream-K pieces (``stream_k_segments``): a trailing piece stores its fp32 partial to workspace
+    slot pid and counts it in locks[pid]; an owned piece waits for its contributors' partials, adds them, stores C
+    and clears their locks."""
+    bm, bn, bk = rec["block_m"], rec["block_n"], rec["block_k"]
+    steps = []
+    for t, k0, k1, contributors in stream_k_segments(rec, pid):
+        pid_m, pid_n = tile_coords(rec, t, rank)
+        m0, n0 = pid_m * bm, pid_n * bn
+        rows, cols = min(bm, rec["m"] - m0), min(bn, rec["n"] - n0)
+        lo, hi = k0 * bk, min(rec["k"], k1 * bk)
+        a_reg = Region("a", (m0, lo), (rows, hi - lo))
+        b_reg = Region("b", (n0, lo), (cols, hi - lo)) if rec["b_trans"] else Region("b", (lo, n0), (hi - lo, cols))
+        step = TileStep(reads=[a_reg, b_reg])
+        if "wait" in rec:
+            w = rec["wait"]
+            step.waits = [SlotWait(w["arg"], sl, int(scalars[w["value_arg"]])) for sl in _slots(m0, rows, w)]
+        if contributors is None:
+            ws = Region("workspace", (pid * bm, 0), (bm, bn))
+            step.writes = [ws]
+            step.compute = _gemm_compute(a_reg, b_reg, Region("workspace", (pid * bm, 0), (rows, cols)), [], rec,
+                                         out_dtype="fp32")
+            step.notifies = [SlotNotify("locks", pid, 1, op="add")]
+        else:
+            parts = [Region("workspace", (q * bm, 0), (bm, bn)) for q in contributors]
+            step.waits += [SlotWait("locks", q, 1) for q in contributors]
+            step.reads += parts
+            c_reg = Region("c", (m0, n0), (rows, cols))
+            step.writes = [c_reg]
+            step.compute = _gemm_compute(a_reg, b_reg, c_reg, [Region("workspace", (q * bm, 0), (rows, cols))
+                                                               for q in contributors], rec)
+            step.notifies = [SlotNotify("locks", q, 0, op="set") for q in contributors]
+        steps.append(step)
+    return steps
 
 
 def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> list[TileStep]:
@@ -747,7 +852,7 @@ class _Emitter:
         self.in_t, self.out_t = T.dtype(rec["in_dtype"]), T.dtype(rec["out_dtype"])
         sk = rec["split_k"]
         biggest = max(self.m * rec["lda"], (self.n if rec["b_trans"] else self.k) * rec["ldb"],
-                      self.m * rec["ldc"], sk * self.m * self.n,
+                      self.m * rec["ldc"], sk * self.m * self.n, self.g.grid * self.bm * self.bn,
                       rec["push"]["slabs"] * self.m * self.n if "push" in rec else 0)
         self.idx_t = T.i64() if biggest >= 2 ** 31 else T.i32()
 
@@ -795,13 +900,16 @@ class _Emitter:
             if rec["persistent"]:
                 flatten, defer = rec["flatten"], deferred_push(rec)
                 init = ([T.sub(pid, self.g.grid)] if flatten else []) + ([T.c(-1)] if defer else [])
-                with T.For(pid, self.g.tiles, self.g.grid, init, attrs={"tt.flatten": flatten}) as loop:
+                dp_tiles = self.g.tiles - rec.get("stream_k", 0)
+                with T.For(pid, dp_tiles, self.g.grid, init, attrs={"tt.flatten": flatten}) as loop:
                     tile_c = T.add(loop.args[0], self.g.grid) if flatten else None
                     m0 = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
                     if init:
                         loop.yield_(*([tile_c] if flatten else []), *([m0] if defer else []))
                 if defer:  # the last tile's count, once its stores are out
                     self._push_notifies_after(loop.results[-1])
+                if rec.get("stream_k", 0):
+                    self._stream_k(pid)
             elif rec["split_k"] > 1:
                 self.tile(T.rem(pid, self.g.tiles), T.div(pid, self.g.tiles), None)
             else:
@@ -836,13 +944,7 @@ class _Emitter:
         rec = self.rec
         pid_m, pid_n = self.coords(t)
         m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
-        a_base, a_row = self.arg["a"], m0
-        if "wait" in rec:
-            token = self._wait(m0, rec["wait"])
-            if rec["loads"] == "tma":
-                a_row = core.ConsumeToken.build(m0, token).result
-            else:
-                a_base = core.ConsumeToken.build(a_base, token).result
+        a_base, a_row = self._a_after_wait(m0)
         k_start = T.mul(split, self.g.split_tiles) if split is not None else None
         acc = self.k_loop(a_base, a_row, n0, k_start)
         if tile_c is not None:  # flattened loop: recompute the epilogue's coordinates from their own counter
@@ -876,6 +978,59 @@ class _Emitter:
         if "push" in rec and prev_m0 is None:
             self._push_notifies(m0)
         return m0
+
+    def _a_after_wait(self, m0):
+        """A's base pointer and the tile's first row, after the 'wait' on the slots of rows [m0, m0 + BM)."""
+        a_base, a_row = self.arg["a"], m0
+        if "wait" in self.rec:
+            token = self._wait(m0, self.rec["wait"])
+            if self.rec["loads"] == "tma":
+                a_row = core.ConsumeToken.build(m0, token).result
+            else:
+                a_base = core.ConsumeToken.build(a_base, token).result
+        return a_base, a_row
+
+    def _stream_k(self, pid):
+        """The stream-K pieces of program pid (module docstring; stream_k_segments is the same walk on ints)."""
+        g = self.g
+        K, G, d = g.k_tiles, g.grid, g.tiles - self.rec["stream_k"]
+        total = self.rec["stream_k"] * K
+        start, end = T.div(T.mul(pid, total), G), T.div(T.mul(T.add(pid, 1), total), G)
+        last = T.div(T.sub(end, 1), K)
+        tail = T.cmp("ne", T.rem(end, K), 0)
+        locks, ws = self.arg["locks"], self.arg["workspace"]
+        with T.if_(tail):  # the trailing piece of a tile owned by a higher program: partial to slot pid
+            k0 = T.sub(T.max_(start, T.mul(last, K)), T.mul(last, K))
+            acc, _, _ = self._piece(T.add(d, last), k0, T.sub(T.sub(end, T.mul(last, K)), k0))
+            T.store(self._ws_ptrs(pid), acc)
+            T.barrier()
+            T.atomic_rmw("add", T.addptr(locks, pid), T.c(1), T.c(True), sem="release", scope="gpu")
+        with T.For(T.div(start, K), T.select(tail, last, T.add(last, 1)), 1) as tiles_:
+            t = tiles_.iv
+            k0 = T.max_(T.sub(start, T.mul(t, K)), 0)
+            acc, m0, n0 = self._piece(T.add(d, t), k0, T.sub(K, k0))
+            first = T.div(T.sub(T.mul(T.add(T.mul(t, K), 1), G), 1), total)  # holds the tile's first K step
+            with T.For(T.select(T.cmp("sgt", k0, 0), first, pid), pid, 1, [acc]) as qs:
+                lock = T.addptr(locks, qs.iv)
+                core.Wait.build(lock, T.c(1), scope="gpu", semantic="acquire")  # bounded, like every wait
+                T.barrier()
+                part = T.load(self._ws_ptrs(qs.iv), cache="cg")
+                T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
+                qs.yield_(T.add(qs.args[0], part))
+            self.store_c(qs.results[0], m0, n0)
+
+    def _piece(self, t, k0, n_k):
+        """K steps [k0, k0 + n_k) of tile t (after its wait): (fp32 accumulator, m0, n0)."""
+        pid_m, pid_n = self.coords(t)
+        m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
+        a_base, a_row = self._a_after_wait(m0)
+        return self.k_loop(a_base, a_row, n0, k0, n_k), m0, n0
+
+    def _ws_ptrs(self, slot):
+        """Pointers to stream-K workspace slot ``slot``: a whole [BM, BN] fp32 tile, rows BN apart."""
+        rows = T.add(T.mul(self._wide(slot), self.bm), self._wide(T.make_range(0, self.bm)))
+        off = T.add(T.mul(T.expand_dims(rows, 1), self.bn), T.expand_dims(self._wide(T.make_range(0, self.bn)), 0))
+        return T.addptr(T.splat(self.arg["workspace"], [self.bm, self.bn]), off)
 
     def _gather(self, pid):
         """The prologue of 'gather': blocks pid, pid + grid, ... of the shard into A on every rank, each counted
@@ -1057,10 +1212,12 @@ class _Emitter:
                               scope=spec["scope"], semantic="release")
 
     # -- the K loop
-    def k_loop(self, a_base, a_row, n0, k_start):
+    def k_loop(self, a_base, a_row, n0, k_start, n_k=None):
+        """The tile's accumulator over K steps [k_start, k_start + n_k) (default: its split's, or all of K)."""
         rec = self.rec
         acc0 = T.zeros([self.bm, self.bn], "fp32")
-        n_k = self.g.split_tiles if k_start is not None else self.g.k_tiles
+        if n_k is None:
+            n_k = self.g.split_tiles if k_start is not None else self.g.k_tiles
         fp8 = rec["in_dtype"].startswith("fp8")
         imprecise = rec.get("max_imprecise_acc", self.bk) if fp8 else None
         if rec["loads"] == "tma":

@@ -132,6 +132,13 @@ GEMM_CASES = {
                             epilogue_split=1, flatten=False, num_sms=100),
     "splitk2-tma": dict(m=64, n=64, k=96, loads="tma", store="pointer", persistent=False, split_k=2,
                         epilogue_split=1, flatten=False, num_sms=100),
+    "streamk2-pointer": dict(m=70, n=50, k=200, loads="pointer", store="pointer", persistent=True, stream_k=2,
+                             epilogue_split=1, flatten=False, num_sms=4),
+    "streamk6-tma-three-programs-per-tile": dict(m=70, n=56, k=200, loads="tma", store="tma", persistent=True,
+                                                 stream_k=6, epilogue_split=1, flatten=False, num_sms=16),
+    "streamk6-bT-pointer-whole-and-partial": dict(m=70, n=50, k=200, b_trans=True, loads="pointer",
+                                                  store="pointer", persistent=True, stream_k=6, epilogue_split=1,
+                                                  flatten=False, num_sms=4),
     "strided-lda-ldc": dict(m=50, n=40, k=30, lda=48, ldc=64, loads="pointer", store="pointer", persistent=True,
                             epilogue_split=1, flatten=False),
     "tma-strided-ragged-k": dict(m=50, n=40, k=30, lda=48, ldc=64, loads="tma", store="tma", persistent=True,
@@ -145,9 +152,8 @@ def gemm_memory(rec, rng):
     b = random(rec["in_dtype"], (n, rec["ldb"]) if rec["b_trans"] else (k, rec["ldb"]), rng)
     mem = {("a", 0): a.ravel().copy(), ("b", 0): b.ravel().copy(),
            ("c", 0): np.zeros(m * rec["ldc"], storage_dtype(rec["out_dtype"]))}
-    if rec["split_k"] > 1:
-        mem[("workspace", 0)] = np.zeros((rec["split_k"] - 1) * m * n, np.float32)
-        mem[("locks", 0)] = np.zeros(gemm.geometry(rec).tiles, np.int32)
+    for name, (shape, dtype) in (gemm.scratch(rec) or {}).items():
+        mem[(name, 0)] = np.zeros(math.prod(shape), np.float32 if dtype == "fp32" else np.int32)
     ref = a[:, :k].astype(np.float32) @ (b[:, :k].T if rec["b_trans"] else b[:, :n]).astype(np.float32)
     return mem, ref
 
@@ -161,7 +167,8 @@ def rank_products(W: int, m: int, n: int, k: int, rng):
 
 
 def gemm_lds(rec):
-    return {"a": rec["lda"], "b": rec["ldb"], "c": rec["ldc"], "workspace": rec["n"], "locks": None}
+    return {"a": rec["lda"], "b": rec["ldb"], "c": rec["ldc"], "locks": None,
+            "workspace": gemm.scratch(rec)["workspace"][0][1] if gemm.scratch(rec) else None}
 
 
 @pytest.mark.parametrize("case", sorted(GEMM_CASES))
@@ -176,8 +183,8 @@ def test_gemm_ir_matches_tiles_and_numpy(case):
     close(c_ir, round_to(rec["out_dtype"], ref))
     close(c_tiles, c_ir)
     assert not mem_ir[("c", 0)].reshape(m, rec["ldc"])[:, n:].any(), "wrote past column n"
-    if rec["split_k"] > 1:
-        assert not mem_ir[("locks", 0)].any(), "split-K must leave its locks at zero"
+    if gemm.scratch(rec):
+        assert not mem_ir[("locks", 0)].any(), "split-K and stream-K must leave their locks at zero"
     triton_parse(emit(rec, lower="cuda:90"))
 
 
@@ -214,6 +221,53 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     first = gemm.tiles(rec, rank=2, num_ranks=W, scalars={"wait_value": 3})[0][0]
     assert first.reads[0].offsets[0] == 2 * rows_per_rank
     assert [w.slot for w in first.waits] == [4, 5]
+
+
+@pytest.mark.parametrize("loads,num_sms", [("pointer", 4), ("tma", 7)])
+def test_gemm_stream_k_with_waits_matches_tiles(loads, num_sms):
+    """AG+GEMM's consumer with stream-K: rank-rotated tiles that wait on their rows' slots; the data-parallel tiles
+    first, then the last tiles shared out by K steps -- every piece waits for its rows, owners wait for the lower
+    programs' partials, add them, store C and leave the locks zero. Ragged M, N and K."""
+    W, rows_per_rank, m, n, k = 3, 24, 72, 88 if loads == "pointer" else 96, 150 if loads == "pointer" else 152
+    probe = gemm.make_record(m, n, k, loads=loads, store="pointer", persistent=True, epilogue_split=1,
+                             flatten=False, **dict(SMALL, block_m=16, num_sms=num_sms))
+    tiles = gemm.geometry(probe).tiles
+    sk = tiles % num_sms + num_sms
+    rec = gemm.make_record(m, n, k, name="ag_gemm_sk", tile_order="rank_rotated", rows_per_rank=rows_per_rank,
+                           wait={"arg": "a_sig", "rows_per_slot": 12}, loads=loads, store="pointer",
+                           persistent=True, epilogue_split=1, flatten=False, stream_k=sk,
+                           **dict(SMALL, block_m=16, num_sms=num_sms))
+    assert rec["args"] == ["a", "b", "c", "a_sig", "wait_value", "workspace", "locks"]
+    segs = [gemm.stream_k_segments(rec, p) for p in range(num_sms)]
+    assert any(c for prog in segs for *_, c in prog), "some owner must add a lower program's partial"
+    assert sum(k1 - k0 for prog in segs for _, k0, k1, _ in prog) == sk * gemm.geometry(rec).k_tiles
+    rng = np.random.default_rng(RNG_SEED)
+    mem, ref = gemm_memory(rec, rng)
+    for r in range(W):
+        for key in ("a", "b", "workspace", "locks"):
+            mem[(key, r)] = mem[(key, 0)].copy()
+        mem[("c", r)] = np.zeros_like(mem[("c", 0)])
+        mem[("a_sig", r)] = np.full(m // 12, 3, np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"a_sig": None}, ranks=range(W), num_ranks=W,
+                                 scalars={"wait_value": 3})
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(m, n), round_to("bf16", ref))
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        assert not mem_ir[("locks", r)].any()
+    triton_parse(emit(rec, lower="cuda:90"))
+    bad = dict(loads=loads, store="pointer", epilogue_split=1, **dict(SMALL, block_m=16, num_sms=num_sms))
+    with pytest.raises(VerificationError, match="not a multiple of the"):
+        gemm.make_record(m, n, k, persistent=True, flatten=False, stream_k=sk + 1, **bad)
+    with pytest.raises(VerificationError, match="stream_k works with persistent, unflattened kernels"):
+        gemm.make_record(m, n, k, persistent=False, flatten=False, stream_k=sk, **bad)
+    with pytest.raises(VerificationError, match="stream_k works with persistent, unflattened kernels"):
+        gemm.make_record(m, n, k, persistent=True, flatten=False, stream_k=sk, **bad,
+                         notify={"arg": "s", "rows_per_slot": 16})
+    with pytest.raises(VerificationError, match=r"must be a number of tiles in \[0, "):
+        gemm.make_record(m, n, k, persistent=True, flatten=False, stream_k=tiles + num_sms, **bad)
+    with pytest.raises(VerificationError, match="fewer K steps than the"):
+        gemm.make_record(16, 16 * (num_sms + 1), 16, persistent=True, flatten=False, stream_k=1,
+                         **dict(bad, block_m=16, block_n=16))
 
 
 @pytest.mark.parametrize("W,shard,block_m", [(2, 20, 32), (3, 16, 16)])
