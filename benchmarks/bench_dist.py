@@ -481,7 +481,8 @@ def summarize_choices(path) -> str:
             out.append(f"gemm {c['block_m']}x{c['block_n']}x{c['block_k']} w{c['num_warps']} s{c['num_stages']} "
                        f"sms={c.get('sm_budget')}")
         elif not c["op"].endswith("matmul"):
-            out.append(f"{c['op'].split('.')[-1]} {c.get('algorithm') or ''} engine={c.get('engine')} "
+            own = " own_first" if c.get("own_first") else ""
+            out.append(f"{c['op'].split('.')[-1]} {c.get('algorithm') or ''}{own} engine={c.get('engine')} "
                        f"chunks={c.get('num_chunks')} comm_sms={c.get('comm_sms')}".replace("  ", " "))
     return "; ".join(out)
 

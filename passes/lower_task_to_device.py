@@ -294,12 +294,13 @@ class _FunctionLowering:
     # ---- kernels
 
     def launch(self, record: KernelRecord, args: Sequence[ir.Value], *, lane: str, role: str,
-               group: int | None = None, tile_order: str = "grouped") -> device.Launch:
+               group: int | None = None, tile_order: str | None = None) -> device.Launch:
         if record["template"] == "gemm":
             args = [*args, *self._gemm_scratch(record)]
         name = self.kernels.declare(record, [a.type for a in args], self.b.loc)
         return self.b.launch(name, args, grid=K.grid_of(record), sm_budget=K.sm_budget_of(record),
-                             tile_order=tile_order, lane=lane, role=role, group=group)
+                             tile_order=tile_order or record.get("tile_order", "grouped"), lane=lane, role=role,
+                             group=group)
 
     def _gemm_scratch(self, record: KernelRecord) -> list[ir.Value]:
         """A split-K or stream-K GEMM's fp32 workspace and its locks (``gemm.scratch``: zero at allocation, and
@@ -385,7 +386,9 @@ class _FunctionLowering:
         ready = self.b.pad(t.world, "ag_ready")
         c = self.dest(mm.result, "mm")
         rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
-                            wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x"}, rows_per_rank=shard)
+                            wait={"arg": "ready", "rows_per_slot": shard},
+                            gather={"arg": "x", "own_first": t.own_first is not False}, rows_per_rank=shard,
+                            tile_order="rank_rotated")
         blocks = gemm.gather_blocks(rec)
         self.slot_step = max(self.slot_step, blocks)
         self.crosses(inbox=gathered)

@@ -118,6 +118,8 @@ class Tiling:
     engine: str | None = None
     comm_sms: int | None = None
     algorithm: str | None = None
+    # AG+GEMM in one launch: the own rows' tiles first, from the shard, while the other programs push it
+    own_first: bool | None = None
     est_us: float | None = None
 
     def to_attr(self) -> ir.DictAttr:
@@ -148,7 +150,7 @@ class Tiling:
                 continue
             a = attr[f.name]
             want = str if f.name in ("kind", "target", "engine", "algorithm") else \
-                float if f.name == "est_us" else bool if f.name == "persistent" else int
+                float if f.name == "est_us" else bool if f.name in ("persistent", "own_first") else int
             if want is bool and isinstance(a, ir.BoolAttr):
                 values[f.name] = a.value
             elif want is int and isinstance(a, ir.IntegerAttr) and not isinstance(a, ir.BoolAttr):
@@ -354,6 +356,10 @@ class TilePass(Pass):
     all_gather: str = option("", "AG+GEMM's all-gather: push (each rank copies its shard into every rank's gather "
                                  "buffer), pull (it offers the shard, the peers pull it) or one_launch (the GEMM's "
                                  "programs push the shard before their tiles) (default: the model's choice)")
+    own_first: bool | None = option(None, "AG+GEMM in one launch: the own rows' tiles first, read from the shard "
+                                          "while programs without one push it (true), or every program pushes "
+                                          "before its tiles (false); implies all-gather=one_launch (default: the "
+                                          "model's choice)")
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue), reduce_kernel (reduction kernels on SMs "
                                      "beside the GEMM), one_launch (the GEMM, then one reduce launch of the own "
@@ -383,6 +389,9 @@ class TilePass(Pass):
             raise ValueError(f"all-reduce must be one of {', '.join(GEMM_AR_ALGORITHMS)}, got '{self.all_reduce}'")
         if self.all_gather and self.all_gather not in ALL_GATHER_ALGORITHMS:
             raise ValueError(f"all-gather must be one of {', '.join(ALL_GATHER_ALGORITHMS)}, got '{self.all_gather}'")
+        if self.own_first is not None and self.all_gather not in ("", "one_launch"):
+            raise ValueError(f"own-first orders the tiles of all-gather=one_launch; it does not apply to "
+                             f"all-gather={self.all_gather}")
         if self.reduce_scatter and self.reduce_scatter not in REDUCE_SCATTER_ALGORITHMS:
             raise ValueError(f"reduce-scatter must be one of {', '.join(REDUCE_SCATTER_ALGORITHMS)}, got "
                              f"'{self.reduce_scatter}'")
@@ -550,11 +559,12 @@ class _Planner:
         best = None
         # pull first: push must be strictly better to be chosen (where the GEMM hides the gather either way, the
         # measured pattern stays)
-        algorithms = [self.o.all_gather] if self.o.all_gather else list(ALL_GATHER_ALGORITHMS)
+        algorithms = [self.o.all_gather] if self.o.all_gather else \
+            ["one_launch"] if self.o.own_first is not None else list(ALL_GATHER_ALGORITHMS)
         for algorithm in algorithms:
             if algorithm == "one_launch":
-                choice = self.one_launch_gather(g, m, n, k, eb, shard_rows, w)
-                best = _better(best, choice)
+                for choice in self.one_launch_gather(g, m, n, k, eb, shard_rows, w):
+                    best = _better(best, choice)
                 continue
             # a push is a copy engine's remote write (SMs stay on the GEMM) unless engine=sm is asked for
             engines = ["copy_engine"] if algorithm == "push" and not self.o.engine else self.engines()
@@ -567,29 +577,32 @@ class _Planner:
                         t = ag_gemm_estimate(t_gemm, shard_rows * k * eb, w, chunks, self.peaks, engine=engine,
                                              tiles=gemm_tiles(m, n, cfg), sms=sms, comm_sms=comm,
                                              push=algorithm == "push", tiles_span_ranks=cfg.block_m > shard_rows)
-                        best = _better(best, (t, engine, comm, sms, cfg, rows, chunks, algorithm))
-        t, engine, comm, sms, cfg, rows, chunks, algorithm = best
+                        best = _better(best, (t, engine, comm, sms, cfg, rows, chunks, algorithm, {}))
+        t, engine, comm, sms, cfg, rows, chunks, algorithm, extra = best
         return Tiling(kind=g.kind, target=self.peaks.target, world=w, shard_rows=shard_rows, chunk_rows=rows,
                       num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6,
-                      algorithm=algorithm if w > 1 else None, **self.gemm_fields(cfg, m, n, sms, waits=w > 1))
+                      algorithm=algorithm if w > 1 else None, **extra,
+                      **self.gemm_fields(cfg, m, n, sms, waits=w > 1))
 
     def one_launch_gather(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, shard_rows: int, w: int):
-        """AG+GEMM in one launch: (modelled time, engine, comm SMs, SMs, config, chunk rows, chunks, algorithm), or
-        None where the options describe a gather beside the GEMM (an engine, its SMs, chunks) and it was not asked
-        for."""
+        """AG+GEMM in one launch: its plans (modelled time, engine, comm SMs, SMs, config, chunk rows, chunks,
+        algorithm, {own_first}) -- the own rows' tiles first or not -- or none where the options describe a gather
+        beside the GEMM (an engine, its SMs, chunks) and it was not asked for."""
         streams = self.o.engine == "copy_engine" or self.o.comm_sms or self.o.chunk_rows is not None or \
             self.o.num_chunks is not None
-        if streams and not self.o.all_gather:
-            return None
+        if streams and not self.o.all_gather and self.o.own_first is None:
+            return []
         if streams:
             raise op_error(self.o.name, g.producer, "all-gather=one_launch pushes whole shards with the GEMM's own "
                                                     "SMs: it takes no engine=copy_engine, comm-sms, chunk-rows or "
                                                     "num-chunks")
         sms = self.peaks.num_sms
         cfg, t_gemm = self.timed_gemm(g.consumer, m, n, k, sms, eb)
-        t = ag_gemm_one_launch_estimate(t_gemm, shard_rows * k * eb, w, self.peaks, tiles=gemm_tiles(m, n, cfg),
-                                        sms=sms, tiles_span_ranks=cfg.block_m > shard_rows)
-        return t, "sm", 0, sms, cfg, shard_rows, 1, "one_launch"
+        return [(ag_gemm_one_launch_estimate(t_gemm, shard_rows * k * eb, w, self.peaks, tiles=gemm_tiles(m, n, cfg),
+                                             sms=sms, tiles_span_ranks=shard_rows % cfg.block_m != 0,
+                                             own_first=own_first, b_bytes=k * n * eb),
+                 "sm", 0, sms, cfg, shard_rows, 1, "one_launch", {"own_first": own_first})
+                for own_first in ((False, True) if self.o.own_first is None else (self.o.own_first,))]
 
     def matmul_reduce(self, g: OverlapGroup, w: int) -> Tiling:
         mm = task.Matmul(g.producer)

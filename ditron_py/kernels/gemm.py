@@ -62,14 +62,20 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             ``c`` and clears its slots (one waiter each: the pad is consumed); split-K: the last split
                             does it, with the sum. Every program must be resident (a tile waits for the peers' same
                             tile); no owner.
-    gather  (optional)      {arg, block}: AG+GEMM in one launch. Before its first tile, program p copies blocks p,
-                            p + grid, ... of this rank's shard ``arg`` ([R, k] contiguous, R = rows_per_rank;
-                            ``block`` = [rows, cols] per block, ``gather_blocks`` of them) into rows rank*R + ... of
-                            ``a`` on every rank (the peers first, through symm_at; its own last), then adds 1
-                            (release) to slot ``rank`` of the ``wait`` pad on every rank: a slot counts
-                            gather_blocks(rec) per call, and the tiles' waits (rows_per_slot R) see the whole shard
-                            of each rank they cover. Every program must be resident (persistent, or one wave), and A
-                            is read through pointers (the peers' stores are generic-proxy writes).
+    gather  (optional)      {arg, block, own_first}: AG+GEMM in one launch. The *copiers* copy this rank's shard
+                            ``arg`` ([R, k] contiguous, R = rows_per_rank; ``block`` = [rows, cols] per block,
+                            ``gather_blocks`` of them) into rows rank*R + ... of ``a`` on every rank (the peers
+                            first, through symm_at; its own last) -- copier c of n takes blocks c, c + n, ... --
+                            and add their block count (release) to slot ``rank`` of the ``wait`` pad on every rank:
+                            a slot counts gather_blocks(rec) per call, and the tiles' waits (rows_per_slot R) see
+                            the whole shard of each rank they cover. With own_first (default), the
+                            ``gather_own_tiles`` tiles that lead the order and hold only this rank's rows read them
+                            from ``arg`` itself, without a wait. When they are fewer than the programs, the programs
+                            without one are the copiers and count at once (the others start on their own tiles at
+                            once); otherwise every program copies first and counts after its own tiles (its stores
+                            are out by then: the release does not stall). Every program must be resident
+                            (persistent, or one wave), and A is read through pointers (the peers' stores are
+                            generic-proxy writes).
 
 Arguments (``record["args"]``): a, b, c, then the wait pad and value, the gather source, the notify pad (if
 another one) and peer argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N]
@@ -171,7 +177,7 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
     if push:
         rec["push"] = {"scope": "sys", **push}
     if gather:
-        rec["gather"] = {"block": [16, 256], **gather}
+        rec["gather"] = {"block": [16, 256], "own_first": True, **gather}
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -337,6 +343,26 @@ def deferred_push(rec) -> bool:
     """A persistent GEMM that pushes counts each tile after the next tile's K loop (the last after its loop): the
     release then finds the tile's stores long out instead of stalling the SM on them while they cross the link."""
     return "push" in rec and rec["persistent"] and not rec["push"].get("sum")
+
+
+def gather_own_tiles(rec) -> int:
+    """'gather': how many tiles lead the order with rows of the launching rank's shard alone (read from the shard,
+    no wait): every tile of its rows when the order is rank_rotated (rank_shift 0), block_m divides rows_per_rank
+    and group_m divides rows_per_rank / block_m (and not into stream-K's tiles); else, or without gather.own_first,
+    0."""
+    rpr, bm = rec["rows_per_rank"], rec["block_m"]
+    if rec["tile_order"] != "rank_rotated" or rec.get("rank_shift", 0) or rpr % bm or (rpr // bm) % rec["group_m"] \
+            or not rec["gather"].get("own_first", True):
+        return 0
+    g = geometry(rec)
+    return min(rpr // bm * g.tiles_n, g.tiles - rec.get("stream_k", 0))
+
+
+def gather_copiers(rec) -> int:
+    """'gather': the first copier program (programs first..grid-1 copy): the first program without an own tile when
+    some program has none, else 0."""
+    own, grid_ = gather_own_tiles(rec), geometry(rec).grid
+    return own if 0 < own < grid_ else 0
 
 
 def gather_blocks(rec) -> int:
@@ -617,14 +643,26 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
     bm, bn, m, n, k = rec["block_m"], rec["block_n"], rec["m"], rec["n"], rec["k"]
     S = rec["split_k"]
     out = []
+    own_n = gather_own_tiles(rec) if "gather" in rec else 0
     for pid in range(g.grid):
-        steps = _gather_steps(rec, g, pid, rank, num_ranks) if "gather" in rec else []
+        steps, counts = _gather_steps(rec, g, pid, rank, num_ranks) if "gather" in rec else ([], [])
+        if counts and pid >= own_n:  # no own tile: the copies are counted at once
+            steps[-1].notifies = counts
         for t, s in program_tiles(rec, pid):
             pid_m, pid_n = tile_coords(rec, t, rank)
             m0, n0 = pid_m * bm, pid_n * bn
             rows, cols = min(bm, m - m0), min(bn, n - n0)
             k0 = s * g.split_tiles * rec["block_k"]
             k1 = min(k, (s + 1) * g.split_tiles * rec["block_k"]) if S > 1 else k
+            if t < own_n:  # gather: an own tile reads the shard itself and waits for nothing
+                own_a = Region(rec["gather"]["arg"], (m0 - rank * rec["rows_per_rank"], k0), (rows, k1 - k0))
+                b_reg = Region("b", (n0, k0), (cols, k1 - k0)) if rec["b_trans"] else Region("b", (k0, n0),
+                                                                                              (k1 - k0, cols))
+                c_reg = Region("c", (m0, n0), (rows, cols))
+                steps.append(TileStep(reads=[own_a, b_reg], writes=[c_reg],
+                                      compute=_gemm_compute(own_a, b_reg, c_reg, [], rec),
+                                      notifies=counts if t + g.grid >= own_n else []))
+                continue
             a_reg = Region("a", (m0, k0), (rows, k1 - k0))
             b_reg = Region("b", (n0, k0), (cols, k1 - k0)) if rec["b_trans"] else Region("b", (k0, n0),
                                                                                           (k1 - k0, cols))
@@ -721,24 +759,26 @@ def _stream_k_steps(rec, g, pid: int, rank: int, scalars) -> list[TileStep]:
     return steps
 
 
-def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> list[TileStep]:
-    """Program pid's share of the gather: each of its blocks copied into A on every rank (peers first), then the
-    block counted in slot ``rank`` of each rank's wait pad."""
+def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> tuple[list[TileStep], list[SlotNotify]]:
+    """Program pid's share of the gather: each of its blocks copied into A on every rank (peers first); and the
+    count of them for slot ``rank`` of each rank's wait pad (none if it copies nothing), which goes out after the
+    copies or after the program's own tiles (``tiles``)."""
     (gm, gk), rpr, pad = rec["gather"]["block"], rec["rows_per_rank"], rec["wait"]["arg"]
     if (rank + 1) * rpr > rec["m"]:
         raise _err(f"'gather': rank {rank}'s rows [{rank * rpr}, {(rank + 1) * rpr}) are outside A's {rec['m']} "
                    f"rows ({num_ranks} ranks of {rpr})")
     order = [(rank + d) % num_ranks for d in range(1, num_ranks + 1)]
     kb = math.ceil(rec["k"] / gk)
+    first = gather_copiers(rec)
     steps = []
-    for blk in range(pid, gather_blocks(rec), g.grid):
-        r0, c0 = blk // kb * gm, blk % kb * gk
-        size = (min(gm, rpr - r0), min(gk, rec["k"] - c0))
-        src = Region(rec["gather"]["arg"], (r0, c0), size)
-        dsts = [Region("a", (rank * rpr + r0, c0), size, rank=q) for q in order]
-        steps.append(TileStep(reads=[src], writes=dsts, compute=copies(src, *dsts),
-                              notifies=[SlotNotify(pad, rank, 1, q, op="add") for q in order]))
-    return steps
+    if pid >= first:
+        for blk in range(pid - first, gather_blocks(rec), g.grid - first):
+            r0, c0 = blk // kb * gm, blk % kb * gk
+            size = (min(gm, rpr - r0), min(gk, rec["k"] - c0))
+            src = Region(rec["gather"]["arg"], (r0, c0), size)
+            dsts = [Region("a", (rank * rpr + r0, c0), size, rank=q) for q in order]
+            steps.append(TileStep(reads=[src], writes=dsts, compute=copies(src, *dsts)))
+    return steps, [SlotNotify(pad, rank, len(steps), q, op="add") for q in order] if steps else []
 
 
 def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int) -> None:
@@ -896,8 +936,8 @@ class _Emitter:
                 self._make_descs()
             pid = T.program_id(0)
             if "gather" in rec:
-                self._gather(pid)
-            if rec["persistent"]:
+                self._gathering_tiles(pid)
+            elif rec["persistent"]:
                 flatten, defer = rec["flatten"], deferred_push(rec)
                 init = ([T.sub(pid, self.g.grid)] if flatten else []) + ([T.c(-1)] if defer else [])
                 dp_tiles = self.g.tiles - rec.get("stream_k", 0)
@@ -938,15 +978,20 @@ class _Emitter:
         return TILE_ORDER_FNS[self.rec["tile_order"]](IrOps, t, self.rec, self.g, self.rank)
 
     # -- one tile
-    def tile(self, t, split, tile_c, prev_m0=None):
+    def tile(self, t, split, tile_c, prev_m0=None, own=False):
         """One tile. ``prev_m0`` (a deferred push): the row of the program's previous tile (-1: none), whose
-        peers' slots are counted after this tile's K loop; returns this tile's row."""
+        peers' slots are counted after this tile's K loop; returns this tile's row. ``own`` (gather): rows of this
+        rank's shard, read from the shard without a wait."""
         rec = self.rec
         pid_m, pid_n = self.coords(t)
         m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
-        a_base, a_row = self._a_after_wait(m0)
         k_start = T.mul(split, self.g.split_tiles) if split is not None else None
-        acc = self.k_loop(a_base, a_row, n0, k_start)
+        if own:
+            acc = self.k_loop(self.arg[rec["gather"]["arg"]], T.sub(m0, T.mul(self.rank, rec["rows_per_rank"])), n0,
+                              k_start, lda=self.k)
+        else:
+            a_base, a_row = self._a_after_wait(m0)
+            acc = self.k_loop(a_base, a_row, n0, k_start)
         if tile_c is not None:  # flattened loop: recompute the epilogue's coordinates from their own counter
             pid_m, pid_n = self.coords(tile_c)
             m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
@@ -1032,14 +1077,44 @@ class _Emitter:
         off = T.add(T.mul(T.expand_dims(rows, 1), self.bn), T.expand_dims(self._wide(T.make_range(0, self.bn)), 0))
         return T.addptr(T.splat(self.arg["workspace"], [self.bm, self.bn]), off)
 
-    def _gather(self, pid):
-        """The prologue of 'gather': blocks pid, pid + grid, ... of the shard into A on every rank, each counted
-        in slot rank of every rank's wait pad (release: after the CTA's stores)."""
+    def _gathering_tiles(self, pid):
+        """'gather' (module docstring): the copiers' stores, the own tiles from the shard, the copies' count (after
+        the copies, or after the own tiles where every program has one), then the other tiles, waiting for their
+        rows (then stream-K's)."""
+        rec, g = self.rec, self.g
+        own, first = gather_own_tiles(rec), gather_copiers(rec)
+        with T.if_(T.ge(pid, first)):
+            self._gather_copies(T.sub(pid, first), g.grid - first, count=own < g.grid)
+        with T.For(pid, own, g.grid) as loop:
+            self.tile(loop.iv, None, None, own=True)
+        if own >= g.grid:
+            self._gather_count(pid, g.grid)
+        rest = T.add(pid, T.mul(T.cdiv(T.max_(T.sub(own, pid), 0), g.grid), g.grid))
+        with T.For(rest, g.tiles - rec.get("stream_k", 0), g.grid) as loop:
+            self.tile(loop.iv, None, None)
+        if rec.get("stream_k", 0):
+            self._stream_k(pid)
+
+    def _gather_count(self, copier, copiers):
+        """Copier ``copier`` of ``copiers`` adds its block count to slot rank of every rank's wait pad (release:
+        after the CTA's stores), the own rank last; nothing if it copied nothing."""
+        rec = self.rec
+        blocks = T.cdiv(T.max_(T.sub(gather_blocks(rec), copier), 0), copiers)
+        num_ranks = core.NumRanks.build().num_ranks
+        slot = T.addptr(self.arg[rec["wait"]["arg"]], self.rank)
+        with T.if_(T.cmp("sgt", blocks, 0)):
+            with T.For(1, T.add(num_ranks, 1), 1) as qs:
+                core.Notify.build(slot, T.rem(T.add(self.rank, qs.iv), num_ranks), blocks, op="add",
+                                  scope=rec["wait"]["scope"], semantic="release")
+
+    def _gather_copies(self, copier, copiers, *, count):
+        """Blocks copier, copier + copiers, ... of the shard into A on every rank (the peers first); with
+        ``count``, their count follows at once."""
         rec = self.rec
         (gm, gk), rpr = rec["gather"]["block"], rec["rows_per_rank"]
         kb = -(-self.k // gk)
         num_ranks = core.NumRanks.build().num_ranks
-        with T.For(pid, gather_blocks(rec), self.g.grid) as blk:
+        with T.For(copier, gather_blocks(rec), copiers) as blk:
             rows = T.add(T.mul(T.div(blk.iv, kb), gm), T.make_range(0, gm))
             cols = T.add(T.mul(T.rem(blk.iv, kb), gk), T.make_range(0, gk))
             mask = None
@@ -1057,10 +1132,8 @@ class _Emitter:
                 q = T.rem(T.add(self.rank, qs.iv), num_ranks)
                 a_q = core.SymmAt.build(self.arg["a"], q).result
                 T.store(T.addptr(T.splat(a_q, [gm, gk]), dst_off), vals, mask)
-            slot = T.addptr(self.arg[rec["wait"]["arg"]], self.rank)
-            with T.For(1, T.add(num_ranks, 1), 1) as qs:
-                core.Notify.build(slot, T.rem(T.add(self.rank, qs.iv), num_ranks), T.c(1), op="add",
-                                  scope=rec["wait"]["scope"], semantic="release")
+        if count:
+            self._gather_count(copier, copiers)
 
     def _push(self, acc, m0, n0):
         """The tile into its slab of every peer's inbox, then 1 added to the peer's slot of its row block."""
@@ -1212,9 +1285,11 @@ class _Emitter:
                               scope=spec["scope"], semantic="release")
 
     # -- the K loop
-    def k_loop(self, a_base, a_row, n0, k_start, n_k=None):
-        """The tile's accumulator over K steps [k_start, k_start + n_k) (default: its split's, or all of K)."""
+    def k_loop(self, a_base, a_row, n0, k_start, n_k=None, lda=None):
+        """The tile's accumulator over K steps [k_start, k_start + n_k) (default: its split's, or all of K); A's
+        rows lda elements apart (default: the record's)."""
         rec = self.rec
+        lda = lda or rec["lda"]
         acc0 = T.zeros([self.bm, self.bn], "fp32")
         if n_k is None:
             n_k = self.g.split_tiles if k_start is not None else self.g.k_tiles
@@ -1238,7 +1313,7 @@ class _Emitter:
         idx = self.idx_t
         k_off = T.mul(k_start, self.bk) if k_start is not None else None
         rk_a = T.add(rk, k_off) if k_off is not None else rk
-        a_off = T.add(T.mul(T.expand_dims(self._wide(rm), 1), rec["lda"]), T.expand_dims(self._wide(rk_a), 0))
+        a_off = T.add(T.mul(T.expand_dims(self._wide(rm), 1), lda), T.expand_dims(self._wide(rk_a), 0))
         if rec["b_trans"]:
             b_off = T.add(T.expand_dims(self._wide(rk_a), 1), T.mul(T.expand_dims(self._wide(rn), 0), rec["ldb"]))
             b_step = self.bk

@@ -236,6 +236,26 @@ def test_tile_model_gathers_small_shards_in_the_gemm_launch(m, k, n, algorithm):
     assert t["algorithm"] == algorithm and t["num_chunks"] == 1
     if algorithm == "one_launch":
         assert (t["engine"], t["comm_sms"], t["num_chunks"]) == ("sm", 0, 1)
+        # own rows first from the shard where the GEMM is compute-bound (8B M = 1024: 94.5 us against 116.5); the
+        # skinny ones keep every rank's tiles together, sharing B in L2 (8B M = 128: 27.9 against 33.9-34.8)
+        assert t["own_first"] == (m == 512)
+
+
+def test_one_launch_own_rows_first_hide_the_push_unless_b_is_read_twice():
+    """The one-launch AG+GEMM model: with the own rows' tiles first (fewer than the programs), the push runs on the
+    other programs beside them, so the estimate drops by about the push; a skinny GEMM that reads B from HBM once
+    per rank that way pays for it instead; where the tiles mix two ranks' rows there are no own tiles."""
+    from ditron.cost_model import ag_gemm_one_launch_estimate
+    peaks = PEAKS["cuda:90"]
+    shard, b = 512 * 4096 * 2, 4096 * 7168 * 2
+    kw = dict(tiles=224, sms=132, b_bytes=b)
+    first = ag_gemm_one_launch_estimate(88e-6, shard, 2, peaks, tiles_span_ranks=False, own_first=True, **kw)
+    after = ag_gemm_one_launch_estimate(88e-6, shard, 2, peaks, tiles_span_ranks=False, own_first=False, **kw)
+    assert first < after - 5e-6
+    assert ag_gemm_one_launch_estimate(88e-6, shard, 2, peaks, tiles_span_ranks=True, own_first=True, **kw) == after
+    skinny = dict(tiles=112, sms=132, b_bytes=b, tiles_span_ranks=False)
+    assert ag_gemm_one_launch_estimate(19.6e-6, 64 * 4096 * 2, 2, peaks, own_first=True, **skinny) > \
+        ag_gemm_one_launch_estimate(19.6e-6, 64 * 4096 * 2, 2, peaks, own_first=False, **skinny)
 
 
 def test_tile_one_launch_gather_rejects_a_comm_engine():

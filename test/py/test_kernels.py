@@ -270,6 +270,26 @@ def test_gemm_stream_k_with_waits_matches_tiles(loads, num_sms):
                          **dict(bad, block_m=16, block_n=16))
 
 
+def _run_gather(rec, W: int, shard: int, blocks: int):
+    """A gathering GEMM on W ranks one after the other, as if the peers' rows and counts had landed already (and
+    not the own ones): (the shards, the wanted C, IR memory, tiles() memory)."""
+    m, n, k = rec["m"], rec["n"], rec["k"]
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [random("bf16", (shard * k,), rng) for _ in range(W)]
+    b = random("bf16", (k * n,), rng)
+    mem = {}
+    for r in range(W):
+        a = np.concatenate(xs)
+        a[r * shard * k:(r + 1) * shard * k] = 0
+        mem[("a", r)], mem[("b", r)], mem[("x", r)] = a, b.copy(), xs[r].copy()
+        mem[("c", r)] = np.zeros(m * n, np.float32)
+        mem[("ready", r)] = np.array([0 if q == r else blocks for q in range(W)], np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"x": k, "ready": None}, ranks=range(W), num_ranks=W,
+                                 scalars={"wait_value": blocks})
+    want = round_to("bf16", np.concatenate(xs).reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32))
+    return xs, want, mem_ir, mem_tiles
+
+
 @pytest.mark.parametrize("W,shard,block_m", [(2, 20, 32), (3, 16, 16)])
 def test_gemm_gather_prologue_matches_tiles(W, shard, block_m):
     """AG+GEMM in one launch (gather): each program first copies its blocks of the rank's shard x into A on every
@@ -287,19 +307,7 @@ def test_gemm_gather_prologue_matches_tiles(W, shard, block_m):
     assert rec["args"] == ["a", "b", "c", "ready", "wait_value", "x"]
     blocks = gemm.gather_blocks(rec)
     assert blocks == -(-shard // 8) * 3
-    rng = np.random.default_rng(RNG_SEED)
-    xs = [random("bf16", (shard * k,), rng) for _ in range(W)]
-    b = random("bf16", (k * n,), rng)
-    mem = {}
-    for r in range(W):
-        a = np.concatenate(xs)  # the peers' rows landed already ...
-        a[r * shard * k:(r + 1) * shard * k] = 0  # ... not the own ones
-        mem[("a", r)], mem[("b", r)], mem[("x", r)] = a, b.copy(), xs[r].copy()
-        mem[("c", r)] = np.zeros(m * n, np.float32)
-        mem[("ready", r)] = np.array([0 if q == r else blocks for q in range(W)], np.int32)
-    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"x": k, "ready": None}, ranks=range(W), num_ranks=W,
-                                 scalars={"wait_value": blocks})
-    want = round_to("bf16", np.concatenate(xs).reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32))
+    xs, want, mem_ir, mem_tiles = _run_gather(rec, W, shard, blocks)
     for r in range(W):
         close(mem_ir[("c", r)].reshape(m, n), want)
         np.testing.assert_array_equal(mem_ir[("a", r)], np.concatenate(xs))
@@ -325,6 +333,41 @@ def test_gemm_gather_prologue_matches_tiles(W, shard, block_m):
         gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x"},
                          rows_per_rank=shard, loads="pointer", store="pointer", persistent=False, num_sms=1,
                          block_m=16, block_n=16)
+
+
+@pytest.mark.parametrize("W,num_sms", [(2, 6), (3, 5), (2, 3)])
+def test_gemm_gather_own_tiles_read_the_shard_and_copiers_count(W, num_sms):
+    """AG+GEMM in one launch, rank-rotated: the tiles of the rank's own rows lead every program's list and read the
+    shard itself, without a wait. With fewer own tiles than programs (6 or 5 programs, 4 own tiles of 2 + 2 ragged
+    column blocks) the programs without one copy the shard and count it at once; with more (3 programs) every
+    program copies and counts its blocks after its own tiles. Ranks run one after the other (the peers' rows and
+    counts are there already, as in the test above)."""
+    shard, m, n, k = 32, W * 32, 48, 40
+    rec = gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x",
+                           "block": [8, 16]}, rows_per_rank=shard, tile_order="rank_rotated", loads="pointer",
+                           store="pointer", epilogue_split=1, flatten=False, persistent=True,
+                           **dict(SMALL, block_m=16, num_sms=num_sms))
+    own, first, blocks = gemm.gather_own_tiles(rec), gemm.gather_copiers(rec), gemm.gather_blocks(rec)
+    assert own == 4 and first == (own if own < num_sms else 0)
+    xs, want, mem_ir, mem_tiles = _run_gather(rec, W, shard, blocks)
+    for r in range(W):
+        close(mem_ir[("c", r)].reshape(m, n), want)
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        np.testing.assert_array_equal(mem_ir[("a", r)], np.concatenate(xs))
+        # the own launch counted every block everywhere (the peers' slots held their counts already)
+        np.testing.assert_array_equal(mem_ir[("ready", r)], [blocks if q == r else 2 * blocks for q in range(W)])
+        np.testing.assert_array_equal(mem_tiles[("ready", r)], mem_ir[("ready", r)])
+    steps = gemm.tiles(rec, rank=1, num_ranks=W, scalars={"wait_value": blocks})
+    for p, prog in enumerate(steps):
+        copied = [st for st in prog if st.writes and st.writes[0].arg == "a"]
+        assert bool(copied) == (p >= first and p - first < blocks)
+        own_steps = [st for st in prog if st.reads[0].arg == "x" and st.writes[0].arg == "c"]
+        assert len(own_steps) == len(range(p, own, num_sms)) and not any(st.waits for st in own_steps)
+        counted = [st for st in prog if st.notifies]
+        assert len(counted) == (1 if copied else 0)
+        if copied:  # right after the copies, or after the own tiles where every program has one
+            assert counted[0] is (own_steps[-1] if own >= num_sms else copied[-1])
+            assert {nt.value for nt in counted[0].notifies} == {len(copied)}
 
 
 def _sum_pushed(mem_ir, W: int, rows: int, n: int, expect: int):

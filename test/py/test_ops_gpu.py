@@ -73,9 +73,16 @@ def _cases() -> dict[str, ops.Signature]:
             # GEMM+AR in one launch (one wave: every tile resident)
             add(f"gemm_ar_push_sum_w{W}_m128", "gemm_ar", W, 128, passes={"ditron-tile": {"all-reduce": "push_sum"}})
         add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
+        if W > 1:  # AG+GEMM in one launch, own rows first: copiers beside the own tiles / all programs copying
+            add(f"ag_gemm_own_first_w{W}_m512", "ag_gemm", W, 512, passes={"ditron-tile": {"own-first": "true"}})
+            add(f"ag_gemm_own_first8_w{W}_m512", "ag_gemm", W, 512, passes={"ditron-tile": {
+                "own-first": "true", "num-sms": "8", "persistent": "true"}})
     for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
         add(f"real_{op}_w2_m4091", op, 2, 4091, virtual=False)
     add("real_all_reduce1_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="one_shot")
+    add("real_ag_gemm_own_first_w2_m512", "ag_gemm", 2, 512, virtual=False, passes={"ditron-tile": {"own-first": "true"}})
+    add("real_ag_gemm_own_first8_w2_m512", "ag_gemm", 2, 512, virtual=False, passes={"ditron-tile": {
+        "own-first": "true", "num-sms": "8", "persistent": "true"}})
     add("real_all_reduce2_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="two_shot")
     add("real_all_reduce_push_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="push")
     add("real_gemm_ar_push_w2_m4091", "gemm_ar", 2, 4091, virtual=False, algorithm="push")
