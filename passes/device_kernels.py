@@ -53,9 +53,10 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
     if "block_m" in config and "block_n" in config and "block_k" in config:
         fused = bool(wait or notify or reduce_own or (push or {}).get("owner"))
         config["split_k"] = _split_k(m, n, k, a_type, c_type, t, config, fused=fused)
-    if (reduce_own is not None or (gather or {}).get("own_first")) and config.get("block_m") and rows_per_rank:
-        # the own rows' tiles come last (reduce_own) or first (gather) only if no GROUP_M group straddles two
-        # ranks' rows
+    own_rows_apart = reduce_own is not None or (gather or {}).get("own_first") or (wait is not None and not gather)
+    if own_rows_apart and config.get("block_m") and rows_per_rank:
+        # the own rows' tiles come last (reduce_own) or first (AG+GEMM: own rows ready at once, the peers' rows
+        # later) only if no GROUP_M group straddles two ranks' rows
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
     try:
         return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),

@@ -241,6 +241,26 @@ def test_tile_model_gathers_small_shards_in_the_gemm_launch(m, k, n, algorithm):
         assert t["own_first"] == (m == 512)
 
 
+@pytest.mark.parametrize("m,k,n,group", [(512, 8192, 14336, 4), (4096, 4096, 7168, 8)])
+def test_ag_gemm_by_streams_visits_its_own_rows_first(m, k, n, group):
+    """AG+GEMM by pull: the own rows are there at once, the peers' later, so the rank-rotated order must put every
+    own tile first -- GROUP_M cut to divide the shard's row blocks (70B M = 1024: 4 blocks of 128; a group of 8
+    mixed both ranks' rows into every column sweep, and the first wave's peer tiles waited for the pull: 2xH200
+    369.6-370.4 us against 397.7-401.0, results/ablation_ag_group.csv)."""
+    text = lower(local_program("ag_gemm", 2, m, k=k, n=n), "ditron-tile{all-gather=pull},ditron-lower-task-to-device,"
+                                                             "ditron-schedule-overlap")
+    with ditron_context():
+        module = parse_module(text)
+        (name,) = [device.Launch(op).kernel for op in walk_ops(module.operation) if device.Launch.match(op)
+                   and ir.StringAttr(op.attributes["ditron.role"]).value == "ag.gemm"]
+        (rec,) = [KernelRecord.from_attr(op.operation.attributes["ditron.kernel"]) for op in module.body.operations
+                  if "sym_name" in op.operation.attributes
+                  and ir.StringAttr(op.operation.attributes["sym_name"]).value == name]
+        del module
+    assert (rec["tile_order"], rec["group_m"]) == ("rank_rotated", group)
+    assert (m // rec["block_m"]) % rec["group_m"] == 0
+
+
 def test_one_launch_own_rows_first_hide_the_push_unless_b_is_read_twice():
     """The one-launch AG+GEMM model: with the own rows' tiles first (fewer than the programs), the push runs on the
     other programs beside them, so the estimate drops by about the push; a skinny GEMM that reads B from HBM once
