@@ -478,8 +478,9 @@ def summarize_choices(path) -> str:
     out = []
     for c in chosen:
         if c["op"].endswith("matmul") and c.get("block_m"):
+            sk = f" stream_k={c['stream_k']}" if c.get("stream_k") else ""
             out.append(f"gemm {c['block_m']}x{c['block_n']}x{c['block_k']} w{c['num_warps']} s{c['num_stages']} "
-                       f"sms={c.get('sm_budget')}")
+                       f"sms={c.get('sm_budget')}{sk}")
         elif not c["op"].endswith("matmul"):
             own = " own_first" if c.get("own_first") else ""
             out.append(f"{c['op'].split('.')[-1]} {c.get('algorithm') or ''}{own} engine={c.get('engine')} "

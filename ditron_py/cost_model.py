@@ -157,8 +157,22 @@ def gemm_tiles(m: int, n: int, cfg: GemmConfig) -> int:
     return math.ceil(m / cfg.block_m) * math.ceil(n / cfg.block_n)
 
 
+# What stream-K's pieces cost beyond their share of the K steps, in waves of whole tiles: the partials' fp32
+# round trip, a third K loop's pipeline fill, the owners' waits. H200, L2 warm (benchmarks/bench_gemm.py
+# --stream-k, results/gemm_stream_k.csv): 0.41 of a wave at 1024x14336x8192 (128x256, 52 tiles: 349 us against 367
+# whole), 0.5 at 1024x7168x4096 (96.7 against 88.0 whole, where a whole second wave cost only 0.3)
+STREAM_K_OVERHEAD_WAVES = 0.45
+
+
+def stream_k_tiles(tiles: int, k_tiles: int, sms: int) -> int:
+    """The tiles a stream-K GEMM shares out by K steps: the partial wave's (all of them below a wave), or 0 where
+    the waves are whole or the steps too few for every SM to get one."""
+    sk = tiles % sms if tiles > sms else tiles
+    return sk if sk and sk * k_tiles >= sms else 0
+
+
 def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sms: int | None = None,
-              elem_bytes: int = 2, split: int = 1) -> float:
+              elem_bytes: int = 2, split: int = 1, stream_k: bool = False) -> float:
     """Time of an m x n x k GEMM with tile config cfg on sms SMs (default: all): waves of tiles, each tile bound by
     its math or by its operand loads, plus a launch. ``split``: split-K, tiles * split programs each over k / split,
     the last of a tile adding the others' fp32 partials (written and read back)."""
@@ -167,6 +181,8 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
         return peaks.launch_latency
     tiles = gemm_tiles(m, n, cfg)
     waves = math.ceil(tiles * split / sms)
+    if stream_k and stream_k_tiles(tiles, math.ceil(k / cfg.block_k), sms):
+        waves = tiles / sms + STREAM_K_OVERHEAD_WAVES
     k_part = math.ceil(k / split)
     flops_per_sm = peaks.gemm_flops / peaks.num_sms * cfg.efficiency
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms

@@ -50,6 +50,8 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
                                                "num_stages", "persistent") if getattr(t, key) is not None}
     if t.sm_budget is not None:
         config["num_sms"] = t.sm_budget
+    if t.stream_k:  # the last tiles by K steps after the persistent loop: no flattened loop
+        config.update(stream_k=t.stream_k, flatten=False)
     if "block_m" in config and "block_n" in config and "block_k" in config:
         fused = bool(wait or notify or reduce_own or (push or {}).get("owner"))
         config["split_k"] = _split_k(m, n, k, a_type, c_type, t, config, fused=fused)
@@ -73,7 +75,7 @@ def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling
     persistent kernels or GEMMs that wait or notify per tile (a push is done by the last split, with the sum; a
     push to the rows' owner is not split: its own tiles and pushed tiles go to different buffers)."""
     from ..kernels import gemm
-    if config.get("persistent") or fused:
+    if config.get("persistent") or fused or config.get("stream_k"):
         return 1
     sms = config.get("num_sms") or gemm.choose_config(m, n, k, dtype_name(a_type), t.target,
                                                       out_dtype=dtype_name(c_type))["num_sms"]

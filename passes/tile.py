@@ -29,7 +29,7 @@ from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
                           copy_time, gemm_candidates, gemm_push_estimate, gemm_push_sum_estimate, gemm_split,
                           gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time,
-                          peaks_for, reduce_scatter_estimates)
+                          peaks_for, reduce_scatter_estimates, stream_k_tiles)
 from ..dialects import device, task
 from ..dialects.context import diagnostic_at
 from ..dialects.opbase import walk_ops
@@ -109,6 +109,7 @@ class Tiling:
     num_stages: int | None = None
     group_m: int | None = None
     persistent: bool | None = None
+    stream_k: int | None = None  # tiles shared out by K steps
     sm_budget: int | None = None
     block: int | None = None  # elements per program of an elementwise kernel
     # device level: the data movement
@@ -347,6 +348,8 @@ class TilePass(Pass):
     num_stages: int | None = option(None, "software pipeline stages of the GEMM K loop")
     group_m: int | None = option(None, "grouped (L2-friendly) tile order: row tiles per group")
     persistent: bool | None = option(None, "persistent GEMM (one program per SM looping over tiles)")
+    stream_k: bool = option(False, "stream-K: share the last partial wave of a matmul's tiles out by K steps over "
+                                   "every SM (persistent; not in overlapped groups)")
     chunk_rows: int | None = option(None, "rows per chunk of the data movement")
     num_chunks: int | None = option(None, "chunks per shard (alternative to chunk-rows)")
     engine: str = option("", "copy engine for chunk copies: copy_engine or sm (default: the model's choice)")
@@ -457,14 +460,17 @@ class _Planner:
     def gemm_seconds(self, m: int, n: int, k: int, cfg: GemmConfig, sms: int, eb: int, split: bool) -> float:
         """The model's time of cfg, split-K included where the GEMM may split (``split``: its tiles neither wait
         nor notify, and the grid is not persistent)."""
-        s = gemm_split(m, n, k, cfg, sms) if split and self.o.persistent is not True else 1  # 1 beyond a wave
-        return gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb, split=s)
+        s = gemm_split(m, n, k, cfg, sms) if split and self.o.persistent is not True and not self.o.stream_k else 1
+        return gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb, split=s, stream_k=self.o.stream_k)
 
-    def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool) -> dict:
+    def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool, k: int = 0) -> dict:
+        """The Tiling's GEMM fields; ``k`` where the GEMM may take stream-K (a matmul alone)."""
         tiles = gemm_tiles(m, n, cfg)
         persistent = self.o.persistent if self.o.persistent is not None else (waits or tiles > sms)
+        sk = stream_k_tiles(tiles, math.ceil(k / cfg.block_k), sms) if self.o.stream_k and k else 0
         return dict(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages, group_m=cfg.group_m, persistent=persistent, sm_budget=sms)
+                    num_stages=cfg.num_stages, group_m=cfg.group_m, persistent=persistent or bool(sk),
+                    sm_budget=sms, stream_k=sk or None)
 
     # ---- device-level choices
 
@@ -547,6 +553,13 @@ class _Planner:
 
     def group(self, g: OverlapGroup) -> Tiling:
         w = self.world(g.collective)
+        if self.o.stream_k:
+            # every program must stay resident while owners wait for lower programs' partials, and such a kernel
+            # takes the whole register file (255 per thread): an overlapped GEMM that waits for a stream's copy
+            # (which may need an SM beside it) deadlocked on 2xH200 (AG+GEMM 70B M = 1024 by pull)
+            raise op_error(self.o.name, g.producer, "stream-k applies to a matmul alone: stream-K's programs must "
+                                                    "all stay resident, which a GEMM overlapped with communication "
+                                                    "cannot promise")
         if g.kind == "ag_matmul":
             return self.ag_matmul(g, w)
         return self.matmul_reduce(g, w)
@@ -750,7 +763,7 @@ class _Planner:
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
         cfg, t = self.timed_gemm(op, m, n, k, sms, eb, split=True)
         return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
-                      **self.gemm_fields(cfg, m, n, sms, waits=False))
+                      **self.gemm_fields(cfg, m, n, sms, waits=False, k=k))
 
     def all_gather(self, op: ir.Operation) -> Tiling:
         ag = task.AllGather(op)

@@ -241,6 +241,28 @@ def test_tile_model_gathers_small_shards_in_the_gemm_launch(m, k, n, algorithm):
         assert t["own_first"] == (m == 512)
 
 
+MATMUL = """module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
+  func.func @mm(%a: tensor<70x200xbf16>, %b: tensor<200x50xbf16>) -> tensor<70x50xbf16> attributes {ditron.view = "local"} {
+    %c = "ditron_task.matmul"(%a, %b) : (tensor<70x200xbf16>, tensor<200x50xbf16>) -> tensor<70x50xbf16>
+    return %c : tensor<70x50xbf16>
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("sms,stream_k", [(4, 2), (8, 6), (16, 6)])
+def test_stream_k_matmul_lowers_and_simulates(sms, stream_k):
+    """ditron-tile{stream-k=true}: a matmul's partial last wave (6 tiles of 32x32 on 4 SMs: 2; below a wave: all
+    6) shared out by K steps, lowered with its workspace and locks, and simulated over two calls (the locks left
+    zero by the first) against the task program."""
+    opts = f"stream-k=true num-sms={sms} block-m=32 block-n=32 block-k=16 num-stages=2 num-warps=4"
+    (t,) = _tilings(lower(MATMUL, f"ditron-tile{{{opts}}}"))
+    assert (t["stream_k"], t["persistent"]) == (stream_k, True)
+    text = lower(MATMUL, f"ditron-tile{{{opts}}},ditron-lower-task-to-device")
+    assert f"memref<{sms * 32}x32xf32>" in text and f"memref<{sms}xi32>" in text
+    check_sim(text, MATMUL, 1, seeds=(0, 1))
+
+
 @pytest.mark.parametrize("m,k,n,group", [(512, 8192, 14336, 4), (4096, 4096, 7168, 8)])
 def test_ag_gemm_by_streams_visits_its_own_rows_first(m, k, n, group):
     """AG+GEMM by pull: the own rows are there at once, the peers' later, so the rank-rotated order must put every
