@@ -5,6 +5,8 @@
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push engine=copy_engine}' 2>&1 | FileCheck %s --check-prefix=PUSH
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{target=cuda:75}' 2>&1 | FileCheck %s --check-prefix=TARGET
 // TARGET: error: ditron-tile: no performance numbers for target 'cuda:75'; known: cuda:90, cuda:80, hip:gfx942, hip:gfx950
+// RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{own-first=true all-gather=pull}' 2>&1 | FileCheck %s --check-prefix=OWN
+// OWN: error: pass 'ditron-tile': own-first orders the tiles of all-gather=one_launch; it does not apply to all-gather=pull
 
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   func.func @gemm_rs(%a: tensor<16364x64xbf16>, %w: tensor<64x64xbf16>) -> tensor<4091x64xbf16> attributes {ditron.view = "local"} {
