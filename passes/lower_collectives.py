@@ -568,13 +568,13 @@ def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, coun
     tail = [out] + ([done] if done is not None else [])
     if from_peers:
         lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, expected] + tail, lane="compute",
-                  role="rs.gemm", group=g.group, tile_order="rank_rotated")
+                  role="rs.gemm", group=g.group)
         return rec
     stage = b.alloc([(w - 1) * ch.shard, n], ir.MemRefType(p.type).element_type, "rs_stage")
     lw.symmetric.add(stage)
     staged = b.pad(w * ch.count, "rs_staged")
     lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, staged, b.epoch, stage] + tail, lane="compute",
-              role="rs.gemm", group=g.group, tile_order="rank_rotated")
+              role="rs.gemm", group=g.group)
     with b.loop(0, ch.count, role="rs.stage_loop", group=g.group) as c:
         slot = b.add(b.mul(b.rank, ch.count), c)
         off = b.mul(c, ch.rows)
@@ -664,7 +664,7 @@ def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value, *,
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
     pad = b.pad(slabs * tiles_m, f"{prefix}_pushed")
     lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, inbox, pad], lane="compute", role=f"{prefix}.gemm_push",
-              group=g.group, tile_order=rec["tile_order"])
+              group=g.group)
     lw.slot_step = max(lw.slot_step, tiles_n)
     tile = reduce.publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16)
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), dst_ld=ir.MemRefType(out.type).shape[1],

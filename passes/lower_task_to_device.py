@@ -294,13 +294,13 @@ class _FunctionLowering:
     # ---- kernels
 
     def launch(self, record: KernelRecord, args: Sequence[ir.Value], *, lane: str, role: str,
-               group: int | None = None, tile_order: str | None = None) -> device.Launch:
+               group: int | None = None) -> device.Launch:
+        """Launch the record's kernel (its tile order on the launch op), with a GEMM's split-K / stream-K buffers."""
         if record["template"] == "gemm":
             args = [*args, *self._gemm_scratch(record)]
         name = self.kernels.declare(record, [a.type for a in args], self.b.loc)
         return self.b.launch(name, args, grid=K.grid_of(record), sm_budget=K.sm_budget_of(record),
-                             tile_order=tile_order or record.get("tile_order", "grouped"), lane=lane, role=role,
-                             group=group)
+                             tile_order=record.get("tile_order", "grouped"), lane=lane, role=role, group=group)
 
     def _gemm_scratch(self, record: KernelRecord) -> list[ir.Value]:
         """A split-K or stream-K GEMM's fp32 workspace and its locks (``gemm.scratch``: zero at allocation, and

@@ -656,16 +656,14 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             k1 = min(k, (s + 1) * g.split_tiles * rec["block_k"]) if S > 1 else k
             if t < own_n:  # gather: an own tile reads the shard itself and waits for nothing
                 own_a = Region(rec["gather"]["arg"], (m0 - rank * rec["rows_per_rank"], k0), (rows, k1 - k0))
-                b_reg = Region("b", (n0, k0), (cols, k1 - k0)) if rec["b_trans"] else Region("b", (k0, n0),
-                                                                                              (k1 - k0, cols))
+                b_reg = _b_region(rec, n0, cols, k0, k1)
                 c_reg = Region("c", (m0, n0), (rows, cols))
                 steps.append(TileStep(reads=[own_a, b_reg], writes=[c_reg],
                                       compute=_gemm_compute(own_a, b_reg, c_reg, [], rec),
                                       notifies=counts if t + g.grid >= own_n else []))
                 continue
             a_reg = Region("a", (m0, k0), (rows, k1 - k0))
-            b_reg = Region("b", (n0, k0), (cols, k1 - k0)) if rec["b_trans"] else Region("b", (k0, n0),
-                                                                                          (k1 - k0, cols))
+            b_reg = _b_region(rec, n0, cols, k0, k1)
             c_reg = Region("c", (m0, n0), (rows, cols))
             step = TileStep(reads=[a_reg, b_reg])
             if "wait" in rec:
@@ -723,6 +721,11 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
     return out
 
 
+def _b_region(rec, n0: int, cols: int, k0: int, k1: int) -> Region:
+    """B's part for columns [n0, n0 + cols) and K elements [k0, k1) (B stored [N, K] when b_trans)."""
+    return Region("b", (n0, k0), (cols, k1 - k0)) if rec["b_trans"] else Region("b", (k0, n0), (k1 - k0, cols))
+
+
 def _stream_k_steps(rec, g, pid: int, rank: int, scalars) -> list[TileStep]:
     """Program pid's stream-K pieces (``stream_k_segments``): a trailing piece stores its fp32 partial to workspace
     slot pid and counts it in locks[pid]; an owned piece waits for its contributors' partials, adds them, stores C
@@ -735,7 +738,7 @@ def _stream_k_steps(rec, g, pid: int, rank: int, scalars) -> list[TileStep]:
         rows, cols = min(bm, rec["m"] - m0), min(bn, rec["n"] - n0)
         lo, hi = k0 * bk, min(rec["k"], k1 * bk)
         a_reg = Region("a", (m0, lo), (rows, hi - lo))
-        b_reg = Region("b", (n0, lo), (cols, hi - lo)) if rec["b_trans"] else Region("b", (lo, n0), (hi - lo, cols))
+        b_reg = _b_region(rec, n0, cols, lo, hi)
         step = TileStep(reads=[a_reg, b_reg])
         if "wait" in rec:
             w = rec["wait"]
@@ -1043,7 +1046,7 @@ class _Emitter:
         start, end = T.div(T.mul(pid, total), G), T.div(T.mul(T.add(pid, 1), total), G)
         last = T.div(T.sub(end, 1), K)
         tail = T.cmp("ne", T.rem(end, K), 0)
-        locks, ws = self.arg["locks"], self.arg["workspace"]
+        locks = self.arg["locks"]
         with T.if_(tail):  # the trailing piece of a tile owned by a higher program: partial to slot pid
             k0 = T.sub(T.max_(start, T.mul(last, K)), T.mul(last, K))
             acc, _, _ = self._piece(T.add(d, last), k0, T.sub(T.sub(end, T.mul(last, K)), k0))
