@@ -485,8 +485,10 @@ def gemm_push_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: T
 
 def gemm_push_sum_estimate(t_gemm: float, rows: int, cols: int, world: int, peaks: TargetPeaks, *,
                            elem_bytes: int = 2) -> float:
-    """GEMM+AR in one launch (gemm template ``push.sum``): the push of gemm_push_estimate with the sum in the GEMM's
-    epilogue, so without the reduce launch."""
+    """GEMM+AR in one launch (gemm template ``push.sum``) or GEMM+RS in one launch (``push.sum_own``, rows = a
+    shard's): the push of gemm_push_estimate with the sum in the GEMM's epilogue, so without the reduce launch
+    (2xH200, GEMM+RS: 8B M = 128 / 1024 25.8-26.2 / 92.0-92.2 us against 28.0-28.4 / 98.3-98.5 by push and a
+    reduce launch, LLaMA-70B M = 128 65.7-66.3 against 69.6-69.9; results/ablation_rs_push_sum.csv)."""
     return gemm_push_estimate(t_gemm, rows, cols, world, peaks, elem_bytes=elem_bytes) - \
         (peaks.launch_latency if world > 1 else 0.0)
 

@@ -55,10 +55,13 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
     if "block_m" in config and "block_n" in config and "block_k" in config:
         fused = bool(wait or notify or reduce_own or (push or {}).get("owner"))
         config["split_k"] = _split_k(m, n, k, a_type, c_type, t, config, fused=fused)
-    own_rows_apart = reduce_own is not None or (gather or {}).get("own_first") or (wait is not None and not gather)
+    own_rows_apart = reduce_own is not None or (gather or {}).get("own_first") or (wait is not None and not gather) \
+        or ((push or {}).get("sum_own") and _tiles(m, n, config) > _sms(m, n, k, a_type, c_type, t, config))
     if own_rows_apart and config.get("block_m") and rows_per_rank:
-        # the own rows' tiles come last (reduce_own) or first (AG+GEMM: own rows ready at once, the peers' rows
-        # later) only if no GROUP_M group straddles two ranks' rows
+        # the own rows' tiles come last (reduce_own; push.sum_own beyond one wave) or first (AG+GEMM: own rows
+        # ready at once, the peers' rows later) only if no GROUP_M group straddles two ranks' rows. A one-wave
+        # push keeps its GROUP_M: the group's programs share B in L2 (2xH200, GEMM+RS LLaMA-70B M = 128, 64-row
+        # tiles: 96-102 us with GROUP_M 1 against 66-70 with 2; results/ablation_rs_push_sum.csv)
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
     try:
         return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
@@ -77,10 +80,18 @@ def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling
     from ..kernels import gemm
     if config.get("persistent") or fused or config.get("stream_k"):
         return 1
-    sms = config.get("num_sms") or gemm.choose_config(m, n, k, dtype_name(a_type), t.target,
-                                                      out_dtype=dtype_name(c_type))["num_sms"]
-    tiles = math.ceil(m / config["block_m"]) * math.ceil(n / config["block_n"])
-    return gemm.split_for(tiles, math.ceil(k / config["block_k"]), sms)
+    return gemm.split_for(_tiles(m, n, config), math.ceil(k / config["block_k"]),
+                          _sms(m, n, k, a_type, c_type, t, config))
+
+
+def _sms(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict) -> int:
+    from ..kernels import gemm
+    return config.get("num_sms") or gemm.choose_config(m, n, k, dtype_name(a_type), t.target,
+                                                       out_dtype=dtype_name(c_type))["num_sms"]
+
+
+def _tiles(m: int, n: int, config: dict) -> int:
+    return math.ceil(m / config["block_m"]) * math.ceil(n / config["block_n"]) if "block_n" in config else 0
 
 
 # ----------------------------------------------------------------------------------------------- elementwise

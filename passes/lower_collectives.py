@@ -482,12 +482,16 @@ def matmul_rs(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     ch = Chunking.of(t, rows // t.world)
     _check_rows(lw, g.consumer, rows, t.world, ch)
     element = ir.RankedTensorType(mm.result.type).element_type
-    if t.algorithm == "push" and t.world > 1:  # the GEMM keeps the own rows' partial; the peers' go to their inboxes
+    if t.algorithm in ("push", "push_sum") and t.world > 1:  # the peers' rows go to their inboxes
         if t.engine != "sm":
-            raise lw.error(g.consumer, "reduce-scatter=push stores into the peers' inboxes with SMs; it needs engine "
-                                       "sm")
-        own = lw.b.alloc([ch.shard, n], element, "rs_own")
-        _pushing_gemm(lw, g, t, own, lw.dest(rs.output, "rs"), owner_rows=ch.shard)
+            raise lw.error(g.consumer, f"reduce-scatter={t.algorithm} stores into the peers' inboxes with SMs; it "
+                                       "needs engine sm")
+        out = lw.dest(rs.output, "rs")
+        if t.algorithm == "push_sum":  # the own tiles sum into the output: the whole reduce-scatter in the GEMM
+            _pushing_gemm(lw, g, t, out, None, owner_rows=ch.shard)
+            return
+        own = lw.b.alloc([ch.shard, n], element, "rs_own")  # the own rows' partial, summed by a reduce launch
+        _pushing_gemm(lw, g, t, own, out, owner_rows=ch.shard)
         return
     p = lw.b.alloc([rows, n], element, "rs_partial")
     lw.symmetric.add(p)
@@ -640,15 +644,18 @@ def matmul_ar(lw: "_FunctionLowering", g: OverlapGroup, t: Tiling) -> None:
     _one_launch_reduce(lw, t, p, out, tile=publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16))
 
 
-def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value, *,
+def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value | None, *,
                   owner_rows: int | None = None) -> None:
     """GEMM+AR by push: the GEMM stores each C tile into P and into its slab of every peer's inbox, counting the
     tile in the peer's ``ar_pushed`` slot of its row block (gemm template ``push``), so the link carries the
     partials while the GEMM runs; then one reduce launch (``publish.pushed``) sums P and the inbox, each tile
     once its slots count every column tile of the call (epoch * tiles_n). ``owner_rows`` (GEMM+RS by push, R
     rows per rank): P holds the own rows only ([R, n]), the GEMM stores a tile of rank q's rows into q's inbox
-    alone (``push.owner``; the peers' rows first: rank-rotated, own rows last) and the sum covers the R own rows.
-    Either way the push fences itself: no end barrier, the inbox rotates."""
+    alone (``push.owner``; the peers' rows first: rank-rotated, own rows last) and the sum covers the R own rows;
+    without ``out`` (reduce-scatter=push_sum) P is the output and the GEMM's own tiles add the inbox themselves
+    (``push.sum_own``), each once the peers set its slots to the epoch, and clear them (``ditron.consumed``: a CUDA
+    graph zeroes nothing): no reduce launch. Either way the push fences itself: no end barrier, the inbox
+    rotates."""
     from ..kernels import reduce
     b, mm = lw.b, task.Matmul(g.producer)
     rows, n = ir.MemRefType(p.type).shape
@@ -660,8 +667,15 @@ def _pushing_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, out: ir.Value, *,
     if owner_rows is not None:
         push["owner"] = True
         order = dict(rows_per_rank=owner_rows, tile_order="rank_rotated", rank_shift=1)
+    if out is None:
+        push.update(sum_own=True, value_arg="expect")
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, push=push, **order)
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
+    if out is None:  # a slot per own tile and slab, set to the epoch by its pusher, cleared by its one waiter
+        pad = b.pad(slabs * tiles_m * tiles_n, f"{prefix}_pushed", consumed=True)
+        lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, inbox, pad, b.v(b.epoch)], lane="compute",
+                  role=f"{prefix}.gemm_push_sum", group=g.group)
+        return
     pad = b.pad(slabs * tiles_m, f"{prefix}_pushed")
     lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, inbox, pad], lane="compute", role=f"{prefix}.gemm_push",
               group=g.group)

@@ -64,8 +64,9 @@ GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue", "push_sum")
 GEMM_AR_MODEL_ALGORITHMS = ("one_shot", "epilogue", "push", "push_sum")
 # GEMM+RS: the reduction in the GEMM's epilogue (partials pulled by the copy engine), in reduce kernels on SMs, in one
 # reduce launch after the GEMM (one_launch), or push: the GEMM stores each tile of a peer's rows into that peer's
-# inbox, then one launch sums the own rows (no end barrier: the push fences itself)
-REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch", "push")
+# inbox, then one launch sums the own rows (no end barrier: the push fences itself); push_sum: the same push, and
+# the own rows' tiles, last, add the inbox in the GEMM's epilogue (no reduce launch)
+REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch", "push", "push_sum")
 # AG+GEMM's gather: pull (offer, the peers pull), push (copies into every rank's buffer), both by streams beside the
 # GEMM; one_launch: the GEMM's programs push the shard themselves before their first tile (gemm template 'gather')
 ALL_GATHER_ALGORITHMS = ("pull", "push", "one_launch")
@@ -366,8 +367,9 @@ class TilePass(Pass):
     reduce_scatter: str = option("", "GEMM+RS reduction: epilogue (peer partials pulled by the copy engine and "
                                      "added in the GEMM's epilogue), reduce_kernel (reduction kernels on SMs "
                                      "beside the GEMM), one_launch (the GEMM, then one reduce launch of the own "
-                                     "rows) or push (the GEMM stores the peers' rows into their inboxes, then one "
-                                     "launch sums the own rows); a standalone reduce-scatter takes reduce_kernel "
+                                     "rows), push (the GEMM stores the peers' rows into their inboxes, then one "
+                                     "launch sums the own rows) or push_sum (the same push; the own rows' tiles "
+                                     "add the inbox in the GEMM's epilogue); a standalone reduce-scatter takes reduce_kernel "
                                      "(staged by the copy engine) or one_launch (default: the model's choice)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
 
@@ -633,11 +635,11 @@ class _Planner:
                 for choice in self.epilogue_choices(g, m, n, k, eb, w, shard_rows):
                     best = _better(best, (choice[0] + END_BARRIER_TIME,) + choice[1:])
                 continue
+            if algorithm in ("push", "push_sum") and g.kind == "matmul_rs":
+                best = _better(best, self.push_reduce_scatter(g, m, n, k, eb, shard_rows, w, algorithm))
+                continue
             if algorithm == "push_sum":
                 best = _better(best, self.push_sum_all_reduce(g, m, n, k, eb, w))
-                continue
-            if algorithm == "push" and g.kind == "matmul_rs":
-                best = _better(best, self.push_reduce_scatter(g, m, n, k, eb, shard_rows, w))
                 continue
             if algorithm in ("one_shot", "push") and g.kind == "matmul_ar" or algorithm == "one_launch":
                 # the GEMM on every SM, then one reduce launch (of every row for GEMM+AR, of the own rows for RS)
@@ -689,27 +691,30 @@ class _Planner:
         t = gemm_push_sum_estimate(t_gemm, m, n, w, self.peaks, elem_bytes=eb)
         return t, "push_sum", "sm", sms, sms, cfg, m, m, 1
 
-    def push_reduce_scatter(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, shard_rows: int, w: int):
-        """(time, "push", ...) of GEMM+RS by push -- every SM on the GEMM, whose tiles of a peer's rows go to that
-        peer's inbox as they complete, then one launch summing the own rows -- on the best GEMM tile that does not
-        straddle two ranks' rows; None where none fits (reduce-scatter=push asked for: an error)."""
+    def push_reduce_scatter(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, shard_rows: int, w: int,
+                            algorithm: str):
+        """(time, algorithm, ...) of GEMM+RS by push -- every SM on the GEMM, whose tiles of a peer's rows go to
+        that peer's inbox as they complete, then one launch summing the own rows (push) or the own rows' tiles,
+        last, adding the inbox in their epilogue (push_sum) -- on the best GEMM tile that does not straddle two
+        ranks' rows; None where none fits (reduce-scatter=push / push_sum asked for: an error)."""
         if self.o.engine == "copy_engine":
-            if self.o.reduce_scatter == "push":
-                raise op_error(self.o.name, g.consumer, "reduce-scatter=push stores into the peers' inboxes with SMs; "
-                                                        "it cannot use engine=copy_engine")
+            if self.o.reduce_scatter == algorithm:
+                raise op_error(self.o.name, g.consumer, f"reduce-scatter={algorithm} stores into the peers' inboxes "
+                                                        "with SMs; it cannot use engine=copy_engine")
             return None
         sms = self.peaks.num_sms
         cfg = self.gemm_config(g.producer, m, n, k, sms, eb, rows_per_tile_of=shard_rows)
         if cfg is None:
-            if self.o.reduce_scatter == "push":
+            if self.o.reduce_scatter == algorithm:
                 bm = f"BLOCK_M {self.o.block_m}" if self.o.block_m else "no GEMM tile's BLOCK_M"
-                raise op_error(self.o.name, g.consumer, f"reduce-scatter=push needs GEMM row tiles inside one rank's "
-                                                        f"rows: {bm} does not divide the {shard_rows} rows of a shard "
-                                                        "(pass a block-m that does, or use one_launch)")
+                raise op_error(self.o.name, g.consumer, f"reduce-scatter={algorithm} needs GEMM row tiles inside one "
+                                                        f"rank's rows: {bm} does not divide the {shard_rows} rows of a "
+                                                        "shard (pass a block-m that does, or use one_launch)")
             return None
         t_gemm = self.gemm_seconds(m, n, k, cfg, sms, eb, False)
-        t = gemm_push_estimate(t_gemm, shard_rows, n, w, self.peaks, elem_bytes=eb)
-        return t, "push", "sm", sms, sms, cfg, shard_rows, shard_rows, 1
+        estimate = gemm_push_sum_estimate if algorithm == "push_sum" else gemm_push_estimate
+        t = estimate(t_gemm, shard_rows, n, w, self.peaks, elem_bytes=eb)
+        return t, algorithm, "sm", sms, sms, cfg, shard_rows, shard_rows, 1
 
     def epilogue_choices(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, w: int, shard_rows: int):
         """(time, "epilogue", engine, comm SMs, SMs, config, shard rows, chunk rows, chunks) for each way to reduce

@@ -55,6 +55,15 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             shard: into ``c`` ([R, n]) when q is the launching rank, else into slab
                             num_ranks - 1 - ((q - rank) mod num_ranks) of q's inbox ([slabs * R, n]), counted in
                             q's slot slab * (R / block_m) + its row block within the shard.
+                            ``sum_own`` (with owner and ``value_arg``; GEMM+RS in one launch): slots per tile
+                            instead -- a tile of q's rows sets q's slot slab * (R / block_m) * tiles_n + its tile
+                            within the shard (row block * tiles_n + pid_n) to the value (release) -- and an own
+                            tile waits for its slot of every slab, adds the slabs' inbox tiles to its accumulator,
+                            stores the sum into c and clears its slots (one waiter each: the pad is consumed): no
+                            reduce launch. Every tile has a
+                            resident program of its own (tiles <= num_sms), or the own tiles come last in every
+                            program (rank_rotated, rank_shift 1, group_m dividing R / block_m; a deferred count goes
+                            out before the wait): the tiles they wait for never wait.
                             ``sum`` (with ``value_arg``, an i32 argument; GEMM+AR in one launch): each tile's slot
                             t * slabs + slab on a peer (t = pid_m * tiles_n + pid_n) is set to the value (release),
                             then the tile waits for its own slots t * slabs + j, adds the W - 1 inbox tiles to its
@@ -278,6 +287,8 @@ def check(rec) -> None:
                        "tile's stores)")
         if spec.get("sum") and (spec.get("owner") or not isinstance(spec.get("value_arg"), str)):
             raise _err("'push.sum' needs 'value_arg' (the value its slots are set to) and no owner")
+        if spec.get("sum_own") and (not spec.get("owner") or not isinstance(spec.get("value_arg"), str)):
+            raise _err("'push.sum_own' needs 'owner' and 'value_arg' (the count its slots reach)")
         if spec.get("owner"):
             rpr = rec.get("rows_per_rank", 0)
             if rpr < 1 or rpr % rec["block_m"] or rec["m"] != (spec["slabs"] + 1) * rpr or rec["split_k"] > 1:
@@ -285,6 +296,12 @@ def check(rec) -> None:
                            f"and no split-K (m={rec['m']}, slabs={spec['slabs']}, rows_per_rank={rpr}, block_m="
                            f"{rec['block_m']}, split_k={rec['split_k']})")
     g = geometry(rec)
+    if rec.get("push", {}).get("sum_own") and not push_sum_own_resident(rec):
+        rpr, bm = rec["rows_per_rank"], rec["block_m"]
+        if rec["tile_order"] != "rank_rotated" or rec.get("rank_shift", 0) != 1 or (rpr // bm) % rec["group_m"]:
+            raise _err(f"'push.sum_own' with {g.tiles} tiles > num_sms={rec['num_sms']} needs the own rows' tiles "
+                       f"last: tile_order 'rank_rotated', rank_shift 1 and group_m dividing rows_per_rank / block_m "
+                       f"= {rpr // bm}")
     if "gather" in rec:
         _check_gather(rec, g)
     if rec.get("push", {}).get("sum") and g.grid > rec["num_sms"]:
@@ -337,6 +354,12 @@ def _check_gather(rec, g) -> None:
     if g.grid > rec["num_sms"]:
         raise _err(f"'gather' needs every program resident (the tiles wait on every program's copies): "
                    f"{g.grid} programs > num_sms={rec['num_sms']}; use persistent")
+
+
+def push_sum_own_resident(rec) -> bool:
+    """'push.sum_own': every tile has a resident program of its own, so an own tile's wait holds up no other tile
+    and the tiles may come in any order; else the own tiles must come last in every program."""
+    return geometry(rec).tiles <= rec["num_sms"]
 
 
 def deferred_push(rec) -> bool:
@@ -706,17 +729,24 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 if rec["push"].get("sum"):
                     steps += _push_sum_steps(step, rec, pid_m * g.tiles_n + pid_n, m0, n0, rank, num_ranks, scalars)
                     continue
-                _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks)
+                if rec["push"].get("sum_own") and m0 // rec["rows_per_rank"] == rank:
+                    steps += _push_own_sum_steps(step, rec, m0, n0, rows, cols, rank, num_ranks, scalars)
+                    continue
+                _push_model(step, rec, g, m0, n0, rows, cols, rank, num_ranks, scalars)
             if "notify" in rec:
                 nt = rec["notify"]
                 step.notifies = [SlotNotify(nt["arg"], sl, nt["value"], _peer(nt, sl, rank, num_ranks, rec, scalars),
                                             op="add") for sl in _slots(m0, rows, nt)]
             steps.append(step)
         steps += _stream_k_steps(rec, g, pid, rank, scalars)
-        if deferred_push(rec) and steps:  # each tile's counts go out with the next tile (the last with its own)
-            counts = [st.notifies for st in steps]
+        if deferred_push(rec) and steps:  # each tile's counts go out with the next tile (the last with its own);
+            # an own tile's clears (push.sum_own) stay with it
+            counts = [[nt for nt in st.notifies if nt.op != "clear"] for st in steps]
             for j, st in enumerate(steps):
-                st.notifies = (counts[j - 1] if j else []) + (counts[j] if j == len(steps) - 1 else [])
+                st.notifies = (counts[j - 1] if j else []) + [nt for nt in st.notifies if nt.op == "clear"] + \
+                    (counts[j] if j == len(steps) - 1 else [])
+        if rec.get("push", {}).get("sum_own"):
+            steps = _join_quiet_k_loops(steps)
         out.append(steps)
     return out
 
@@ -784,7 +814,8 @@ def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> tuple[list[Til
     return steps, [SlotNotify(pad, rank, len(steps), q, op="add") for q in order] if steps else []
 
 
-def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int) -> None:
+def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int,
+                scalars) -> None:
     """The push epilogue of a tile (record field ``push``): its C tile also written into each peer's inbox slab,
     then the peers' slots of its row block counted."""
     spec = rec["push"]
@@ -798,8 +829,12 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
         else:
             slab = num_ranks - 1 - (q - rank) % num_ranks
             dst = Region(spec["arg"], (slab * rpr + row, n0), (rows, cols), q)
-            step.notifies = [SlotNotify(spec["pad"], slab * (rpr // rec["block_m"]) + row // rec["block_m"], 1, q,
-                                        op="add")]
+            if spec.get("sum_own"):
+                slot = slab * _own_tiles(rec, g) + row // rec["block_m"] * g.tiles_n + n0 // rec["block_n"]
+                step.notifies = [SlotNotify(spec["pad"], slot, int(scalars[spec["value_arg"]]), q, op="set")]
+            else:
+                step.notifies = [SlotNotify(spec["pad"], slab * (rpr // rec["block_m"]) + row // rec["block_m"], 1,
+                                            q, op="add")]
         step.writes = [dst]
         step.compute = _gemm_compute(step.reads[0], step.reads[1], dst, [], rec)
         return
@@ -852,6 +887,66 @@ def _push_sum_steps(step: TileStep, rec, t: int, m0: int, n0: int, rank: int, nu
             TileStep(waits=[SlotWait(spec["pad"], t * slabs + j, value) for j in range(slabs)], reads=inbox,
                      writes=[c_reg], compute=total,
                      notifies=[SlotNotify(spec["pad"], t * slabs + j, value, rank, op="clear") for j in range(slabs)])]
+
+
+def _push_own_sum_steps(step: TileStep, rec, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int,
+                        scalars) -> list[TileStep]:
+    """'push.sum_own' for an own tile (``step``: its A and B reads), as the IR runs it: (1) the K loop (a deferred
+    count of the program's previous tile goes out after it); (2) once the tile's slot of every slab holds the
+    value, the accumulator plus the slabs' inbox tiles stored into c at the row within the shard, and the slots
+    cleared."""
+    spec, rpr = rec["push"], rec["rows_per_rank"]
+    if spec["slabs"] != num_ranks - 1:
+        raise _err(f"'push' has {spec['slabs']} inbox slabs; a world of {num_ranks} ranks needs {num_ranks - 1}")
+    row = m0 - rank * rpr
+    a_reg, b_reg = step.reads
+    acc: dict[str, np.ndarray] = {}
+
+    def k_loop(view):
+        a, b = np.asarray(view(a_reg), np.float32), np.asarray(view(b_reg), np.float32)
+        acc["tile"] = a @ (b.T if rec["b_trans"] else b)
+
+    parts = [Region(spec["arg"], (j * rpr + row, n0), (rows, cols)) for j in range(spec["slabs"])]
+    c_reg = Region("c", (row, n0), (rows, cols))
+
+    def total(view):
+        t = acc["tile"]
+        for p in parts:  # in slab order, as the IR adds them
+            t = t + np.asarray(view(p), np.float32)
+        view(c_reg)[...] = round_to(rec["out_dtype"], t)
+
+    g = geometry(rec)
+    value = int(scalars[spec["value_arg"]])
+    slots = [j * _own_tiles(rec, g) + row // rec["block_m"] * g.tiles_n + n0 // rec["block_n"]
+             for j in range(spec["slabs"])]
+    return [TileStep(reads=[a_reg, b_reg], compute=k_loop),
+            TileStep(waits=[SlotWait(spec["pad"], sl, value) for sl in slots], reads=parts, writes=[c_reg],
+                     compute=total, notifies=[SlotNotify(spec["pad"], sl, value, rank, op="clear") for sl in slots])]
+
+
+def _own_tiles(rec, g) -> int:
+    """'push.sum_own': the tiles of a rank's shard (its slots per slab)."""
+    return rec["rows_per_rank"] // rec["block_m"] * g.tiles_n
+
+
+def _join_quiet_k_loops(steps: list[TileStep]) -> list[TileStep]:
+    """An own tile of 'push.sum_own' is one step, as the IR's trace shows it, unless a count went out between its K
+    loop and its wait (a deferred count of the program's previous tile)."""
+    out: list[TileStep] = []
+    for st in steps:
+        prev = out[-1] if out else None
+        if prev is not None and st.waits and not (prev.writes or prev.waits or prev.notifies):
+            loop, total = prev.compute, st.compute
+
+            def both(view, loop=loop, total=total):
+                loop(view)
+                total(view)
+
+            out[-1] = TileStep(waits=st.waits, reads=prev.reads + st.reads, writes=st.writes, compute=both,
+                               notifies=st.notifies)
+        else:
+            out.append(st)
+    return out
 
 
 def _own_rows(rec, m0: int, rank: int) -> int | None:
@@ -946,9 +1041,9 @@ class _Emitter:
                 dp_tiles = self.g.tiles - rec.get("stream_k", 0)
                 with T.For(pid, dp_tiles, self.g.grid, init, attrs={"tt.flatten": flatten}) as loop:
                     tile_c = T.add(loop.args[0], self.g.grid) if flatten else None
-                    m0 = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
+                    prev = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
                     if init:
-                        loop.yield_(*([tile_c] if flatten else []), *([m0] if defer else []))
+                        loop.yield_(*([tile_c] if flatten else []), *([prev] if defer else []))
                 if defer:  # the last tile's count, once its stores are out
                     self._push_notifies_after(loop.results[-1])
                 if rec.get("stream_k", 0):
@@ -981,9 +1076,9 @@ class _Emitter:
         return TILE_ORDER_FNS[self.rec["tile_order"]](IrOps, t, self.rec, self.g, self.rank)
 
     # -- one tile
-    def tile(self, t, split, tile_c, prev_m0=None, own=False):
-        """One tile. ``prev_m0`` (a deferred push): the row of the program's previous tile (-1: none), whose
-        peers' slots are counted after this tile's K loop; returns this tile's row. ``own`` (gather): rows of this
+    def tile(self, t, split, tile_c, prev=None, own=False):
+        """One tile. ``prev`` (a deferred push): the program's previous tile, pid_m * tiles_n + pid_n (-1: none),
+        whose peers' slots are counted after this tile's K loop; returns this tile's. ``own`` (gather): rows of this
         rank's shard, read from the shard without a wait."""
         rec = self.rec
         pid_m, pid_n = self.coords(t)
@@ -1004,7 +1099,7 @@ class _Emitter:
                 self._split_epilogue(acc, t, split, m0, n0, lambda total: self._push_sum(total, m0, n0, t_id),
                                      store=False)
                 return
-            push = (lambda total: self._push(total, m0, n0)) if "push" in rec else None
+            push = (lambda total: self._push(total, m0, n0, pid_m, pid_n)) if "push" in rec else None
             self._split_epilogue(acc, t, split, m0, n0, push)
             return
         if "reduce_own" in rec:
@@ -1013,8 +1108,8 @@ class _Emitter:
         if rec.get("push", {}).get("sum"):
             self._push_sum(acc, m0, n0, T.add(T.mul(pid_m, self.g.tiles_n), pid_n))
             return m0
-        if prev_m0 is not None:
-            self._push_notifies_after(prev_m0)
+        if prev is not None:
+            self._push_notifies_after(prev)
         if rec.get("push", {}).get("owner"):
             self._push_owner_stores(acc, m0, n0)
         else:
@@ -1023,9 +1118,9 @@ class _Emitter:
             self._notify(m0)
         if "push" in rec and not rec["push"].get("owner"):
             self._push_stores(acc, m0, n0)
-        if "push" in rec and prev_m0 is None:
-            self._push_notifies(m0)
-        return m0
+        if "push" in rec and prev is None:
+            self._push_notifies(pid_m, pid_n)
+        return T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
 
     def _a_after_wait(self, m0):
         """A's base pointer and the tile's first row, after the 'wait' on the slots of rows [m0, m0 + BM)."""
@@ -1138,10 +1233,10 @@ class _Emitter:
         if count:
             self._gather_count(copier, copiers)
 
-    def _push(self, acc, m0, n0):
+    def _push(self, acc, m0, n0, pid_m, pid_n):
         """The tile into its slab of every peer's inbox, then 1 added to the peer's slot of its row block."""
         self._push_stores(acc, m0, n0)
-        self._push_notifies(m0)
+        self._push_notifies(pid_m, pid_n)
 
     def _push_stores(self, acc, m0, n0):
         spec = self.rec["push"]
@@ -1154,20 +1249,29 @@ class _Emitter:
             ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(slab, self.m))
             T.store(ptrs, vals, mask)
 
-    def _push_notifies(self, m0):
-        """1 (release: after the CTA's stores) added to the slots counting the tile at row m0 on the ranks it
+    def _push_notifies(self, pid_m, pid_n):
+        """1 (release: after the CTA's stores) added to the slots counting the tile (pid_m, pid_n) on the ranks it
         went to: every peer's slot slab * tiles_m + its row block, or with push.owner its owner's (unless that is
-        this rank)."""
+        this rank); push.sum_own sets the owner's slot of the tile to the value instead."""
         spec = self.rec["push"]
         num_ranks = core.NumRanks.build().num_ranks
         pad = self.arg[spec["pad"]]
+        m0 = T.mul(pid_m, self.bm)
         if spec.get("owner"):
             rpr = self.rec["rows_per_rank"]
             q = T.div(m0, rpr)
             with T.if_(T.cmp("ne", q, self.rank)):
-                slot = T.add(T.mul(self._owner_slab(q, num_ranks), rpr // self.bm), T.div(T.sub(m0, T.mul(q, rpr)),
-                                                                                          self.bm))
-                core.Notify.build(T.addptr(pad, slot), q, T.c(1), op="add", scope=spec["scope"], semantic="release")
+                block = T.div(T.sub(m0, T.mul(q, rpr)), self.bm)
+                slab = self._owner_slab(q, num_ranks)
+                if spec.get("sum_own"):
+                    slot = T.add(T.mul(slab, rpr // self.bm * self.g.tiles_n), T.add(T.mul(block, self.g.tiles_n),
+                                                                                     pid_n))
+                    core.Notify.build(T.addptr(pad, slot), q, self.arg[spec["value_arg"]], op="set",
+                                      scope=spec["scope"], semantic="release")
+                else:
+                    slot = T.add(T.mul(slab, rpr // self.bm), block)
+                    core.Notify.build(T.addptr(pad, slot), q, T.c(1), op="add", scope=spec["scope"],
+                                      semantic="release")
             return
         with T.For(1, num_ranks, 1) as qs:
             q = T.rem(T.add(self.rank, qs.iv), num_ranks)
@@ -1199,10 +1303,10 @@ class _Emitter:
             core.Notify.build(T.addptr(pad, T.add(T.mul(t, slabs), js.iv)), self.rank, value, op="clear",
                               scope=spec["scope"], semantic="relaxed")
 
-    def _push_notifies_after(self, m0):
-        """The deferred count of the tile at row m0 (-1: no tile)."""
-        with T.if_(T.cmp("sge", m0, 0)):
-            self._push_notifies(m0)
+    def _push_notifies_after(self, tile):
+        """The deferred count of tile pid_m * tiles_n + pid_n (-1: no tile)."""
+        with T.if_(T.cmp("sge", tile, 0)):
+            self._push_notifies(T.div(tile, self.g.tiles_n), T.rem(tile, self.g.tiles_n))
 
     def _owner_slab(self, q, num_ranks):
         """The slab of rank q's inbox that holds this rank's tiles: num_ranks - 1 - ((q - rank) mod num_ranks)."""
@@ -1215,14 +1319,37 @@ class _Emitter:
         num_ranks = core.NumRanks.build().num_ranks
         q = T.div(m0, rpr)
         row = T.sub(m0, T.mul(q, rpr))
-        vals = T.cast(acc, self.out_t)
         with T.if_(T.cmp("eq", q, self.rank)):
+            own_t = T.add(T.mul(T.div(row, self.bm), self.g.tiles_n), T.div(n0, self.bn))
+            total = self._push_own_sum(acc, row, n0, own_t) if spec.get("sum_own") else acc
             ptrs, mask = self._tile_ptrs(self.arg["c"], row, n0, rec["ldc"])
-            T.store(ptrs, vals, mask)
+            T.store(ptrs, T.cast(total, self.out_t), mask)
+            if spec.get("sum_own"):  # the slots consumed: cleared for the next call (after the reads above)
+                with T.For(0, spec["slabs"], 1) as js:
+                    core.Notify.build(T.addptr(self.arg[spec["pad"]], T.add(T.mul(js.iv, self._own_tiles()), own_t)),
+                                      self.rank, self.arg[spec["value_arg"]], op="clear", scope=spec["scope"],
+                                      semantic="relaxed")
         with T.if_(T.cmp("ne", q, self.rank)):
             inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
             ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(self._owner_slab(q, num_ranks), rpr))
-            T.store(ptrs, vals, mask)
+            T.store(ptrs, T.cast(acc, self.out_t), mask)
+
+    def _own_tiles(self):
+        return self.rec["rows_per_rank"] // self.bm * self.g.tiles_n
+
+    def _push_own_sum(self, acc, row, n0, own_t):
+        """'push.sum_own': the own tile at ``row`` of the shard plus every slab's inbox tile, each read once the
+        tile's slot of the slab (slab * own tiles + own_t) holds the value."""
+        spec, rpr = self.rec["push"], self.rec["rows_per_rank"]
+        with T.For(0, spec["slabs"], 1, [acc]) as js:
+            slot = T.add(T.mul(js.iv, self._own_tiles()), own_t)
+            token = core.Wait.build(T.addptr(self.arg[spec["pad"]], slot), self.arg[spec["value_arg"]],
+                                    scope=spec["scope"]).token
+            inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
+            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(js.iv, rpr))
+            part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
+            js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
+        return js.results[0]
 
     def _reduce_own_epilogue(self, acc, m0, n0):
         """Own rows: wait for the staged peer partials, add them, store to dst. Others: store to c, notify."""

@@ -479,6 +479,28 @@ def test_push_gemm_rs_stores_peer_rows_into_their_inboxes_and_simulates_equal_to
 
 
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
+def test_push_sum_gemm_rs_sums_the_own_rows_in_the_gemm_and_simulates_equal_to_the_reference(w):
+    """GEMM+RS by push with the sum in the GEMM (reduce-scatter=push_sum): the GEMM writes the output itself -- the
+    peers' rows' tiles go to their inboxes, the own rows' tiles (last in every program) wait for their row block's
+    slots, add the inbox and store the sum -- so there is no own partial buffer and no reduce launch. Three calls
+    simulate race-free and equal to the reference: one wave, ragged columns, and two SMs (each tile counted after
+    the next one's K loop, before an own tile's wait)."""
+    for m, n, extra, seeds in ((128, 256, "", (0, 1)), (64, 100, "", (2,)),
+                               (64, 96, " num-sms=2 block-m=16 block-n=32 persistent=true", (3,))):
+        text = local_program("gemm_rs", w, m, n=n)
+        dev = lower(text, FULL % ("reduce-scatter=push_sum" + extra, ""))
+        if w > 1:
+            assert "barrier" not in dev and 'ditron.fence = "waits"' in dev and "rs_own" not in dev
+            assert "sum_own = true" in dev and 'ditron.role = "rs.gemm_push_sum"' in dev
+            assert '{ditron.consumed, name = "rs_pushed"}' in dev
+            assert "rs.sum_pushed" not in dev
+        check_sim(dev, text, w, seeds=seeds, calls=3)
+    if w > 1:
+        with pytest.raises(PassError, match="reduce-scatter=push_sum needs GEMM row tiles inside one rank's rows"):
+            lower(local_program("gemm_rs", w, 100), FULL % ("reduce-scatter=push_sum block-m=64", ""))
+
+
+@pytest.mark.parametrize("w", [1, 2, 4, 8])
 def test_push_sum_gemm_ar_is_one_launch_and_replays_as_a_graph_without_zeroing(w):
     """GEMM+AR in one launch (all-reduce=push_sum, the model's choice for a one-wave GEMM): each tile goes into the
     peers' inboxes and sets their slot of it, then waits for its own slots and stores the sum into the output. No

@@ -12,6 +12,8 @@ import math
 import os
 import tempfile
 
+import re
+
 import numpy as np
 import pytest
 from mlir import ir
@@ -486,20 +488,24 @@ def test_gemm_push_sum_is_an_all_reduce_in_one_launch(W, split):
                          store="pointer", **SMALL)
 
 
+def _owner_push(W: int, spec: dict, **fields):
+    """A GEMM+RS by push (push.owner + spec) of W ranks' rows, 32 each, n = 44 (ragged 32-column tiles), k = 32;
+    -> (record, rows per rank, n, A, each rank's B, each rank's rounded partial)."""
+    R, n, k = 32, 44, 32
+    rec = gemm.make_record(W * R, n, k, push={"arg": "inbox", "pad": "pushed", "slabs": W - 1, "owner": True, **spec},
+                           rows_per_rank=R, tile_order="rank_rotated", rank_shift=1, loads="pointer",
+                           store="pointer", epilogue_split=1, flatten=False, **dict(SMALL, block_m=16, **fields))
+    return (rec, R, n) + rank_products(W, W * R, n, k, np.random.default_rng(RNG_SEED))
+
+
 @pytest.mark.parametrize("W", [2, 3, 4])
 def test_gemm_push_owner_then_reduce_pushed_is_a_reduce_scatter(W):
     """GEMM+RS by push (push.owner): a tile of rank q's rows goes to q alone -- into c at its row within the shard
     when q is the launching rank, else into the launcher's slab of q's inbox, counted in q's slot of its row block
     -- so the reduce template's publish.pushed over the R own rows sums every rank's partial of them. Ragged
     columns (n = 44 of 32-column tiles); ranks run one after the other, each GEMM on its own B."""
-    R, n, k = 32, 44, 32
-    m = W * R
-    rec = gemm.make_record(m, n, k, push={"arg": "inbox", "pad": "pushed", "slabs": W - 1, "owner": True},
-                           rows_per_rank=R, tile_order="rank_rotated", rank_shift=1, loads="pointer",
-                           store="pointer", epilogue_split=1, flatten=False, persistent=True,
-                           **dict(SMALL, block_m=16))
-    tiles_r, tiles_n = R // 16, -(-n // rec["block_n"])
-    a, bs, refs = rank_products(W, m, n, k, np.random.default_rng(RNG_SEED))
+    rec, R, n, a, bs, refs = _owner_push(W, {}, persistent=True)
+    m, k, tiles_r, tiles_n = W * R, rec["k"], R // 16, -(-n // rec["block_n"])
     mem = {}
     for r in range(W):
         mem[("a", r)], mem[("b", r)] = a, bs[r]
@@ -524,6 +530,57 @@ def test_gemm_push_owner_then_reduce_pushed_is_a_reduce_scatter(W):
         with pytest.raises(VerificationError, match="'push.owner' needs m = \\(slabs \\+ 1\\) \\* rows_per_rank"):
             gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": W - 1, "owner": True}, loads="pointer",
                              store="pointer", **dict(SMALL, **{"block_m": 16, **bad}))
+
+
+@pytest.mark.parametrize("W,layout", [(2, "persistent"), (3, "persistent"), (4, "grid"), (2, "one_wave")])
+def test_gemm_push_owner_sum_own_is_a_reduce_scatter_in_one_launch(W, layout):
+    """push.sum_own: the peers' rows' tiles go to their owners' inboxes as in push.owner, setting the owner's slot of
+    the tile, and each own tile -- last in every program -- waits for its slot of every slab, adds the slabs' inbox
+    tiles, stores the sum into c and clears its slots: the whole reduce-scatter in the GEMM. Ranks run one after the
+    other, so each rank's inbox and slots start as the peers will leave them (the simulator checks the concurrent
+    protocol). A persistent grid of 3
+    programs counts each tile after the next one's K loop -- before an own tile's wait (tiles() splits an own tile
+    into its K loop and its sum, so the count falls between); ragged columns. One wave (a resident program per
+    tile) may take any order: GROUP_M 4 groups both ranks' rows."""
+    shape = {"persistent": dict(persistent=True, num_sms=3), "grid": dict(persistent=False, num_sms=64),
+             "one_wave": dict(persistent=True, num_sms=64, group_m=4)}[layout]
+    persistent = layout == "persistent"
+    rec, R, n, a, bs, refs = _owner_push(W, {"sum_own": True, "value_arg": "expect"}, **shape)
+    assert rec["args"] == ["a", "b", "c", "inbox", "pushed", "expect"]
+    m, k, tiles_r, tiles_n = W * R, rec["k"], R // 16, -(-n // rec["block_n"])
+    mem = {}
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)] = a, bs[r]
+        mem[("c", r)] = np.zeros(R * n, np.float32)
+        mem[("inbox", r)] = np.concatenate([refs[(r + j) % W][r * R:(r + 1) * R].ravel() for j in range(1, W)])
+        mem[("pushed", r)] = np.full((W - 1) * tiles_r * tiles_n, 7, np.int32)
+    mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"inbox": n, "pushed": None}, ranks=range(W),
+                                 num_ranks=W, scalars={"expect": 7})
+    for r in range(W):  # the own partial unrounded (the accumulator), the peers' as they pushed them
+        own = a.reshape(m, k)[r * R:(r + 1) * R].astype(np.float32) @ bs[r].reshape(k, n).astype(np.float32)
+        want = round_to("bf16", own + sum(refs[q][r * R:(r + 1) * R].astype(np.float32) for q in range(W) if q != r))
+        close(mem_ir[("c", r)].reshape(R, n), want)
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+    # the last rank cleared its slots (the others' were set again by the ranks after them)
+    assert not mem_ir[("pushed", W - 1)].any() and not mem_tiles[("pushed", W - 1)].any()
+    steps = gemm.tiles(rec, rank=0, num_ranks=W, scalars={"expect": 7})
+    waiting = [st for prog in steps for st in prog if st.waits]
+    assert len(waiting) == tiles_r * tiles_n and all(len(st.waits) == W - 1 for st in waiting)
+    if persistent:  # every wait comes after the program's counts of the tiles before it
+        for prog in steps:
+            first = next((i for i, st in enumerate(prog) if st.waits), len(prog))
+            pushes = [len([nt for nt in st.notifies if nt.op == "set"]) for st in prog]
+            assert sum(pushes[:first]) == sum(pushes)
+    spec = {"arg": "i", "pad": "p", "slabs": W - 1, "owner": True, "sum_own": True}
+    for bad, msg in ((dict(push=spec), "'push.sum_own' needs 'owner' and 'value_arg'"),
+                     (dict(push=dict(spec, owner=False, value_arg="v")), "needs 'owner'"),
+                     (dict(rank_shift=0), "needs the own rows' tiles last"),
+                     (dict(group_m=4), "group_m dividing rows_per_rank / block_m = 2")):
+        fields = dict(rows_per_rank=R, tile_order="rank_rotated", rank_shift=1, loads="pointer", store="pointer",
+                      push=dict(spec, value_arg="v"), **dict(SMALL, block_m=16))
+        fields.update(bad)
+        with pytest.raises(VerificationError, match=re.escape(msg)):
+            gemm.make_record(m, n, k, **fields)
 
 
 @pytest.mark.parametrize("W,dst_rows,from_peers", [(2, "shard", False), (3, "shard", False), (2, "global", False),

@@ -70,6 +70,11 @@ def _cases() -> dict[str, ops.Signature]:
             few = {"num-sms": "3", "persistent": "true", "block-m": "64", "block-n": "64"}
             add(f"gemm_rs_push3_w{W}_m128", "gemm_rs", W, 128, passes={"ditron-tile": {"reduce-scatter": "push", **few}})
             add(f"gemm_ar_push3_w{W}_m128", "gemm_ar", W, 128, algorithm="push", passes={"ditron-tile": few})
+            # GEMM+RS with the sum in the GEMM: the own tiles (last in every program) add the inbox themselves
+            add(f"gemm_rs_push_sum_w{W}_m128", "gemm_rs", W, 128,
+                passes={"ditron-tile": {"reduce-scatter": "push_sum"}})
+            add(f"gemm_rs_push_sum3_w{W}_m128", "gemm_rs", W, 128,
+                passes={"ditron-tile": {"reduce-scatter": "push_sum", **few}})
             # GEMM+AR in one launch (one wave: every tile resident)
             add(f"gemm_ar_push_sum_w{W}_m128", "gemm_ar", W, 128, passes={"ditron-tile": {"all-reduce": "push_sum"}})
         add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
@@ -88,6 +93,11 @@ def _cases() -> dict[str, ops.Signature]:
     add("real_gemm_ar_push_w2_m4091", "gemm_ar", 2, 4091, virtual=False, algorithm="push")
     add("real_gemm_rs_push_w2_m128", "gemm_rs", 2, 128, virtual=False,
         passes={"ditron-tile": {"reduce-scatter": "push"}})
+    add("real_gemm_rs_push_sum_w2_m128", "gemm_rs", 2, 128, virtual=False,
+        passes={"ditron-tile": {"reduce-scatter": "push_sum"}})
+    add("real_gemm_rs_push_sum3_w2_m128", "gemm_rs", 2, 128, virtual=False,
+        passes={"ditron-tile": {"reduce-scatter": "push_sum", "num-sms": "3", "persistent": "true", "block-m": "64",
+                                "block-n": "64"}})
     add("real_gemm_ar_push_sum_w2_m4091", "gemm_ar", 2, 4091, virtual=False,
         passes={"ditron-tile": {"all-reduce": "push_sum"}})
     add("real_reduce_scatter_staged_w2_m4091", "reduce_scatter", 2, 4091, virtual=False,
