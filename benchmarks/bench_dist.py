@@ -53,6 +53,7 @@ import argparse
 import csv
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -192,6 +193,8 @@ class Env:
     group_name: str | None = None
     notes: list = field(default_factory=list)
     host_us: float = 0.0          # host time per call of the last timed() loop (enqueue only): median repetition
+    profile: int = 0              # --profile N: N calls of each case traced (kernels and copies per stream)
+    out_dir: Path | None = None
 
     def barrier(self) -> None:
         import torch
@@ -525,6 +528,9 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
         row["ditron_eager_us"] = timed(env, eager_call, iters)
         lib.synchronize(env.world)
     row["choices"] = summarize_choices(lib.path(sig)) if lib.path(sig) else ""
+    if env.profile:
+        profile_calls(env, case, ditron_call, env.profile)
+        lib.synchronize(env.world)
     # cuBLAS alone: the rank's GEMM; F
     g = case.gemm_shape(W)
     if g:
@@ -574,6 +580,45 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
         row["overhead_vs_cublas"] = row["ditron_us"] / row["cublas_us"] - 1.0
     lib.release(sig)  # frees the executor's symmetric heap: the next case allocates its own
     return row
+
+
+def profile_calls(env: Env, case: Case, call, n: int) -> None:
+    """Trace n calls (each alone: a marker kernel before it, a synchronize after) with the CUDA profiler and write
+    every kernel and copy of each call -- stream, name, start after the call's marker, duration, microseconds -- to
+    profile_<case>_rank<r>.csv in the output folder; rank 0 prints the last call's."""
+    import json
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    marker = torch.zeros(1, dtype=torch.float64, device="cuda")  # its fill kernel: FillFunctor<double>
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            marker.fill_(1.0)
+            call()
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        prof.export_chrome_trace(f"{tmp}/trace.json")
+        trace = json.load(open(f"{tmp}/trace.json"))
+    events = sorted((e for e in trace.get("traceEvents", []) if e.get("ph") == "X"
+                     and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    rows, call_no, start = [], -1, 0.0
+    for e in events:
+        if "FillFunctor<double>" in e["name"]:
+            call_no, start = call_no + 1, e["ts"] + e["dur"]
+            continue
+        if call_no >= 0:
+            rows.append((call_no, e.get("args", {}).get("stream", ""), e["name"][:90], e["ts"] - start, e["dur"]))
+    name = re.sub(r"[^A-Za-z0-9]+", "_", case.label).strip("_")
+    env.out_dir.mkdir(parents=True, exist_ok=True)
+    with open(env.out_dir / f"profile_{name}_rank{env.rank}.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["call", "stream", "name", "start_us", "dur_us"])
+        w.writerows((c, st, nm, f"{t0:.1f}", f"{d:.1f}") for c, st, nm, t0, d in rows)
+    last = [r for r in rows if r[0] == call_no]
+    env.log(f"  profile of {case.label}, rank 0, call {call_no} (us after its marker):")
+    for _, st, nm, t0, d in last:
+        env.log(f"    stream {st:>4} {t0:9.1f} {d:9.1f}  {nm}")
 
 
 FIELDS = ["mode", "world", "op", "model", "M", "N", "K", "bytes", "iters", "graph", "ditron_us", "ditron_host_us",
@@ -658,14 +703,14 @@ OPS_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "a
 
 
 def run(directory: Path, virtual: int | None, size: str, out_dir: Path, forced_iters: int | None,
-        only: list[str] | None, graph: bool = True) -> None:
+        only: list[str] | None, graph: bool = True, profile: int = 0) -> None:
     import torch
 
     from ditron import ops
     if not torch.cuda.is_available():
         sys.exit("bench_dist --run needs a CUDA GPU")
     env = make_env(virtual)
-    env.graph = graph
+    env.graph, env.profile, env.out_dir = graph, profile, out_dir
     lib = ops.Library(directory)
     start = time.perf_counter()
     B, link_how = measure_link(env)
@@ -710,6 +755,9 @@ def main(argv=None) -> None:
                    "labels contain (comma-separated)")
     p.add_argument("--graph", action=argparse.BooleanOptionalAction, default=True,
                    help="with --run: ditron in CUDA-graph mode (default; --no-graph: eager only)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="with --run: trace N calls of each case (CUDA profiler): every kernel and copy per stream, "
+                        "to profile_<case>_rank<r>.csv in --out; rank 0 prints the last call")
     p.add_argument("--iters", type=int, help="with --run: iterations per measurement (default: from the size)")
     p.add_argument("--out", default=str(RESULTS), help="where the CSV and PNG go")
     p.add_argument("--passes", action="append", default=[], metavar="PASS:OPTION=VALUE",
@@ -730,7 +778,8 @@ def main(argv=None) -> None:
         modes = ["virtual", "real"] if args.mode == "both" else [args.mode]
         build(Path(args.build), args.world, modes, size_name, args.target, only or None)
     if args.run:
-        run(Path(args.run), args.virtual, size_name, Path(args.out), args.iters, only or None, args.graph)
+        run(Path(args.run), args.virtual, size_name, Path(args.out), args.iters, only or None, args.graph,
+            args.profile)
 
 
 if __name__ == "__main__":
