@@ -56,8 +56,14 @@ ENGINES = ("copy_engine", "sm")
 ALL_REDUCE_ALGORITHMS = ("one_shot", "two_shot", "push")
 # GEMM+AR may also reduce in the GEMM's epilogue (as GEMM+RS does), then all-gather the reduced rows
 # or push and sum in one launch (push_sum: each GEMM tile pushed to the peers, then summed with theirs in its epilogue;
-# one-wave GEMMs, every program resident)
+# every program resident)
 GEMM_AR_ALGORITHMS = ALL_REDUCE_ALGORITHMS + ("epilogue", "push_sum")
+# push_sum beyond one wave (persistent programs, each tile waiting for the peers' same tile before the program's
+# next one): the model offers it up to this many waves. 2xH200, push_sum forced against the model's push, two runs
+# each in one device call (results/ablation_gemm_ar_push_sum_waves.csv): 70B M=1024 (2 waves of 128x256 tiles)
+# 364-376 us against 371-387; 8B M=8192 (8 waves) 792-807 against 758-764, 70B M=8192 (16 waves) 2840-2875 against
+# 2746-2748: a push overlaps the next tiles, a summing tile stalls its program until the peers' copy lands
+PUSH_SUM_MAX_WAVES = 2
 # those the model chooses among for GEMM+AR: two_shot (GEMM+RS with reduce kernels on a few SMs, then an all-gather)
 # ran 3-9x over its estimate at every measured shape (2xH200 ablation, bench_dist --passes
 # ditron-tile:all-reduce=two_shot: LLaMA-8B M=8192 4100 us against 864 for one_shot), so it is only run when asked
@@ -677,16 +683,21 @@ class _Planner:
     def push_sum_all_reduce(self, g: OverlapGroup, m: int, n: int, k: int, eb: int, w: int):
         """(time, "push_sum", ...) of GEMM+AR in one launch -- every tile pushed to the peers, then summed with
         theirs in its epilogue -- for a GEMM whose tiles are all resident at once (one wave: a tile waits for the
-        peers' same tile); None otherwise (all-reduce=push_sum asked for: an error)."""
+        peers' same tile) or of persistent programs running the same tiles in the same order on every rank (each
+        program's j-th tile waits only for the peers' j-th tiles of the same program, pushed before any wait) up to
+        PUSH_SUM_MAX_WAVES waves (asked for: any number); None otherwise (asked for with persistent=false beyond
+        one wave: an error)."""
         sms = self.peaks.num_sms
         cfg, t_gemm = self.timed_gemm(g.producer, m, n, k, sms, eb, split=True)
         tiles = gemm_tiles(m, n, cfg)
-        if tiles > sms:
+        if tiles > sms and self.o.persistent is False:
             if self.o.all_reduce == "push_sum":
                 raise op_error(self.o.name, g.consumer, f"all-reduce=push_sum sums each tile in the GEMM's epilogue "
-                                                        f"once the peers' copy of it landed, so every tile must be "
-                                                        f"resident at once: {tiles} tiles of {cfg.block_m}x"
-                                                        f"{cfg.block_n} > {sms} SMs (use push)")
+                                                        f"once the peers' copy of it landed, so every program must "
+                                                        f"stay resident: {tiles} tiles of {cfg.block_m}x"
+                                                        f"{cfg.block_n} over {sms} SMs need persistent=true")
+            return None
+        if math.ceil(tiles / sms) > PUSH_SUM_MAX_WAVES and self.o.all_reduce != "push_sum":
             return None
         t = gemm_push_sum_estimate(t_gemm, m, n, w, self.peaks, elem_bytes=eb)
         return t, "push_sum", "sm", sms, sms, cfg, m, m, 1

@@ -505,11 +505,14 @@ def test_push_sum_gemm_ar_is_one_launch_and_replays_as_a_graph_without_zeroing(w
     """GEMM+AR in one launch (all-reduce=push_sum, the model's choice for a one-wave GEMM): each tile goes into the
     peers' inboxes and sets their slot of it, then waits for its own slots and stores the sum into the output. No
     reduce launch, no end barrier; the pad has one waiter per slot, which clears it, so CUDA-graph replays (epoch
-    1, nothing zeroed) simulate race-free and equal to the reference, as do eager calls, with ragged shapes. A
-    GEMM whose tiles do not all fit at once, a standalone all-reduce and the copy engine are refused."""
-    for m, n, seeds in ((64, 256, (0, 1)), (40, 100, (2,))):
+    1, nothing zeroed) simulate race-free and equal to the reference, as do eager calls, with ragged shapes, and
+    beyond one wave: persistent programs on two SMs, each tile waiting for the peers' same tile before the program's
+    next. A GEMM beyond one wave without persistent programs, a standalone all-reduce and the copy engine are
+    refused."""
+    for m, n, extra, seeds in ((64, 256, "", (0, 1)), (40, 100, "", (2,)),
+                               (64, 96, " num-sms=2 block-m=16 block-n=32", (3,))):
         text = local_program("gemm_ar", w, m, n=n)
-        dev = lower(text, FULL % ("all-reduce=push_sum", ""))
+        dev = lower(text, FULL % ("all-reduce=push_sum" + extra, ""))
         if w > 1:
             assert "barrier" not in dev and dev.count('ditron.role = "ar.gemm_push_sum"') == 1
             assert "ar.sum_pushed" not in dev and '{ditron.consumed, name = "ar_pushed"}' in dev
@@ -520,8 +523,10 @@ def test_push_sum_gemm_ar_is_one_launch_and_replays_as_a_graph_without_zeroing(w
     assert "push_sum" in [t["algorithm"] for t in _tilings(lower(local_program("gemm_ar", w, 64, k=14336 // w,
                                                                                 n=8192), "ditron-tile"))]
     with pytest.raises(PassError, match="all-reduce=push_sum sums each tile in the GEMM's epilogue once the peers' "
-                                        "copy of it landed, so every tile must be resident at once"):
-        lower(local_program("gemm_ar", w, 64, n=256), FULL % ("all-reduce=push_sum num-sms=2 block-m=16 block-n=32", ""))
+                                        "copy of it landed, so every program must stay resident: [0-9]+ tiles of 16x32 "
+                                        "over 2 SMs need persistent=true"):
+        lower(local_program("gemm_ar", w, 64, n=256),
+              FULL % ("all-reduce=push_sum num-sms=2 block-m=16 block-n=32 persistent=false", ""))
     with pytest.raises(PassError, match="all-reduce=push_sum sums in a GEMM's epilogue; this all-reduce does not "
                                         "follow a GEMM"):
         lower(local_program("all_reduce", w, 64), FULL % ("all-reduce=push_sum", ""))

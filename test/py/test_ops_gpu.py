@@ -77,6 +77,9 @@ def _cases() -> dict[str, ops.Signature]:
                 passes={"ditron-tile": {"reduce-scatter": "push_sum", **few}})
             # GEMM+AR in one launch (one wave: every tile resident)
             add(f"gemm_ar_push_sum_w{W}_m128", "gemm_ar", W, 128, passes={"ditron-tile": {"all-reduce": "push_sum"}})
+            # ... beyond one wave: persistent programs, each tile waiting for the peers' same tile
+            add(f"gemm_ar_push_sum3_w{W}_m128", "gemm_ar", W, 128, passes={"ditron-tile": {"all-reduce": "push_sum",
+                                                                                          **few}})
         add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
         if W > 1:  # AG+GEMM in one launch, own rows first: copiers beside the own tiles / all programs copying
             add(f"ag_gemm_own_first_w{W}_m512", "ag_gemm", W, 512, passes={"ditron-tile": {"own-first": "true"}})
@@ -97,6 +100,9 @@ def _cases() -> dict[str, ops.Signature]:
         passes={"ditron-tile": {"reduce-scatter": "push_sum"}})
     add("real_gemm_rs_push_sum3_w2_m128", "gemm_rs", 2, 128, virtual=False,
         passes={"ditron-tile": {"reduce-scatter": "push_sum", "num-sms": "3", "persistent": "true", "block-m": "64",
+                                "block-n": "64"}})
+    add("real_gemm_ar_push_sum3_w2_m128", "gemm_ar", 2, 128, virtual=False,
+        passes={"ditron-tile": {"all-reduce": "push_sum", "num-sms": "3", "persistent": "true", "block-m": "64",
                                 "block-n": "64"}})
     add("real_gemm_ar_push_sum_w2_m4091", "gemm_ar", 2, 4091, virtual=False,
         passes={"ditron-tile": {"all-reduce": "push_sum"}})

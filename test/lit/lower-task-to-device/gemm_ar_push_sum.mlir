@@ -1,6 +1,6 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline='ditron-tile,ditron-lower-task-to-device,ditron-lower-device-to-core' | FileCheck %s
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push_sum engine=copy_engine}' 2>&1 | FileCheck %s --check-prefix=CE
-// RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push_sum num-sms=8}' 2>&1 | FileCheck %s --check-prefix=WAVE
+// RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push_sum num-sms=8 persistent=false}' 2>&1 | FileCheck %s --check-prefix=WAVE
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{all-reduce=push_sum}' 2>&1 | FileCheck %s --check-prefix=ALONE
 // GEMM+AR in one launch, the model's choice for a one-wave GEMM (LLaMA-70B M = 128 on two ranks): each tile goes
 // into its slab of the peer's inbox and sets the peer's slot of the tile to the epoch; then it waits for its own
@@ -21,7 +21,7 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   func.func @gemm_ar(%a: tensor<128x14336xbf16>, %w: tensor<14336x8192xbf16>) -> tensor<128x8192xbf16> attributes {ditron.view = "local"} {
     %p = "ditron_task.matmul"(%a, %w) {ditron.overlap = {group = 0 : i64, kind = "matmul_ar", role = "producer"}} : (tensor<128x14336xbf16>, tensor<14336x8192xbf16>) -> tensor<128x8192xbf16>
     // CE: gemm_ar_push_sum.mlir:[[# @LINE + 2]]:10: error: ditron-tile: 'ditron_task.all_reduce' op all-reduce=push_sum stores into the peers' buffers with SMs; it cannot use engine=copy_engine
-    // WAVE: gemm_ar_push_sum.mlir:[[# @LINE + 1]]:10: error: ditron-tile: 'ditron_task.all_reduce' op all-reduce=push_sum sums each tile in the GEMM's epilogue once the peers' copy of it landed, so every tile must be resident at once: {{[0-9]+}} tiles of {{[0-9]+}}x{{[0-9]+}} > 8 SMs (use push)
+    // WAVE: gemm_ar_push_sum.mlir:[[# @LINE + 1]]:10: error: ditron-tile: 'ditron_task.all_reduce' op all-reduce=push_sum sums each tile in the GEMM's epilogue once the peers' copy of it landed, so every program must stay resident: {{[0-9]+}} tiles of {{[0-9]+}}x{{[0-9]+}} over 8 SMs need persistent=true
     %y = "ditron_task.all_reduce"(%p) {axis = "tp", reduce = "sum", ditron.overlap = {group = 0 : i64, kind = "matmul_ar", role = "consumer"}} : (tensor<128x8192xbf16>) -> tensor<128x8192xbf16>
     return %y : tensor<128x8192xbf16>
   }
