@@ -60,10 +60,10 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             within the shard (row block * tiles_n + pid_n) to the value (release) -- and an own
                             tile waits for its slot of every slab, adds the slabs' inbox tiles to its accumulator,
                             stores the sum into c and clears its slots (one waiter each: the pad is consumed): no
-                            reduce launch. Every tile has a
-                            resident program of its own (tiles <= num_sms), or the own tiles come last in every
-                            program (rank_rotated, rank_shift 1, group_m dividing R / block_m; a deferred count goes
-                            out before the wait): the tiles they wait for never wait.
+                            reduce launch. Every tile has a resident program of its own (tiles <= num_sms), or the
+                            own tiles come last in every program (rank_rotated, rank_shift 1, group_m dividing
+                            R / block_m; a deferred count goes out before the wait): the tiles they wait for never
+                            wait.
                             ``sum`` (with ``value_arg``, an i32 argument; GEMM+AR in one launch): each tile's slot
                             t * slabs + slab on a peer (t = pid_m * tiles_n + pid_n) is set to the value (release),
                             then the tile waits for its own slots t * slabs + j, adds the W - 1 inbox tiles to its
@@ -1105,9 +1105,10 @@ class _Emitter:
         if "reduce_own" in rec:
             self._reduce_own_epilogue(acc, m0, n0)
             return
+        t_id = T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
         if rec.get("push", {}).get("sum"):
-            self._push_sum(acc, m0, n0, T.add(T.mul(pid_m, self.g.tiles_n), pid_n))
-            return m0
+            self._push_sum(acc, m0, n0, t_id)
+            return t_id
         if prev is not None:
             self._push_notifies_after(prev)
         if rec.get("push", {}).get("owner"):
@@ -1120,7 +1121,7 @@ class _Emitter:
             self._push_stores(acc, m0, n0)
         if "push" in rec and prev is None:
             self._push_notifies(pid_m, pid_n)
-        return T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
+        return t_id
 
     def _a_after_wait(self, m0):
         """A's base pointer and the tile's first row, after the 'wait' on the slots of rows [m0, m0 + BM)."""
