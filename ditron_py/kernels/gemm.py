@@ -830,7 +830,7 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
             slab = num_ranks - 1 - (q - rank) % num_ranks
             dst = Region(spec["arg"], (slab * rpr + row, n0), (rows, cols), q)
             if spec.get("sum_own"):
-                slot = slab * _own_tiles(rec, g) + row // rec["block_m"] * g.tiles_n + n0 // rec["block_n"]
+                slot = sum_own_slot(PyOps, rec, g, slab, row // rec["block_m"], n0 // rec["block_n"])
                 step.notifies = [SlotNotify(spec["pad"], slot, int(scalars[spec["value_arg"]]), q, op="set")]
             else:
                 step.notifies = [SlotNotify(spec["pad"], slab * (rpr // rec["block_m"]) + row // rec["block_m"], 1,
@@ -917,16 +917,17 @@ def _push_own_sum_steps(step: TileStep, rec, m0: int, n0: int, rows: int, cols: 
 
     g = geometry(rec)
     value = int(scalars[spec["value_arg"]])
-    slots = [j * _own_tiles(rec, g) + row // rec["block_m"] * g.tiles_n + n0 // rec["block_n"]
-             for j in range(spec["slabs"])]
+    slots = [sum_own_slot(PyOps, rec, g, j, row // rec["block_m"], n0 // rec["block_n"]) for j in range(spec["slabs"])]
     return [TileStep(reads=[a_reg, b_reg], compute=k_loop),
             TileStep(waits=[SlotWait(spec["pad"], sl, value) for sl in slots], reads=parts, writes=[c_reg],
                      compute=total, notifies=[SlotNotify(spec["pad"], sl, value, rank, op="clear") for sl in slots])]
 
 
-def _own_tiles(rec, g) -> int:
-    """'push.sum_own': the tiles of a rank's shard (its slots per slab)."""
-    return rec["rows_per_rank"] // rec["block_m"] * g.tiles_n
+def sum_own_slot(o, rec, g, slab, block, pid_n):
+    """'push.sum_own': the pad slot, in slab ``slab``, of the own tile at row block ``block`` of the shard and
+    column block pid_n (a slab holds one slot per tile of the shard). Written once over an arithmetic namespace
+    (PyOps on ints for tiles(), IrOps on IR values for build()), as the tile orders are."""
+    return o.add(o.mul(slab, rec["rows_per_rank"] // rec["block_m"] * g.tiles_n), o.add(o.mul(block, g.tiles_n), pid_n))
 
 
 def _join_quiet_k_loops(steps: list[TileStep]) -> list[TileStep]:
@@ -1265,8 +1266,7 @@ class _Emitter:
                 block = T.div(T.sub(m0, T.mul(q, rpr)), self.bm)
                 slab = self._owner_slab(q, num_ranks)
                 if spec.get("sum_own"):
-                    slot = T.add(T.mul(slab, rpr // self.bm * self.g.tiles_n), T.add(T.mul(block, self.g.tiles_n),
-                                                                                     pid_n))
+                    slot = sum_own_slot(IrOps, self.rec, self.g, slab, block, pid_n)
                     core.Notify.build(T.addptr(pad, slot), q, self.arg[spec["value_arg"]], op="set",
                                       scope=spec["scope"], semantic="release")
                 else:
@@ -1321,13 +1321,14 @@ class _Emitter:
         q = T.div(m0, rpr)
         row = T.sub(m0, T.mul(q, rpr))
         with T.if_(T.cmp("eq", q, self.rank)):
-            own_t = T.add(T.mul(T.div(row, self.bm), self.g.tiles_n), T.div(n0, self.bn))
-            total = self._push_own_sum(acc, row, n0, own_t) if spec.get("sum_own") else acc
+            block, pid_n = T.div(row, self.bm), T.div(n0, self.bn)
+            total = self._push_own_sum(acc, row, n0, block, pid_n) if spec.get("sum_own") else acc
             ptrs, mask = self._tile_ptrs(self.arg["c"], row, n0, rec["ldc"])
             T.store(ptrs, T.cast(total, self.out_t), mask)
             if spec.get("sum_own"):  # the slots consumed: cleared for the next call (after the reads above)
                 with T.For(0, spec["slabs"], 1) as js:
-                    core.Notify.build(T.addptr(self.arg[spec["pad"]], T.add(T.mul(js.iv, self._own_tiles()), own_t)),
+                    core.Notify.build(T.addptr(self.arg[spec["pad"]],
+                                               sum_own_slot(IrOps, rec, self.g, js.iv, block, pid_n)),
                                       self.rank, self.arg[spec["value_arg"]], op="clear", scope=spec["scope"],
                                       semantic="relaxed")
         with T.if_(T.cmp("ne", q, self.rank)):
@@ -1335,15 +1336,12 @@ class _Emitter:
             ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(self._owner_slab(q, num_ranks), rpr))
             T.store(ptrs, T.cast(acc, self.out_t), mask)
 
-    def _own_tiles(self):
-        return self.rec["rows_per_rank"] // self.bm * self.g.tiles_n
-
-    def _push_own_sum(self, acc, row, n0, own_t):
+    def _push_own_sum(self, acc, row, n0, block, pid_n):
         """'push.sum_own': the own tile at ``row`` of the shard plus every slab's inbox tile, each read once the
-        tile's slot of the slab (slab * own tiles + own_t) holds the value."""
+        tile's slot of the slab (``sum_own_slot``) holds the value."""
         spec, rpr = self.rec["push"], self.rec["rows_per_rank"]
         with T.For(0, spec["slabs"], 1, [acc]) as js:
-            slot = T.add(T.mul(js.iv, self._own_tiles()), own_t)
+            slot = sum_own_slot(IrOps, self.rec, self.g, js.iv, block, pid_n)
             token = core.Wait.build(T.addptr(self.arg[spec["pad"]], slot), self.arg[spec["value_arg"]],
                                     scope=spec["scope"]).token
             inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
