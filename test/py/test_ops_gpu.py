@@ -29,6 +29,9 @@ HERE = Path(__file__).resolve()
 CALLS = 3
 TARGET = "cuda:90"
 K, N = 256, 128
+# persistent pushes on three programs: each tile counted after the next one's K loop (or, summing, each waiting
+# for the peers' copy before the program's next tile)
+FEW = {"num-sms": "3", "persistent": "true", "block-m": "64", "block-n": "64"}
 
 
 def case_shapes(op: str, W: int, m: int, dim: int = 0) -> list[tuple[int, ...]]:
@@ -66,20 +69,18 @@ def _cases() -> dict[str, ops.Signature]:
                 add(f"gemm_ar_push_w{W}_m{m}", "gemm_ar", W, m, algorithm="push")
         if W > 1:  # GEMM+RS by push: GEMM row tiles must not straddle two ranks' rows (m = 128, not 4091)
             add(f"gemm_rs_push_w{W}_m128", "gemm_rs", W, 128, passes={"ditron-tile": {"reduce-scatter": "push"}})
-            # persistent pushes on three programs: each tile counted after the next one's K loop
-            few = {"num-sms": "3", "persistent": "true", "block-m": "64", "block-n": "64"}
-            add(f"gemm_rs_push3_w{W}_m128", "gemm_rs", W, 128, passes={"ditron-tile": {"reduce-scatter": "push", **few}})
-            add(f"gemm_ar_push3_w{W}_m128", "gemm_ar", W, 128, algorithm="push", passes={"ditron-tile": few})
+            add(f"gemm_rs_push3_w{W}_m128", "gemm_rs", W, 128, passes={"ditron-tile": {"reduce-scatter": "push", **FEW}})
+            add(f"gemm_ar_push3_w{W}_m128", "gemm_ar", W, 128, algorithm="push", passes={"ditron-tile": FEW})
             # GEMM+RS with the sum in the GEMM: the own tiles (last in every program) add the inbox themselves
             add(f"gemm_rs_push_sum_w{W}_m128", "gemm_rs", W, 128,
                 passes={"ditron-tile": {"reduce-scatter": "push_sum"}})
             add(f"gemm_rs_push_sum3_w{W}_m128", "gemm_rs", W, 128,
-                passes={"ditron-tile": {"reduce-scatter": "push_sum", **few}})
+                passes={"ditron-tile": {"reduce-scatter": "push_sum", **FEW}})
             # GEMM+AR in one launch (one wave: every tile resident)
             add(f"gemm_ar_push_sum_w{W}_m128", "gemm_ar", W, 128, passes={"ditron-tile": {"all-reduce": "push_sum"}})
             # ... beyond one wave: persistent programs, each tile waiting for the peers' same tile
-            add(f"gemm_ar_push_sum3_w{W}_m128", "gemm_ar", W, 128, passes={"ditron-tile": {"all-reduce": "push_sum",
-                                                                                          **few}})
+            add(f"gemm_ar_push_sum3_w{W}_m128", "gemm_ar", W, 128,
+                passes={"ditron-tile": {"all-reduce": "push_sum", **FEW}})
         add(f"all_gather_dim1_w{W}_m128", "all_gather", W, 128, dim=1)
         if W > 1:  # AG+GEMM in one launch, own rows first: copiers beside the own tiles / all programs copying
             add(f"ag_gemm_own_first_w{W}_m512", "ag_gemm", W, 512, passes={"ditron-tile": {"own-first": "true"}})
@@ -99,11 +100,9 @@ def _cases() -> dict[str, ops.Signature]:
     add("real_gemm_rs_push_sum_w2_m128", "gemm_rs", 2, 128, virtual=False,
         passes={"ditron-tile": {"reduce-scatter": "push_sum"}})
     add("real_gemm_rs_push_sum3_w2_m128", "gemm_rs", 2, 128, virtual=False,
-        passes={"ditron-tile": {"reduce-scatter": "push_sum", "num-sms": "3", "persistent": "true", "block-m": "64",
-                                "block-n": "64"}})
+        passes={"ditron-tile": {"reduce-scatter": "push_sum", **FEW}})
     add("real_gemm_ar_push_sum3_w2_m128", "gemm_ar", 2, 128, virtual=False,
-        passes={"ditron-tile": {"all-reduce": "push_sum", "num-sms": "3", "persistent": "true", "block-m": "64",
-                                "block-n": "64"}})
+        passes={"ditron-tile": {"all-reduce": "push_sum", **FEW}})
     add("real_gemm_ar_push_sum_w2_m4091", "gemm_ar", 2, 4091, virtual=False,
         passes={"ditron-tile": {"all-reduce": "push_sum"}})
     add("real_reduce_scatter_staged_w2_m4091", "reduce_scatter", 2, 4091, virtual=False,
