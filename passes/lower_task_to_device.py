@@ -375,24 +375,24 @@ class _FunctionLowering:
     def _gathering_gemm(self, g: OverlapGroup, t: Tiling, x: ir.Value, gathered: ir.Value, shard: int) -> None:
         """AG+GEMM in one launch (all-gather=one_launch): the GEMM's programs store this rank's shard into the
         gathered A of every rank and count it in slot rank of ``ag_ready`` there (gemm template ``gather``), and
-        each tile waits until the slots of its rows count every block. It fences itself (``crosses``): peers only
-        store into the gathered A and count in this rank's pad, and every rank's tiles together wait on every
-        peer's stores each call; so with one lane there is no end barrier, and the gathered A rotates."""
+        each tile waits until the slots of its rows count every block of this call. It fences itself
+        (``crosses``): peers only store into the gathered A and count in this rank's pad, and every rank's tiles
+        together wait on every peer's stores each call; so with one lane there is no end barrier, and the gathered
+        A rotates. The waits consume the counts (the last waiter of a slot takes them off, slots W.. count the
+        waiters): the pad is ``ditron.consumed``, and a CUDA graph zeroes nothing before the launch."""
         mm = task.Matmul(g.consumer)
         if not self.is_symmetric(gathered):
             raise self.error(g.producer, "all-gather=one_launch stores into the peers' gathered rows, which must be "
                                          "a symmetric buffer (not a function result); use pull")
         from ..kernels import gemm
-        ready = self.b.pad(t.world, "ag_ready")
+        ready = self.b.pad(2 * t.world, "ag_ready", consumed=True)
         c = self.dest(mm.result, "mm")
         rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
                             wait={"arg": "ready", "rows_per_slot": shard},
                             gather={"arg": "x", "own_first": t.own_first is not False}, rows_per_rank=shard,
                             tile_order="rank_rotated")
-        blocks = gemm.gather_blocks(rec)
-        self.slot_step = max(self.slot_step, blocks)
         self.crosses(inbox=gathered)
-        self.launch(rec, [gathered, self.buf(mm.rhs), c, ready, self.b.mul(self.b.epoch, blocks), x],
+        self.launch(rec, [gathered, self.buf(mm.rhs), c, ready, self.b.c(gemm.gather_blocks(rec)), x],
                     lane="compute", role="ag.gemm", group=g.group)
 
     def matmul_rs(self, g: OverlapGroup, t: Tiling) -> None:

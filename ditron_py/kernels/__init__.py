@@ -55,13 +55,43 @@ class SlotWait:
 class SlotNotify:
     """Set (``op="set"``) or add to (``op="add"``) slot ``slot`` of signal-pad argument ``arg`` on ``rank``, with
     release semantics (everything the tile wrote is visible before); or clear it (``op="clear"``, relaxed): 0 if
-    it still holds ``value`` (a waiter consuming the signal it waited for)."""
+    it still holds ``value`` (a waiter consuming the signal it waited for); or arrive (``op="arrive"``, relaxed):
+    one of ``value`` waiters of a signal counted in ``slot`` has passed its wait, and the last of them sets the
+    count back to 0 and takes ``consumes = (signal slot, amount)`` off the signal (``notify_effects``)."""
 
     arg: str
     slot: int
     value: int
     rank: int | None = None
     op: str = "add"
+    consumes: tuple[int, int] | None = None
+
+
+def notify_effects(n: SlotNotify, held: int) -> list[tuple[int, str, int]]:
+    """The plain updates (slot, "add" | "set" | "clear", value) of notify n on its pad, whose slot n.slot holds
+    ``held``: n itself, or for an arrival its count (1 added) and, for the last waiter, the count set back to 0
+    and the signal's amount added negatively to the signal slot -- in the order a kernel does them."""
+    if n.op != "arrive":
+        return [(n.slot, n.op, n.value)]
+    if held + 1 < n.value:
+        return [(n.slot, "add", 1)]
+    signal, amount = n.consumes
+    return [(n.slot, "add", 1), (n.slot, "set", 0), (signal, "add", -amount)]
+
+
+def apply_notify(old: int, op: str, value: int) -> int:
+    """A slot's value after a plain notify: add, set, or clear (0 where it still holds value)."""
+    if op == "add":
+        return old + value
+    if op == "clear":
+        return 0 if old == value else old
+    return value
+
+
+def notify_pad(n: SlotNotify, pad) -> None:
+    """Apply notify n to ``pad`` (its slots indexable: a numpy array, a tensor)."""
+    for slot, op, value in notify_effects(n, int(pad[n.slot])):
+        pad[slot] = apply_notify(int(pad[slot]), op, value)
 
 
 View = Callable[[Region], np.ndarray]

@@ -79,12 +79,18 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             a slot counts gather_blocks(rec) per call, and the tiles' waits (rows_per_slot R) see
                             the whole shard of each rank they cover. With own_first (default), the
                             ``gather_own_tiles`` tiles that lead the order and hold only this rank's rows read them
-                            from ``arg`` itself, without a wait. When they are fewer than the programs, the programs
+                            from ``arg`` itself, without a wait (and no rank counts in its own slot: nothing waits
+                            on it). When they are fewer than the programs, the programs
                             without one are the copiers and count at once (the others start on their own tiles at
                             once); otherwise every program copies first and counts after its own tiles (its stores
                             are out by then: the release does not stall). Every program must be resident
                             (persistent, or one wave), and A is read through pointers (the peers' stores are
-                            generic-proxy writes).
+                            generic-proxy writes). The waits consume their signal: the pad has 2 S slots (S = m /
+                            R), and a tile that passed its wait on slot s adds 1 (relaxed) to slot S + s; the last
+                            of the ``gather_waiters`` tiles that wait on s (the count it found was one short) sets
+                            S + s back to 0 and takes the wait value off slot s, after its K loop. Each call so
+                            leaves the pad as it found it, but for counts of the peers' next call that landed
+                            already, and a CUDA graph need not zero it.
 
 Arguments (``record["args"]``): a, b, c, then the wait pad and value, the gather source, the notify pad (if
 another one) and peer argument, the push inbox and pad, then for split-K ``workspace`` (fp32, [(S-1)*M, N]
@@ -347,8 +353,8 @@ def _check_gather(rec, g) -> None:
     if "wait" not in rec or rpr < 1 or rec["wait"]["rows_per_slot"] != rpr or rec["m"] % rpr:
         raise _err("'gather' counts each rank's shard in one slot of the 'wait' pad: it needs wait.rows_per_slot "
                    "= rows_per_rank, a divisor of m")
-    if "notify" in rec or "reduce_own" in rec or "push" in rec or rec["split_k"] > 1:
-        raise _err("'gather' works without notify, reduce_own, push and split-K")
+    if "notify" in rec or "reduce_own" in rec or "push" in rec or rec["split_k"] > 1 or rec.get("stream_k", 0):
+        raise _err("'gather' works without notify, reduce_own, push, split-K and stream-K")
     if rec["loads"] != "pointer":
         raise _err("'gather' needs loads='pointer' (a TMA load of rows that SMs stored needs a proxy fence)")
     if g.grid > rec["num_sms"]:
@@ -386,6 +392,15 @@ def gather_copiers(rec) -> int:
     some program has none, else 0."""
     own, grid_ = gather_own_tiles(rec), geometry(rec).grid
     return own if 0 < own < grid_ else 0
+
+
+def gather_waiters(o, rec, g, slot):
+    """'gather': how many tiles of a launch wait on slot ``slot`` of the wait pad (rows [slot * R, (slot + 1) * R),
+    R = rows_per_rank): the row blocks covering those rows, tiles_n tiles each (on ints or IR values, ``o``)."""
+    rpr, bm = rec["rows_per_rank"], rec["block_m"]
+    first = o.div(o.mul(slot, rpr), bm)
+    last = o.div(o.sub(o.mul(o.add(slot, 1), rpr), 1), bm)
+    return o.mul(o.add(o.sub(last, first), 1), g.tiles_n)
 
 
 def gather_blocks(rec) -> int:
@@ -692,6 +707,11 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             if "wait" in rec:
                 w = rec["wait"]
                 step.waits = [SlotWait(w["arg"], sl, int(scalars[w["value_arg"]])) for sl in _slots(m0, rows, w)]
+                if "gather" in rec:  # each wait's signal consumed by the last of its waiters
+                    step.notifies = [SlotNotify(w["arg"], rec["m"] // w["rows_per_slot"] + sl,
+                                                gather_waiters(PyOps, rec, g, sl), op="arrive",
+                                                consumes=(sl, int(scalars[w["value_arg"]])))
+                                     for sl in _slots(m0, rows, w)]
             own = _own_rows(rec, m0, rank)
             if own is not None:
                 ro = rec["reduce_own"]
@@ -794,8 +814,8 @@ def _stream_k_steps(rec, g, pid: int, rank: int, scalars) -> list[TileStep]:
 
 def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> tuple[list[TileStep], list[SlotNotify]]:
     """Program pid's share of the gather: each of its blocks copied into A on every rank (peers first); and the
-    count of them for slot ``rank`` of each rank's wait pad (none if it copies nothing), which goes out after the
-    copies or after the program's own tiles (``tiles``)."""
+    count of them for slot ``rank`` of each rank's wait pad (none if it copies nothing; not the own rank's where
+    the own tiles read the shard), which goes out after the copies or after the program's own tiles (``tiles``)."""
     (gm, gk), rpr, pad = rec["gather"]["block"], rec["rows_per_rank"], rec["wait"]["arg"]
     if (rank + 1) * rpr > rec["m"]:
         raise _err(f"'gather': rank {rank}'s rows [{rank * rpr}, {(rank + 1) * rpr}) are outside A's {rec['m']} "
@@ -811,7 +831,8 @@ def _gather_steps(rec, g, pid: int, rank: int, num_ranks: int) -> tuple[list[Til
             src = Region(rec["gather"]["arg"], (r0, c0), size)
             dsts = [Region("a", (rank * rpr + r0, c0), size, rank=q) for q in order]
             steps.append(TileStep(reads=[src], writes=dsts, compute=copies(src, *dsts)))
-    return steps, [SlotNotify(pad, rank, len(steps), q, op="add") for q in order] if steps else []
+    counted = order[:-1] if gather_own_tiles(rec) else order  # nothing waits on the own rows then
+    return steps, [SlotNotify(pad, rank, len(steps), q, op="add") for q in counted] if steps else []
 
 
 def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, rank: int, num_ranks: int,
@@ -1089,7 +1110,8 @@ class _Emitter:
             acc = self.k_loop(self.arg[rec["gather"]["arg"]], T.sub(m0, T.mul(self.rank, rec["rows_per_rank"])), n0,
                               k_start, lda=self.k)
         else:
-            a_base, a_row = self._a_after_wait(m0)
+            a_base, a_row, token = self._a_after_wait(m0)
+            arrival = self._arrive(m0, token) if "gather" in rec else None
             acc = self.k_loop(a_base, a_row, n0, k_start)
         if tile_c is not None:  # flattened loop: recompute the epilogue's coordinates from their own counter
             pid_m, pid_n = self.coords(tile_c)
@@ -1116,6 +1138,8 @@ class _Emitter:
             self._push_owner_stores(acc, m0, n0)
         else:
             self.store_c(acc, m0, n0)
+        if not own and "gather" in rec:
+            self._consume(*arrival)
         if "notify" in rec:
             self._notify(m0)
         if "push" in rec and not rec["push"].get("owner"):
@@ -1125,15 +1149,44 @@ class _Emitter:
         return t_id
 
     def _a_after_wait(self, m0):
-        """A's base pointer and the tile's first row, after the 'wait' on the slots of rows [m0, m0 + BM)."""
-        a_base, a_row = self.arg["a"], m0
+        """A's base pointer and the tile's first row, after the 'wait' on the slots of rows [m0, m0 + BM), and the
+        wait's token (None without a wait)."""
+        a_base, a_row, token = self.arg["a"], m0, None
         if "wait" in self.rec:
             token = self._wait(m0, self.rec["wait"])
             if self.rec["loads"] == "tma":
                 a_row = core.ConsumeToken.build(m0, token).result
             else:
                 a_base = core.ConsumeToken.build(a_base, token).result
-        return a_base, a_row
+        return a_base, a_row, token
+
+    def _arrive(self, m0, token):
+        """'gather': the tile has passed its wait (``token``: the counts' addresses depend on it, so nothing hoists
+        them above it), so 1 is added (relaxed: it publishes nothing) to the arrival count, slot S + s of the wait
+        pad, of every signal slot s it waited on -- a tensor of the at most ``span`` slots a tile covers, masked.
+        Returns (the count pointers, the counts found, the signal slots, the mask); the counts found are only
+        needed by ``_consume`` after the K loop."""
+        spec = self.rec["wait"]
+        lo, hi = self._row_slots(m0, spec)
+        span = 1 << (math.ceil(self.bm / spec["rows_per_slot"])).bit_length()  # a power of two > the slots covered
+        slots = T.add(T.make_range(0, span), lo)
+        mask = T.lt(slots, hi)
+        pad = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
+        counts = T.addptr(pad, T.add(slots, self.m // spec["rows_per_slot"]))
+        found = T.atomic_rmw("add", counts, T.c(1, T.like(slots, T.i32())), mask, sem="relaxed",
+                             scope=spec["scope"])
+        return counts, found, slots, mask
+
+    def _consume(self, counts, found, slots, mask):
+        """'gather': where this tile was the last waiter of a slot (the count it found was one short of
+        ``gather_waiters``), the count back to 0 and the wait value taken off the signal slot (relaxed: the next
+        call's writers of this pad come after this launch)."""
+        spec = self.rec["wait"]
+        last = T.and_(mask, T.cmp("eq", found, T.sub(gather_waiters(IrOps, self.rec, self.g, slots), 1)))
+        T.atomic_rmw("xchg", counts, T.c(0, T.like(slots, T.i32())), last, sem="relaxed", scope=spec["scope"])
+        T.atomic_rmw("add", T.addptr(self.arg[spec["arg"]], slots),
+                     T.sub(0, T.splat(self.arg[spec["value_arg"]], [T.shape(slots)[0]])), last, sem="relaxed",
+                     scope=spec["scope"])
 
     def _stream_k(self, pid):
         """The stream-K pieces of program pid (module docstring; stream_k_segments is the same walk on ints)."""
@@ -1168,7 +1221,7 @@ class _Emitter:
         """K steps [k0, k0 + n_k) of tile t (after its wait): (fp32 accumulator, m0, n0)."""
         pid_m, pid_n = self.coords(t)
         m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
-        a_base, a_row = self._a_after_wait(m0)
+        a_base, a_row, _ = self._a_after_wait(m0)
         return self.k_loop(a_base, a_row, n0, k0, n_k), m0, n0
 
     def _ws_ptrs(self, slot):
@@ -1197,13 +1250,15 @@ class _Emitter:
 
     def _gather_count(self, copier, copiers):
         """Copier ``copier`` of ``copiers`` adds its block count to slot rank of every rank's wait pad (release:
-        after the CTA's stores), the own rank last; nothing if it copied nothing."""
+        after the CTA's stores), the own rank last (unless own tiles read the shard); nothing if it copied
+        nothing."""
         rec = self.rec
         blocks = T.cdiv(T.max_(T.sub(gather_blocks(rec), copier), 0), copiers)
         num_ranks = core.NumRanks.build().num_ranks
         slot = T.addptr(self.arg[rec["wait"]["arg"]], self.rank)
+        counted = num_ranks if gather_own_tiles(rec) else T.add(num_ranks, 1)  # not the own rank: nothing waits
         with T.if_(T.cmp("sgt", blocks, 0)):
-            with T.For(1, T.add(num_ranks, 1), 1) as qs:
+            with T.For(1, counted, 1) as qs:
                 core.Notify.build(slot, T.rem(T.add(self.rank, qs.iv), num_ranks), blocks, op="add",
                                   scope=rec["wait"]["scope"], semantic="release")
 

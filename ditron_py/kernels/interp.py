@@ -20,6 +20,7 @@ import numpy as np
 from mlir import ir
 
 from ..dialects import ttir as T
+from . import notify_effects, notify_pad
 from .numerics import round_to, storage_dtype
 
 _MLIR_TO_DTYPE = {"bf16": "bf16", "f16": "fp16", "f32": "fp32", "f8E4M3FN": "fp8e4m3", "f8E5M2": "fp8e5m2",
@@ -331,7 +332,8 @@ class Program:
         off = np.atleast_1d(np.asarray(p.off, np.int64))
         m = np.ones(off.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), off.shape)
         vals = np.broadcast_to(np.asarray(val), off.shape)
-        old = buf[off].copy()
+        old = np.zeros(off.shape, buf.dtype)
+        old[m] = buf[off[m]]  # masked-off lanes may point past the buffer: they read nothing
         for i in zip(*np.nonzero(m)):
             o = off[i]
             if kind in ("add", "fadd"):
@@ -344,7 +346,7 @@ class Program:
                 buf[o] = min(buf[o], vals[i])
             else:
                 raise NotImplementedError(f"interp: atomic_rmw {kind}")
-        self.events.append(Event("atomic", p.key, off[m].ravel(), _scalar(np.asarray(val)), kind,
+        self.events.append(Event("atomic", p.key, off[m].ravel(), vals[m].ravel(), kind,
                                  _SEM[_int_attr(op, "sem")]))
         return _scalar(old.reshape(np.shape(p.off)))
 
@@ -442,29 +444,20 @@ def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int
             if step.compute is not None:
                 step.compute(view)
             for n in step.notifies:
-                buf = memory[(n.arg, rank if n.rank is None else n.rank)]
-                buf[n.slot] = apply_notify(buf[n.slot], n.op, n.value)
-
-
-def apply_notify(old: int, op: str, value: int) -> int:
-    """A slot's value after a notify: add, set, or clear (0 where it still holds value)."""
-    if op == "add":
-        return old + value
-    if op == "clear":
-        return 0 if old == value else old
-    return value
+                notify_pad(n, memory[(n.arg, rank if n.rank is None else n.rank)])
 
 
 def _atomics_as_notifies(trace: TileTrace):
     """Kernel-local signalling written with raw atomics (split-K's locks): an add / xchg is a notify add / set."""
-    return [(e.key[0], e.key[1], int(s), int(e.value), "add" if e.op == "add" else "set")
-            for e in trace.atomics if e.op in ("add", "xchg") for s in e.index]
+    return [(e.key[0], e.key[1], int(s), int(v), "add" if e.op == "add" else "set")
+            for e in trace.atomics if e.op in ("add", "xchg") for s, v in zip(e.index, e.value)]
 
 
 def compare_trace(steps_by_program, events_by_program, *, rank: int, lds: dict[str, int | None]) -> None:
     """Raise AssertionError (saying where) unless the IR's events match tiles(): same programs, same tiles in the
     same order, and per tile the same waits (in order), the same elements read and written per buffer, and the
     same notifies."""
+    arrived: dict[tuple[str, int, int], int] = {}  # arrival counts ('arrive' notifies), in program order
     if len(steps_by_program) != len(events_by_program):
         raise AssertionError(f"tiles() has {len(steps_by_program)} programs, the IR ran {len(events_by_program)}")
     for pid, (steps, events) in enumerate(zip(steps_by_program, events_by_program)):
@@ -495,6 +488,13 @@ def compare_trace(steps_by_program, events_by_program, *, rank: int, lds: dict[s
                                              f"[{exp[key].min()}..{exp[key].max()}]")
             got_n = sorted([(e.key[0], e.key[1], int(s), int(e.value), e.op) for e in tr.notifies for s in e.index]
                            + _atomics_as_notifies(tr))
-            exp_n = sorted((n.arg, rank if n.rank is None else n.rank, n.slot, n.value, n.op) for n in st.notifies)
+            exp_n = []
+            for n in st.notifies:
+                key = (n.arg, rank if n.rank is None else n.rank, n.slot)
+                effects = notify_effects(n, arrived.get(key, 0))
+                if n.op == "arrive":  # the last waiter sets the count back to 0
+                    arrived[key] = 0 if len(effects) > 1 else arrived.get(key, 0) + 1
+                exp_n += [(n.arg, key[1], slot, value, op) for slot, op, value in effects]
+            exp_n.sort()
             if got_n != exp_n:
                 raise AssertionError(f"{where}: notifies differ: IR {got_n} vs tiles() {exp_n}")

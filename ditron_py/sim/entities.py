@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from ..kernels import Region
+from ..kernels import Region, notify_effects
 from .interpreter import HostInterpreter, Item
 from .kernels import LaunchPlan, plan_launch
 from .memory import Buffer, empty_clock, join, round_to
@@ -313,7 +313,9 @@ class ProgramEntity(Entity):
             for n in tile.notifies:
                 pad = self._pad(n.arg, n.rank)
                 if pad is not None and w.valid_slot(pad, n.slot, self.loc, self, self.call):
-                    w.signal(self, pad, n.slot, n.op, n.value, snap)
+                    for slot, op, value in notify_effects(n, pad.values[n.slot]):
+                        if slot == n.slot or w.valid_slot(pad, slot, self.loc, self, self.call):
+                            w.signal(self, pad, slot, op, value, snap)
         self.t += 1
 
     def _key(self, arg: str):

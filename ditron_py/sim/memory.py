@@ -245,13 +245,16 @@ def check_and_record_write(buf: Buffer, lo: np.ndarray, hi: np.ndarray, clock: n
 
 
 class Pad:
-    """One rank's instance of a signal pad: slot values and, per slot, the history of (value, release clock).
+    """One rank's instance of a signal pad: slot values and, per slot, the history of (value, release clock,
+    writer, the writer's stamp).
 
     An acquire that needs ``slot >= v`` synchronises with the *earliest* modification from which every value up to
     now satisfies the condition — the weakest thing the waiter may have observed — so a wait that is satisfied too
-    early (a wrong threshold, a signal reused across calls) does not hide the race that follows it. An ``add`` is a
-    read-modify-write and extends the release sequence (its clock joins the previous one); a ``set`` starts anew; a
-    ``clear`` (0 where the slot still holds its value) releases nothing.
+    early (a wrong threshold, a signal reused across calls) does not hide the race that follows it. Coherence
+    bounds it: a waiter cannot observe a value older than a modification that happens-before its wait (one by an
+    entity whose stamp its clock knows). An ``add`` is a read-modify-write and extends the release sequence (its
+    clock joins the previous one); a ``set`` starts anew; a ``clear`` (0 where the slot still holds its value)
+    releases nothing.
     """
 
     HISTORY = 64
@@ -261,14 +264,17 @@ class Pad:
         self.rank = rank
         self.nslots = nslots
         self.values = [0] * nslots
-        self.history: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(nslots)]
+        self.history: list[list[tuple[int, np.ndarray, int, int]]] = [[] for _ in range(nslots)]
         self.waiters: dict[int, list] = {}
 
     def name(self) -> str:
         return f"{self.label} on rank {self.rank}"
 
-    def apply(self, slot: int, op: str, value: int, clock: np.ndarray) -> None:
+    def apply(self, slot: int, op: str, value: int, clock: np.ndarray, writer: int = -1) -> None:
+        """Modify ``slot`` (op add / set / clear) by entity ``writer`` (-1: unknown), releasing ``clock`` (its
+        clock at the release, whose own component stamps the modification)."""
         hist = self.history[slot]
+        stamp = int(clock[writer]) if 0 <= writer < len(clock) else 0
         if op == "add":
             new = self.values[slot] + value
             if hist:
@@ -280,19 +286,27 @@ class Pad:
         else:
             new = value
         self.values[slot] = new
-        hist.append((new, clock))
+        hist.append((new, clock, writer, stamp))
         if len(hist) > self.HISTORY:
             del hist[0]
 
-    def acquire(self, slot: int, threshold: int) -> np.ndarray | None:
-        """The clock an acquire of ``slot >= threshold`` synchronises with, or None while not satisfied."""
+    def acquire(self, slot: int, threshold: int, reader: np.ndarray | None = None) -> np.ndarray | None:
+        """The clock an acquire of ``slot >= threshold`` synchronises with, or None while not satisfied; ``reader``:
+        the waiter's clock (the modifications it knows of bound what it may observe)."""
         if self.values[slot] < threshold:
             return None
         hist = self.history[slot]
         if not hist:  # satisfied by the initial zero: nothing to synchronise with
             return empty_clock()
+        known = 0  # the newest modification that happens-before the wait
+        if reader is not None:
+            for j in range(len(hist) - 1, -1, -1):
+                writer, stamp = hist[j][2], hist[j][3]
+                if 0 <= writer < len(reader) and reader[writer] >= stamp:
+                    known = j
+                    break
         i = len(hist) - 1
-        while i > 0 and hist[i - 1][0] >= threshold:
+        while i > known and hist[i - 1][0] >= threshold:
             i -= 1
         if i == 0 and hist[0][0] >= threshold and threshold <= 0:
             return empty_clock()  # the initial value already satisfied it

@@ -328,7 +328,7 @@ class World:
     # -------------------------------------------------------------------------------------------- signals
 
     def signal(self, e: Entity, pad: Pad, slot: int, op: str, value: int, clock: np.ndarray) -> None:
-        pad.apply(slot, op, value, clock)
+        pad.apply(slot, op, value, clock, e.id)
         waiters = pad.waiters.pop(slot, None)
         if waiters:
             for w in waiters:
@@ -345,7 +345,7 @@ class World:
         """Acquire every (pad, slot, value) once all are satisfied; else block e on the first unsatisfied one."""
         clocks = []
         for pad, slot, value in waits:
-            c = pad.acquire(slot, value)
+            c = pad.acquire(slot, value, e.clock)
             if c is None:
                 pad.waiters.setdefault(slot, []).append(e)
                 self.block(e, Blocked(loc, lambda p=pad, s=slot, v=value: (

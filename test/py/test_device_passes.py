@@ -456,6 +456,33 @@ def test_push_without_end_barrier_simulates_race_free_only_with_its_inbox_rotati
 
 
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
+def test_one_launch_ag_gemm_consumes_its_counts_and_replays_as_a_graph_without_zeroing(w, monkeypatch):
+    """AG+GEMM in one launch counts each rank's shard in a slot of ag_ready on every rank; the tiles waiting on a
+    slot count themselves in slot W + q, and the last of them takes the call's count off slot q. So each call leaves
+    the pad as it found it (but for a fast peer's next counts): it is ditron.consumed, CUDA-graph replays (epoch
+    1, nothing zeroed) simulate race-free and equal to the reference, as do eager calls -- tiles of all ranks' rows
+    together, the own rows first (their own slot neither counted nor awaited), row tiles spanning two shards,
+    ragged rows. With one waiter fewer counted, a slot is never consumed and a replay of the same parity finds
+    the count of two calls before: its tiles read rows the peers have not stored yet."""
+    from ditron.kernels import gemm
+    for m, n, extra, seeds in ((64, 32, "", (0, 1)), (64, 96, " own-first=true num-sms=3 block-m=16 block-n=32",
+                                                         (2,)), (20, 40, " block-m=32 block-n=16", (3,))):
+        text = local_program("ag_gemm", w, m, n=n)
+        dev = lower(text, FULL % ("all-gather=one_launch" + extra, ""))
+        if w > 1:
+            assert f'{{ditron.consumed, name = "ag_ready"}} : () -> memref<{2 * w}xi32>' in dev
+            check_sim(dev, text, w, seeds=seeds, calls=4, graph=True)
+        check_sim(dev, text, w, seeds=seeds, calls=3)
+    if w == 1:
+        return
+    real = gemm.gather_waiters
+    monkeypatch.setattr(gemm, "gather_waiters", lambda o, rec, g, slot: o.add(real(o, rec, g, slot), 1))
+    results = [simulate(dev, world_size=w, seed=seed, calls=4, graph=True, reference=task_reference(text))
+               for seed in range(4)]
+    assert all(not r.ok for r in results) and any("[read-before-signal]" in r.summary() for r in results)
+
+
+@pytest.mark.parametrize("w", [1, 2, 4, 8])
 def test_push_gemm_rs_stores_peer_rows_into_their_inboxes_and_simulates_equal_to_the_reference(w):
     """GEMM+RS by push (reduce-scatter=push): the GEMM keeps the own rows' partial ([R, n], not symmetric) and stores
     every tile of a peer's rows into that peer's inbox ([(W - 1) * R, n], rotating), counted per row block; one

@@ -21,7 +21,7 @@ import torch
 import executor_programs as EP
 from test_hostprog import serialize as host_program
 from ditron.errors import DitronRuntimeError, WaitTimeoutError
-from ditron.kernels.interp import apply_notify
+from ditron.kernels import notify_pad
 from ditron.runtime import executor as X
 from ditron.runtime.heap import ALIGN, HeapLayout
 from ditron.runtime.program import (BarrierAction, Buf, CopyAction, HostProgram, HostProgramError, LaunchAction,
@@ -350,8 +350,7 @@ class FakeProgram:
                 st.compute(lambda region: View(self.resolve(region.arg, region.rank)[
                     tuple(slice(o, o + s) for o, s in zip(region.offsets, region.sizes))]))
             for n in st.notifies:
-                pad = self.resolve(n.arg, n.rank)
-                pad[n.slot] = apply_notify(int(pad[n.slot]), n.op, n.value)
+                notify_pad(n, self.resolve(n.arg, n.rank))
             self.i += 1
             progressed = True
         return progressed

@@ -274,7 +274,8 @@ def test_gemm_stream_k_with_waits_matches_tiles(loads, num_sms):
 
 def _run_gather(rec, W: int, shard: int, blocks: int):
     """A gathering GEMM on W ranks one after the other, as if the peers' rows and counts had landed already (and
-    not the own ones): (the shards, the wanted C, IR memory, tiles() memory)."""
+    not the own ones; the pad's slots W.. count the waiters): (the shards, the wanted C, IR memory, tiles()
+    memory)."""
     m, n, k = rec["m"], rec["n"], rec["k"]
     rng = np.random.default_rng(RNG_SEED)
     xs = [random("bf16", (shard * k,), rng) for _ in range(W)]
@@ -285,7 +286,7 @@ def _run_gather(rec, W: int, shard: int, blocks: int):
         a[r * shard * k:(r + 1) * shard * k] = 0
         mem[("a", r)], mem[("b", r)], mem[("x", r)] = a, b.copy(), xs[r].copy()
         mem[("c", r)] = np.zeros(m * n, np.float32)
-        mem[("ready", r)] = np.array([0 if q == r else blocks for q in range(W)], np.int32)
+        mem[("ready", r)] = np.array([0 if q == r else blocks for q in range(W)] + [0] * W, np.int32)
     mem_ir, mem_tiles = run_both(rec, mem, gemm_lds(rec) | {"x": k, "ready": None}, ranks=range(W), num_ranks=W,
                                  scalars={"wait_value": blocks})
     want = round_to("bf16", np.concatenate(xs).reshape(m, k).astype(np.float32) @ b.reshape(k, n).astype(np.float32))
@@ -314,7 +315,12 @@ def test_gemm_gather_prologue_matches_tiles(W, shard, block_m):
         close(mem_ir[("c", r)].reshape(m, n), want)
         np.testing.assert_array_equal(mem_ir[("a", r)], np.concatenate(xs))
         close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        # the last waiter of each slot took one call's counts off (the peers' own launches added theirs on top of
+        # the ones set up as landed); every waiter count back to 0
+        np.testing.assert_array_equal(mem_ir[("ready", r)], [0 if q == r else blocks for q in range(W)] + [0] * W)
         np.testing.assert_array_equal(mem_tiles[("ready", r)], mem_ir[("ready", r)])
+    waiters = [gemm.gather_waiters(gemm.PyOps, rec, gemm.geometry(rec), s) for s in range(W)]
+    assert waiters == [len(range(s * shard // block_m, ((s + 1) * shard - 1) // block_m + 1)) * 2 for s in range(W)]
     three = gemm.make_record(m, n, k, wait={"arg": "ready", "rows_per_slot": shard}, gather={"arg": "x",
                              "block": [8, 16]}, rows_per_rank=shard, loads="pointer", store="pointer",
                              persistent=True, **dict(SMALL, block_m=block_m))
@@ -356,8 +362,9 @@ def test_gemm_gather_own_tiles_read_the_shard_and_copiers_count(W, num_sms):
         close(mem_ir[("c", r)].reshape(m, n), want)
         close(mem_tiles[("c", r)], mem_ir[("c", r)])
         np.testing.assert_array_equal(mem_ir[("a", r)], np.concatenate(xs))
-        # the own launch counted every block everywhere (the peers' slots held their counts already)
-        np.testing.assert_array_equal(mem_ir[("ready", r)], [blocks if q == r else 2 * blocks for q in range(W)])
+        # the own launch counted its blocks on the peers (not in its own slot: nothing waits there), and consumed
+        # the peers' counts it found (the last waiter of each slot took them off)
+        np.testing.assert_array_equal(mem_ir[("ready", r)], [0 if q == r else blocks for q in range(W)] + [0] * W)
         np.testing.assert_array_equal(mem_tiles[("ready", r)], mem_ir[("ready", r)])
     steps = gemm.tiles(rec, rank=1, num_ranks=W, scalars={"wait_value": blocks})
     for p, prog in enumerate(steps):
@@ -365,11 +372,17 @@ def test_gemm_gather_own_tiles_read_the_shard_and_copiers_count(W, num_sms):
         assert bool(copied) == (p >= first and p - first < blocks)
         own_steps = [st for st in prog if st.reads[0].arg == "x" and st.writes[0].arg == "c"]
         assert len(own_steps) == len(range(p, own, num_sms)) and not any(st.waits for st in own_steps)
-        counted = [st for st in prog if st.notifies]
+        counted = [st for st in prog if any(nt.op == "add" for nt in st.notifies)]
         assert len(counted) == (1 if copied else 0)
+        # every other tile waits for a peer's rows and arrives at that slot's count (slot W + q)
+        waited = [st for st in prog if st.waits]
+        assert all([(nt.op, nt.slot, nt.consumes) for nt in st.notifies] ==
+                   [("arrive", W + w.slot, (w.slot, blocks)) for w in st.waits] for st in waited)
+        assert all(w.slot != 1 for st in waited for w in st.waits)
         if copied:  # right after the copies, or after the own tiles where every program has one
             assert counted[0] is (own_steps[-1] if own >= num_sms else copied[-1])
             assert {nt.value for nt in counted[0].notifies} == {len(copied)}
+            assert sorted(nt.rank for nt in counted[0].notifies) == [q for q in range(W) if q != 1]
 
 
 def _sum_pushed(mem_ir, W: int, rows: int, n: int, expect: int):

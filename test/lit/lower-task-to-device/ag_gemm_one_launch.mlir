@@ -4,8 +4,9 @@
 // AG+GEMM in one launch (all-gather=one_launch): no copy, no signal, no stream; the GEMM's programs push this
 // rank's shard (%x) into the gathered A of every rank before their tiles and count each of its blocks (gemm
 // gather.block 16 x 256: 4 row blocks x 1 column block of the 64 x 32 shard) in slot `rank` of ag_ready there;
-// a tile waits until the slots of its rows reach epoch * 4. The push fences itself: no end barrier, and the
-// gathered A rotates. This GEMM is memory-bound: its tiles of all ranks' rows run together (own_first = false),
+// a tile waits until the slots of its rows reach 4, the count of one call, and the last waiter of a slot takes
+// them off (slots 4..7 count the waiters): ag_ready is consumed, a CUDA graph zeroes nothing. The push fences
+// itself: no end barrier, and the gathered A rotates. This GEMM is memory-bound: its tiles of all ranks' rows run together (own_first = false),
 // sharing B in L2; the compute-bound one of the second case reads its own rows first, from the shard (own_first
 // = true, GROUP_M cut to the 4 row blocks of a shard so the own tiles lead the rank-rotated order).
 
@@ -14,10 +15,11 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // CHECK-SAME: (%[[X:.*]]: memref<64x32xbf16> {{.*}}, %[[W:.*]]: memref<32x48xbf16> {{.*}}, %[[OUT:.*]]: memref<256x48xbf16> {{.*}}, %[[EPOCH:.*]]: index {ditron.io = "epoch"})
   // CHECK-SAME: ditron.fence = "waits"
   // CHECK: %[[G:.*]] = "ditron_device.alloc_symmetric"() {ditron.rotate, name = "ag_gather"} : () -> memref<256x32xbf16>
-  // CHECK-NEXT: %[[READY:.*]] = "ditron_device.alloc_symmetric"() {name = "ag_ready"} : () -> memref<4xi32>
+  // CHECK-NEXT: %[[READY:.*]] = "ditron_device.alloc_symmetric"() {ditron.consumed, name = "ag_ready"} : () -> memref<8xi32>
   // CHECK-NOT: ditron_device.copy
   // CHECK-NOT: ditron_device.signal
-  // CHECK: %[[VALUE:.*]] = arith.muli %[[EPOCH]], %c4 : index
+  // CHECK: %[[VALUE:.*]] = arith.constant 4 : index
+  // CHECK-NOT: arith.muli
   // CHECK: "ditron_device.launch"(%[[G]], %[[W]], %[[OUT]], %[[READY]], %[[VALUE]], %[[X]]) {{{.*}}ditron.role = "ag.gemm"
   // CHECK-NOT: ditron_device.barrier
   // CHECK: return
