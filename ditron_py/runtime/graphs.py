@@ -30,9 +30,11 @@ on freshly zeroed pads, and the pads are made fresh cheaply:
   for each of them, and a peer writes them again in call e + 1 only after its call e waited for this rank's
   signals of call e, enqueued after the zeroing. Its rotating buffers (the inboxes) have a copy per parity too.
   A program whose every pad is consumed (``ditron.consumed``: each slot is cleared by its one waiter in the call
-  that waited, a compare-and-swap of the value it waited for back to 0) zeroes nothing: call e leaves its parity's
+  that waited, a compare-and-swap of the value it waited for back to 0, or -- a count with many waiters, AG+GEMM
+  in one launch -- the last of its waiters takes the call's count off) zeroes nothing: call e leaves its parity's
   pads zero, and a peer signals them again only in call e + 2, after waiting (call e + 1) on this rank's signals
-  of call e + 1, enqueued after call e ended (a push all-reduce: one node less, ~1.3 us per call on an H200).
+  of call e + 1, enqueued after call e ended (a push all-reduce: one node less, ~1.3 us per call on an H200;
+  AG+GEMM 8B M = 128: 1.2-1.7 us, benchmarks/results/ablation_ag_consumed.csv).
 * **Capture.** One ``torch.cuda.CUDAGraph`` per (parity, key); key = address, dtype, shape, strides and device of
   every input and output tensor, so calls with the same tensors replay. All local ranks' streams are captured into
   one graph: they fork from the capture stream through an event and join back into it at the end. Copies and
