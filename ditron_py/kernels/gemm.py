@@ -70,7 +70,9 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             own (rounded to out_dtype first: every rank sums the same values), stores the sum to
                             ``c`` and clears its slots (one waiter each: the pad is consumed); split-K: the last split
                             does it, with the sum. Every program must be resident (a tile waits for the peers' same
-                            tile); no owner.
+                            tile); no owner. Persistent programs beyond one wave defer each sum (``deferred_sum``):
+                            the tile's own part (rounded) goes to c, and its sum follows the program's next tile's
+                            K loop and push (the last tile's after the loop), reading the own part back.
     gather  (optional)      {arg, block, own_first}: AG+GEMM in one launch. The *copiers* copy this rank's shard
                             ``arg`` ([R, k] contiguous, R = rows_per_rank; ``block`` = [rows, cols] per block,
                             ``gather_blocks`` of them) into rows rank*R + ... of ``a`` on every rank (the peers
@@ -372,6 +374,16 @@ def deferred_push(rec) -> bool:
     """A persistent GEMM that pushes counts each tile after the next tile's K loop (the last after its loop): the
     release then finds the tile's stores long out instead of stalling the SM on them while they cross the link."""
     return "push" in rec and rec["persistent"] and not rec["push"].get("sum")
+
+
+def deferred_sum(rec) -> bool:
+    """'push.sum' on persistent programs beyond one wave: each tile's sum waits until the next tile's K loop and
+    push are done (the last tile's after the loop) -- the tile's own part, rounded, waits in c -- so a program
+    never stalls between two K loops for the peers' copies of its tile, which cross the link meanwhile."""
+    if not rec.get("push", {}).get("sum") or not rec["persistent"]:
+        return False
+    g = geometry(rec)
+    return g.tiles > g.grid
 
 
 def gather_own_tiles(rec) -> int:
@@ -767,6 +779,10 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                     (counts[j] if j == len(steps) - 1 else [])
         if rec.get("push", {}).get("sum_own"):
             steps = _join_quiet_k_loops(steps)
+        if deferred_sum(rec):  # push 1, push 2, sum 1, push 3, sum 2, ..., sum of the last
+            pushes, sums = steps[0::2], steps[1::2]
+            steps = [st for j, push in enumerate(pushes) for st in ([push] + ([sums[j - 1]] if j else []))]
+            steps += sums[-1:]
         out.append(steps)
     return out
 
@@ -889,24 +905,27 @@ def _push_sum_steps(step: TileStep, rec, t: int, m0: int, n0: int, rank: int, nu
     boxes = [Region(spec["arg"], (slab * rec["m"] + m0, n0), (rows, cols), q) for q, slab in peers]
     inbox = [Region(spec["arg"], (j * rec["m"] + m0, n0), (rows, cols)) for j in range(slabs)]
     own: dict[str, np.ndarray] = {}
+    deferred = deferred_sum(rec)  # the own part waits in c (rounded) for the sum after the next tile
 
     def push(view):
         own["tile"] = np.zeros((rows, cols), np.float32)
         gemm(lambda region: own["tile"] if region == c_reg else view(region))  # the tile, not into c
         for box in boxes:
             view(box)[...] = own["tile"]
+        if deferred:
+            view(c_reg)[...] = round_to(rec["out_dtype"], own["tile"])
 
     def total(view):
-        acc = np.asarray(own["tile"], np.float32)
+        acc = np.asarray(view(c_reg) if deferred else own["tile"], np.float32)
         for box in inbox:
             acc = acc + np.asarray(view(box), np.float32)
         view(c_reg)[...] = round_to(rec["out_dtype"], acc)
 
-    return [TileStep(waits=step.waits, reads=step.reads, writes=boxes, compute=push,
+    return [TileStep(waits=step.waits, reads=step.reads, writes=boxes + ([c_reg] if deferred else []), compute=push,
                      notifies=step.notifies + [SlotNotify(spec["pad"], t * slabs + slab, value, q, op="set")
                                                for q, slab in peers]),
-            TileStep(waits=[SlotWait(spec["pad"], t * slabs + j, value) for j in range(slabs)], reads=inbox,
-                     writes=[c_reg], compute=total,
+            TileStep(waits=[SlotWait(spec["pad"], t * slabs + j, value) for j in range(slabs)],
+                     reads=inbox + ([c_reg] if deferred else []), writes=[c_reg], compute=total,
                      notifies=[SlotNotify(spec["pad"], t * slabs + j, value, rank, op="clear") for j in range(slabs)])]
 
 
@@ -1058,7 +1077,7 @@ class _Emitter:
             if "gather" in rec:
                 self._gathering_tiles(pid)
             elif rec["persistent"]:
-                flatten, defer = rec["flatten"], deferred_push(rec)
+                flatten, defer = rec["flatten"], deferred_push(rec) or deferred_sum(rec)
                 init = ([T.sub(pid, self.g.grid)] if flatten else []) + ([T.c(-1)] if defer else [])
                 dp_tiles = self.g.tiles - rec.get("stream_k", 0)
                 with T.For(pid, dp_tiles, self.g.grid, init, attrs={"tt.flatten": flatten}) as loop:
@@ -1066,7 +1085,9 @@ class _Emitter:
                     prev = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
                     if init:
                         loop.yield_(*([tile_c] if flatten else []), *([prev] if defer else []))
-                if defer:  # the last tile's count, once its stores are out
+                if defer and deferred_sum(rec):  # the last tile's sum
+                    self._push_sum_after(loop.results[-1])
+                elif defer:  # the last tile's count, once its stores are out
                     self._push_notifies_after(loop.results[-1])
                 if rec.get("stream_k", 0):
                     self._stream_k(pid)
@@ -1130,7 +1151,13 @@ class _Emitter:
             return
         t_id = T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
         if rec.get("push", {}).get("sum"):
-            self._push_sum(acc, m0, n0, t_id)
+            if prev is None:
+                self._push_sum(acc, m0, n0, t_id)
+                return t_id
+            self._push_sum_send(acc, m0, n0, t_id)  # deferred_sum: the own part waits in c
+            ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, rec["ldc"])
+            T.store(ptrs, T.cast(acc, self.out_t), mask)
+            self._push_sum_after(prev)
             return t_id
         if prev is not None:
             self._push_notifies_after(prev)
@@ -1338,16 +1365,39 @@ class _Emitter:
         """'push.sum': the tile (rounded) into every peer's inbox slab and the peer's slot t * slabs + slab set
         (release); then, once the own slots t * slabs + j are set, the own tile plus the inbox tiles stored to c,
         and the own slots cleared."""
+        self._push_sum_send(acc, m0, n0, t)
+        self._push_sum_receive(T.cast(T.cast(acc, self.out_t), "fp32"), m0, n0, t)
+
+    def _push_sum_send(self, acc, m0, n0, t):
+        """'push.sum', first half: the tile (rounded) into every peer's inbox slab, the peer's slot t * slabs +
+        slab set (release)."""
+        spec = self.rec["push"]
+        num_ranks = core.NumRanks.build().num_ranks
+        slabs = T.sub(num_ranks, 1)
+        self._push_stores(acc, m0, n0)
+        with T.For(1, num_ranks, 1) as qs:
+            slot = T.add(T.mul(t, slabs), T.sub(slabs, qs.iv))
+            core.Notify.build(T.addptr(self.arg[spec["pad"]], slot), T.rem(T.add(self.rank, qs.iv), num_ranks),
+                              self.arg[spec["value_arg"]], op="set", scope=spec["scope"], semantic="release")
+
+    def _push_sum_after(self, tile):
+        """deferred_sum: the sum of tile ``tile`` (pid_m * tiles_n + pid_n; -1: none), its own part read back from
+        c, where this program stored it."""
+        with T.if_(T.cmp("sge", tile, 0)):
+            m0, n0 = T.mul(T.div(tile, self.g.tiles_n), self.bm), T.mul(T.rem(tile, self.g.tiles_n), self.bn)
+            T.barrier()  # the own part's stores, by other threads of the CTA, before the loads
+            ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, self.rec["ldc"])
+            own = T.load(ptrs, mask, 0.0 if mask is not None else None)
+            self._push_sum_receive(T.cast(own, "fp32"), m0, n0, tile)
+
+    def _push_sum_receive(self, own, m0, n0, t):
+        """'push.sum', second half: once the own slots t * slabs + j are set, ``own`` (the rounded tile, fp32) plus
+        the inbox tiles stored to c, and the own slots cleared."""
         spec = self.rec["push"]
         num_ranks = core.NumRanks.build().num_ranks
         slabs = T.sub(num_ranks, 1)
         value, pad = self.arg[spec["value_arg"]], self.arg[spec["pad"]]
-        self._push_stores(acc, m0, n0)
-        with T.For(1, num_ranks, 1) as qs:
-            slot = T.add(T.mul(t, slabs), T.sub(slabs, qs.iv))
-            core.Notify.build(T.addptr(pad, slot), T.rem(T.add(self.rank, qs.iv), num_ranks), value, op="set",
-                              scope=spec["scope"], semantic="release")
-        with T.For(0, slabs, 1, [T.cast(T.cast(acc, self.out_t), "fp32")]) as js:
+        with T.For(0, slabs, 1, [own]) as js:
             token = core.Wait.build(T.addptr(pad, T.add(T.mul(t, slabs), js.iv)), value, scope=spec["scope"]).token
             inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
             ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(js.iv, self.m))

@@ -541,7 +541,7 @@ def test_push_sum_gemm_ar_is_one_launch_and_replays_as_a_graph_without_zeroing(w
         text = local_program("gemm_ar", w, m, n=n)
         dev = lower(text, FULL % ("all-reduce=push_sum" + extra, ""))
         if w > 1:
-            assert "barrier" not in dev and dev.count('ditron.role = "ar.gemm_push_sum"') == 1
+            assert "ditron_device.barrier" not in dev and dev.count('ditron.role = "ar.gemm_push_sum"') == 1
             assert "ar.sum_pushed" not in dev and '{ditron.consumed, name = "ar_pushed"}' in dev
             check_sim(dev, text, w, seeds=seeds, calls=4, graph=True)
         check_sim(dev, text, w, seeds=seeds, calls=3)

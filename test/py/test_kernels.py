@@ -460,7 +460,8 @@ def test_gemm_push_then_reduce_pushed_match_tiles(W, split):
 def test_gemm_push_sum_is_an_all_reduce_in_one_launch(W, split):
     """GEMM+AR in one launch (push.sum): each tile, rounded, goes into every peer's inbox slab with the peer's slot
     t * slabs + slab set; then, once its own slots are set, the tile plus the inbox tiles is stored to c and the own
-    slots are cleared. Ranks run one after the other here, so each rank's inbox and slots start as the peers will
+    slots are cleared -- on persistent programs beyond one wave after the program's next tile was pushed, its own
+    part waiting in c meanwhile. Ranks run one after the other here, so each rank's inbox and slots start as the peers will
     leave them (the simulator checks the concurrent protocol). Ragged rows and columns; split-K: the last split of a
     tile pushes and sums the tile."""
     m, n, k = 40, 44, 32 * split
@@ -491,8 +492,12 @@ def test_gemm_push_sum_is_an_all_reduce_in_one_launch(W, split):
     assert not mem_ir[("pushed", W - 1)].any() and not mem_tiles[("pushed", W - 1)].any()
     if split > 1:
         return
+    # three programs, two tiles each: each tile's sum after the next tile's push (the own part waits in c), so a
+    # program never stalls between two K loops; the last tile's sum ends the program
+    assert gemm.deferred_sum(rec) and g.tiles == 2 * g.grid
     steps = gemm.tiles(rec, rank=0, num_ranks=W, scalars={"expect": 7})[0]
-    assert [bool(st.waits) for st in steps] == [False, True] * (len(steps) // 2)
+    assert [bool(st.waits) for st in steps] == [False, False, True, True]
+    assert all(st.writes[-1].arg == "c" for st in steps)  # the own part into c, then the sum over it
     with pytest.raises(VerificationError, match="'push.sum' needs every program resident"):
         gemm.make_record(m, n, k, push={"arg": "i", "pad": "p", "slabs": 1, "sum": True, "value_arg": "v"},
                          loads="pointer", store="pointer", persistent=False, **dict(SMALL, block_m=16, num_sms=2))
