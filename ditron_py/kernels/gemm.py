@@ -1085,10 +1085,8 @@ class _Emitter:
                     prev = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
                     if init:
                         loop.yield_(*([tile_c] if flatten else []), *([prev] if defer else []))
-                if defer and deferred_sum(rec):  # the last tile's sum
-                    self._push_sum_after(loop.results[-1])
-                elif defer:  # the last tile's count, once its stores are out
-                    self._push_notifies_after(loop.results[-1])
+                if defer:  # the last tile's sum, or its count once its stores are out
+                    (self._push_sum_after if deferred_sum(rec) else self._push_notifies_after)(loop.results[-1])
                 if rec.get("stream_k", 0):
                     self._stream_k(pid)
             elif rec["split_k"] > 1:
