@@ -598,6 +598,23 @@ def test_host_benchmark_builds_its_artifact(tmp_path):
     assert lib.path(bench.signature()).is_dir() and lib.executable(bench.signature()).host_program is not None
 
 
+def test_link_benchmark_kernels_compile_with_the_flags_they_claim():
+    """bench_link's copy kernel compiles for sm_90 in each flag mode: no atomic without flags, a system-scope
+    release exchange per tile (or per other tile), and a relaxed one for the fence-free comparison."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    bench = _bench("bench_link")
+    sig = {"src": "*bf16", "dst": "*bf16", "flags": "*i32", "n_elems": "i32", "BLOCK": "constexpr",
+           "RELEASE": "constexpr", "EVERY": "constexpr"}
+    for release, every, atom in ((0, 1, None), (1, 1, "sys.release.exch"), (1, 2, "sys.release.exch"),
+                                 (2, 1, "sys.relaxed.exch")):
+        src = ASTSource(bench._sm_copy, sig, {"BLOCK": 16384, "RELEASE": release, "EVERY": every})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+        atoms = [line for line in ptx.splitlines() if "atom." in line]
+        assert (not atoms) if atom is None else all(atom in line for line in atoms) and atoms
+
+
 def test_benchmark_cases_are_valid_signatures():
     bench = _bench()
     for W in (1, 2, 4, 8):

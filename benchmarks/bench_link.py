@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Link ceilings of a multi-GPU node: how fast bytes cross between ranks, per engine and access pattern, with every
+rank moving at once (as in an all-reduce) or one rank alone. No ditron involved: torch symmetric memory for the
+peers' buffers and plain Triton kernels, so the numbers bound what any schedule of ditron's can reach.
+
+    torchrun --nproc-per-node=2 -- benchmarks/bench_link.py [--mb 16] [--out benchmarks/results]
+
+Rows (each rank moves ``--mb`` MB to / from its next rank, rank + 1 mod W):
+  sm_store G/BLOCK/warps   a grid of G programs loads tiles of BLOCK bytes from local memory and stores them
+                           into the peer's buffer (the push all-reduce's transfer, without its flags)
+  sm_store_release ...     the same with a flag set on the peer after every tile (a CTA barrier, then a release
+                           exchange at system scope): the push all-reduce's pattern; /2: after every other tile
+  sm_store_relaxed ...     the flags without the release (not a valid protocol: the fence's cost by difference)
+  sm_load ...              loads from the peer's buffer, stores locally (a pull by the SMs)
+  ce_push / ce_pull        one copy by the copy engines (cudaMemcpyAsync into / out of the peer's buffer)
+  ce+sm f                  a fraction f of the bytes by a copy-engine push on a second stream, the rest by
+                           sm_store at the same time
+  torch_two_shot           torch.ops.symm_mem.two_shot_all_reduce_ of the same bytes (an all-reduce moves them
+                           both ways; the reference the issue compares with)
+  every row also "one way": only rank 0 moves (the others wait at the barrier)
+
+Timing: CUDA events around ITERS back-to-back calls after a warm-up of 20 (bench_gemm.warm_us), REPS repetitions
+after a barrier each, the max over ranks per repetition, the median repetition. GB/s = bytes one rank moves /
+time. Output: a table on stdout and link_w<W>.csv in --out.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ITERS, REPS = 20, 7
+
+
+@triton.jit
+def _sm_copy(src, dst, flags, n_elems, BLOCK: tl.constexpr, RELEASE: tl.constexpr, EVERY: tl.constexpr):
+    """Tiles pid, pid + G, ... of src into dst. RELEASE 1: after every EVERY-th tile of the program (and its
+    last) flags[t] set with release semantics at system scope (after a CTA barrier); 2: the same, relaxed (no
+    fence: wrong as a protocol, the fence's cost by difference)."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    tiles = tl.cdiv(n_elems, BLOCK)
+    for t in range(pid, tiles, grid):
+        offs = t.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n_elems
+        tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+        if RELEASE != 0:
+            if ((t - pid) // grid) % EVERY == EVERY - 1 or t + grid >= tiles:
+                tl.debug_barrier()
+                if RELEASE == 1:
+                    tl.atomic_xchg(flags + t, 1, sem="release", scope="sys")
+                else:
+                    tl.atomic_xchg(flags + t, 1, sem="relaxed", scope="sys")
+
+
+def measure(fn, *, active: bool, group) -> float:
+    """Median over REPS of the max over ranks of the us per call (inactive ranks time nothing: 0)."""
+    from bench_gemm import warm_us  # CUDA events around ITERS calls after a warm-up (benchmarks/ is on the path)
+    reps = []
+    for _ in range(REPS):
+        dist.barrier(group=group)
+        torch.cuda.synchronize()
+        t = torch.tensor([warm_us(fn, ITERS, blocks=1) if active else 0.0], device="cuda")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        reps.append(t.item())
+    return statistics.median(reps)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mb", type=float, default=16.0, help="MB each rank moves (default 16)")
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--quick", action="store_true", help="fewer SM configurations")
+    args = p.parse_args(argv)
+    import torch.distributed._symmetric_memory as symm_mem
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    dist.init_process_group("nccl")
+    group = dist.group.WORLD
+    peer = (rank + 1) % world
+    n = int(args.mb * 2 ** 20) // 2  # bf16 elements
+    nbytes = n * 2
+    x = torch.randn(n, device="cuda").to(torch.bfloat16)
+    local = torch.empty(n, device="cuda", dtype=torch.bfloat16)
+    buf = symm_mem.empty(n, dtype=torch.bfloat16, device="cuda")
+    flags_local = symm_mem.empty(1 << 16, dtype=torch.int32, device="cuda")
+    hb = symm_mem.rendezvous(buf, group.group_name)
+    hf = symm_mem.rendezvous(flags_local, group.group_name)
+    peer_buf = hb.get_buffer(peer, (n,), torch.bfloat16)
+    peer_flags = hf.get_buffer(peer, (1 << 16,), torch.int32)
+    side = torch.cuda.Stream()
+
+    def sm(src, dst, grid, block_bytes, warps, release=0, every=1, elems=None):
+        block = block_bytes // 2
+        count = n if elems is None else elems
+        return lambda: _sm_copy[(grid,)](src, dst, peer_flags, count, BLOCK=block, RELEASE=release, EVERY=every,
+                                         num_warps=warps)
+
+    def mixed(frac, grid, block_bytes, warps):
+        a = (int(n * frac) // 4096) * 4096
+        kern = sm(x[a:], peer_buf[a:], grid, block_bytes, warps, elems=n - a)
+        main_stream = torch.cuda.current_stream()
+
+        def call():
+            side.wait_stream(main_stream)
+            with torch.cuda.stream(side):
+                peer_buf[:a].copy_(x[:a], non_blocking=True)
+            kern()
+            main_stream.wait_stream(side)
+        return call
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = [(sms, 32768, 8), (2 * sms, 16384, 4), (2 * sms, 32768, 8), (4 * sms, 16384, 4), (sms, 65536, 16)]
+    if args.quick:
+        configs = configs[:3]
+    rows = []
+    for g, bb, w in configs:
+        rows.append((f"sm_store {g}/{bb // 1024}K/w{w}", sm(x, peer_buf, g, bb, w)))
+    for g, bb, w in configs[:3]:
+        rows.append((f"sm_store_release {g}/{bb // 1024}K/w{w}", sm(x, peer_buf, g, bb, w, release=1)))
+    rows.append((f"sm_store_release/2 {sms}/32K/w8", sm(x, peer_buf, sms, 32768, 8, release=1, every=2)))
+    rows.append((f"sm_store_relaxed {sms}/32K/w8", sm(x, peer_buf, sms, 32768, 8, release=2)))
+    for g, bb, w in configs[:3]:
+        rows.append((f"sm_load {g}/{bb // 1024}K/w{w}", sm(peer_buf, local, g, bb, w)))
+    rows.append(("ce_push", lambda: peer_buf.copy_(x, non_blocking=True)))
+    rows.append(("ce_pull", lambda: local.copy_(peer_buf, non_blocking=True)))
+    for frac in (0.2, 0.35, 0.5):
+        rows.append((f"ce+sm {frac}", mixed(frac, sms, 32768, 8)))
+    buf.copy_(x)
+    rows.append(("torch_two_shot", lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group.group_name)))
+
+    results = []
+    for name, fn in rows:
+        both = measure(fn, active=True, group=group)
+        one = measure(fn, active=rank == 0, group=group) if name != "torch_two_shot" else float("nan")
+        results.append((name, both, nbytes / both / 1e3, one, nbytes / one / 1e3))
+    if rank == 0:
+        print(f"{world} ranks, {nbytes / 2 ** 20:.1f} MB per rank to rank + 1; us per call (GB/s), all ranks at once "
+              f"/ rank 0 alone")
+        for name, both, bgb, one, ogb in results:
+            print(f"{name:34s} {both:8.1f} ({bgb:6.1f})   {one:8.1f} ({ogb:6.1f})")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / f"link_w{world}.csv", "w", newline="") as f:
+            wr = csv.writer(f)
+            wr.writerow(["row", "bytes", "all_us", "all_gbs", "one_way_us", "one_way_gbs"])
+            for name, both, bgb, one, ogb in results:
+                wr.writerow([name, nbytes, f"{both:.2f}", f"{bgb:.1f}", f"{one:.2f}", f"{ogb:.1f}"])
+    dist.barrier(group=group)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
