@@ -71,8 +71,10 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             ``c`` and clears its slots (one waiter each: the pad is consumed); split-K: the last split
                             does it, with the sum. Every program must be resident (a tile waits for the peers' same
                             tile); no owner. Persistent programs beyond one wave defer each sum (``deferred_sum``):
-                            the tile's own part (rounded) goes to c, and its sum follows the program's next tile's
-                            K loop and push (the last tile's after the loop), reading the own part back.
+                            the tile's own part (rounded) goes to c, and its slots are set after the program's next
+                            tile's K loop (its stores crossed the link meanwhile: the release stalls on nothing),
+                            before that tile's stores; then its sum, reading the own part back (the last tile's
+                            slots and sum after the loop).
     gather  (optional)      {arg, block, own_first}: AG+GEMM in one launch. The *copiers* copy this rank's shard
                             ``arg`` ([R, k] contiguous, R = rows_per_rank; ``block`` = [rows, cols] per block,
                             ``gather_blocks`` of them) into rows rank*R + ... of ``a`` on every rank (the peers
@@ -377,9 +379,10 @@ def deferred_push(rec) -> bool:
 
 
 def deferred_sum(rec) -> bool:
-    """'push.sum' on persistent programs beyond one wave: each tile's sum waits until the next tile's K loop and
-    push are done (the last tile's after the loop) -- the tile's own part, rounded, waits in c -- so a program
-    never stalls between two K loops for the peers' copies of its tile, which cross the link meanwhile."""
+    """'push.sum' on persistent programs beyond one wave: each tile's slots are set on the peers after the next
+    tile's K loop, and its sum follows that tile's push (the last tile's both after the loop) -- the tile's own
+    part, rounded, waits in c -- so a program never stalls between two K loops, neither on the release of its
+    tile's stores nor on the peers' copies of it, which cross the link meanwhile."""
     if not rec.get("push", {}).get("sum") or not rec["persistent"]:
         return False
     g = geometry(rec)
@@ -779,8 +782,13 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                     (counts[j] if j == len(steps) - 1 else [])
         if rec.get("push", {}).get("sum_own"):
             steps = _join_quiet_k_loops(steps)
-        if deferred_sum(rec):  # push 1, push 2, sum 1, push 3, sum 2, ..., sum of the last
+        if deferred_sum(rec):  # push 1, push 2 (with 1's sets), sum 1, push 3 (with 2's sets), sum 2, ..., after
+            # the loop the last's sets (the IR's trace joins them to the step before), sum of the last
             pushes, sums = steps[0::2], steps[1::2]
+            sets = [push.notifies for push in pushes]
+            for j, push in enumerate(pushes):
+                push.notifies = sets[j - 1] if j else []
+            (sums[-2] if len(sums) > 1 else pushes[0]).notifies += sets[-1]
             steps = [st for j, push in enumerate(pushes) for st in ([push] + ([sums[j - 1]] if j else []))]
             steps += sums[-1:]
         out.append(steps)
@@ -1085,8 +1093,8 @@ class _Emitter:
                     prev = self.tile(loop.iv, None, tile_c, loop.args[-1] if defer else None)
                     if init:
                         loop.yield_(*([tile_c] if flatten else []), *([prev] if defer else []))
-                if defer:  # the last tile's sum, or its count once its stores are out
-                    (self._push_sum_after if deferred_sum(rec) else self._push_notifies_after)(loop.results[-1])
+                if defer:  # the last tile's count (and sum) once its stores are out
+                    (self._push_sum_last if deferred_sum(rec) else self._push_notifies_after)(loop.results[-1])
                 if rec.get("stream_k", 0):
                     self._stream_k(pid)
             elif rec["split_k"] > 1:
@@ -1152,7 +1160,11 @@ class _Emitter:
             if prev is None:
                 self._push_sum(acc, m0, n0, t_id)
                 return t_id
-            self._push_sum_send(acc, m0, n0, t_id)  # deferred_sum: the own part waits in c
+            # deferred_sum: the previous tile's slots set on the peers (its stores crossed during this K loop),
+            # this tile's stores, its own part into c, then the previous tile's sum
+            with T.if_(T.cmp("sge", prev, 0)):
+                self._push_sum_sets(prev)
+            self._push_stores(acc, m0, n0)
             ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, rec["ldc"])
             T.store(ptrs, T.cast(acc, self.out_t), mask)
             self._push_sum_after(prev)
@@ -1369,14 +1381,25 @@ class _Emitter:
     def _push_sum_send(self, acc, m0, n0, t):
         """'push.sum', first half: the tile (rounded) into every peer's inbox slab, the peer's slot t * slabs +
         slab set (release)."""
+        self._push_stores(acc, m0, n0)
+        self._push_sum_sets(t)
+
+    def _push_sum_sets(self, t):
+        """Tile t's slot t * slabs + slab set on every peer (release: after the CTA's stores of it)."""
         spec = self.rec["push"]
         num_ranks = core.NumRanks.build().num_ranks
         slabs = T.sub(num_ranks, 1)
-        self._push_stores(acc, m0, n0)
         with T.For(1, num_ranks, 1) as qs:
             slot = T.add(T.mul(t, slabs), T.sub(slabs, qs.iv))
             core.Notify.build(T.addptr(self.arg[spec["pad"]], slot), T.rem(T.add(self.rank, qs.iv), num_ranks),
                               self.arg[spec["value_arg"]], op="set", scope=spec["scope"], semantic="release")
+
+    def _push_sum_last(self, tile):
+        """deferred_sum, after the loop: the last tile's slots set on the peers (its stores are the only ones in
+        flight), then its sum."""
+        with T.if_(T.cmp("sge", tile, 0)):
+            self._push_sum_sets(tile)
+        self._push_sum_after(tile)
 
     def _push_sum_after(self, tile):
         """deferred_sum: the sum of tile ``tile`` (pid_m * tiles_n + pid_n; -1: none), its own part read back from
