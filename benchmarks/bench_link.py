@@ -17,6 +17,11 @@ Rows (each rank moves ``--mb`` MB to / from its next rank, rank + 1 mod W):
                            sm_store at the same time
   torch_two_shot           torch.ops.symm_mem.two_shot_all_reduce_ of the same bytes (an all-reduce moves them
                            both ways; the reference the issue compares with)
+  compute R x K, local / push ptr / push tma
+                           a persistent GEMM's work without its HBM traffic (_compute_push: every SM runs R tiles
+                           of 128x256, each a K loop of K steps over L2-resident operands) storing each finished
+                           tile locally, or into the peer's buffer by pointer stores or by TMA stores: against
+                           "local", whether a tile's crossing overlaps the next tile's K loop
   every row also "one way": only rank 0 moves (the others wait at the barrier)
 
 Timing: CUDA events around ITERS back-to-back calls after a warm-up of 20 (bench_gemm.warm_us), REPS repetitions
@@ -60,6 +65,32 @@ def _sm_copy(src, dst, flags, n_elems, BLOCK: tl.constexpr, RELEASE: tl.constexp
                     tl.atomic_xchg(flags + t, 1, sem="relaxed", scope="sys")
 
 
+@triton.jit
+def _compute_push(a, b, dst, rounds, K_STEPS: tl.constexpr, PUSH: tl.constexpr, BM: tl.constexpr,
+                  BN: tl.constexpr, BK: tl.constexpr):
+    """A persistent GEMM's shape of work without its HBM traffic: each program runs ``rounds`` tiles, each a K loop
+    of K_STEPS steps of [BM, BK] x [BK, BN] over small L2-resident operands, then stores its bf16 tile into dst at
+    a slot of its own -- PUSH 0: dst local, 1: dst a peer's buffer through pointer stores, 2: the same by a TMA
+    store (a device-side descriptor on the peer's buffer). Whether the next tile's K loop runs while the last
+    tile's bytes cross the link is the question."""
+    pid, grid = tl.program_id(0), tl.num_programs(0)
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    ld = K_STEPS * BK
+    if PUSH == 2:
+        desc = tl.make_tensor_descriptor(dst, shape=[rounds * grid * BM, BN], strides=[BN, 1], block_shape=[BM, BN])
+    for r in range(rounds):
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        for k in range(K_STEPS):
+            at = tl.load(a + rm[:, None] * ld + (k * BK + rk)[None, :])
+            bt = tl.load(b + (k * BK + rk)[:, None] * BN + rn[None, :])
+            acc = tl.dot(at, bt, acc)
+        slot = (r * grid + pid).to(tl.int64)
+        if PUSH == 2:
+            desc.store([(slot * BM).to(tl.int32), 0], acc.to(tl.bfloat16))
+        else:
+            tl.store(dst + slot * BM * BN + rm[:, None] * BN + rn[None, :], acc.to(tl.bfloat16))
+
+
 def measure(fn, *, active: bool, group) -> float:
     """Median over REPS of the max over ranks of the us per call (inactive ranks time nothing: 0)."""
     from bench_gemm import warm_us  # CUDA events around ITERS calls after a warm-up (benchmarks/ is on the path)
@@ -73,11 +104,34 @@ def measure(fn, *, active: bool, group) -> float:
     return statistics.median(reps)
 
 
+def overlap_rows(args, sms: int, group, peer: int) -> list:
+    """_compute_push on every SM (ROUNDS tiles of 128x256 per program): local stores, pointer stores into the
+    peer's buffer, TMA stores into it (last: a device fault there ends the run after the rows before it)."""
+    import torch.distributed._symmetric_memory as symm_mem
+    bm, bn, bk, k_steps, rounds = 128, 256, 64, args.overlap_k_steps, 4
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+    a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
+    b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
+    elems = rounds * sms * bm * bn
+    local = torch.empty(elems, device="cuda", dtype=torch.bfloat16)
+    sym = symm_mem.empty(elems, dtype=torch.bfloat16, device="cuda")
+    peer_dst = symm_mem.rendezvous(sym, group.group_name).get_buffer(peer, (elems,), torch.bfloat16)
+
+    def run(dst, push):
+        return lambda: _compute_push[(sms,)](a, b, dst, rounds, K_STEPS=k_steps, PUSH=push, BM=bm, BN=bn, BK=bk,
+                                             num_warps=8, num_stages=3)
+    moved = elems * 2
+    return [(f"compute {rounds}x{k_steps} steps, local", run(local, 0), moved),
+            (f"compute {rounds}x{k_steps} steps, push ptr", run(peer_dst, 1), moved),
+            (f"compute {rounds}x{k_steps} steps, push tma", run(peer_dst, 2), moved)]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=float, default=16.0, help="MB each rank moves (default 16)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--quick", action="store_true", help="fewer SM configurations")
+    p.add_argument("--overlap-k-steps", type=int, default=56, help="K steps per tile of the overlap rows")
     args = p.parse_args(argv)
     import torch.distributed._symmetric_memory as symm_mem
 
@@ -136,24 +190,27 @@ def main(argv=None) -> None:
         rows.append((f"ce+sm {frac}", mixed(frac, sms, 32768, 8)))
     buf.copy_(x)
     rows.append(("torch_two_shot", lambda: torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", group.group_name)))
+    rows = [(name, fn, nbytes) for name, fn in rows]
+    rows += overlap_rows(args, sms, group, peer)
 
+    if rank == 0:
+        print(f"{world} ranks, {nbytes / 2 ** 20:.1f} MB per rank to rank + 1 (compute rows: their tiles' bytes); us "
+              f"per call (GB/s), all ranks at once / rank 0 alone", flush=True)
     results = []
-    for name, fn in rows:
+    for name, fn, moved in rows:
         both = measure(fn, active=True, group=group)
         one = measure(fn, active=rank == 0, group=group) if name != "torch_two_shot" else float("nan")
-        results.append((name, both, nbytes / both / 1e3, one, nbytes / one / 1e3))
+        results.append((name, moved, both, moved / both / 1e3, one, moved / one / 1e3))
+        if rank == 0:
+            print(f"{name:34s} {both:8.1f} ({results[-1][3]:6.1f})   {one:8.1f} ({results[-1][5]:6.1f})", flush=True)
     if rank == 0:
-        print(f"{world} ranks, {nbytes / 2 ** 20:.1f} MB per rank to rank + 1; us per call (GB/s), all ranks at once "
-              f"/ rank 0 alone")
-        for name, both, bgb, one, ogb in results:
-            print(f"{name:34s} {both:8.1f} ({bgb:6.1f})   {one:8.1f} ({ogb:6.1f})")
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         with open(out / f"link_w{world}.csv", "w", newline="") as f:
             wr = csv.writer(f)
             wr.writerow(["row", "bytes", "all_us", "all_gbs", "one_way_us", "one_way_gbs"])
-            for name, both, bgb, one, ogb in results:
-                wr.writerow([name, nbytes, f"{both:.2f}", f"{bgb:.1f}", f"{one:.2f}", f"{ogb:.1f}"])
+            for name, moved, both, bgb, one, ogb in results:
+                wr.writerow([name, moved, f"{both:.2f}", f"{bgb:.1f}", f"{one:.2f}", f"{ogb:.1f}"])
     dist.barrier(group=group)
     dist.destroy_process_group()
 

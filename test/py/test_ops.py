@@ -600,7 +600,8 @@ def test_host_benchmark_builds_its_artifact(tmp_path):
 
 def test_link_benchmark_kernels_compile_with_the_flags_they_claim():
     """bench_link's copy kernel compiles for sm_90 in each flag mode: no atomic without flags, a system-scope
-    release exchange per tile (or per other tile), and a relaxed one for the fence-free comparison."""
+    release exchange per tile (or per other tile), and a relaxed one for the fence-free comparison; its compute
+    kernel stores its tiles by pointers or by TMA."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -613,6 +614,12 @@ def test_link_benchmark_kernels_compile_with_the_flags_they_claim():
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
         atoms = [line for line in ptx.splitlines() if "atom." in line]
         assert (not atoms) if atom is None else all(atom in line for line in atoms) and atoms
+    sig = {"a": "*bf16", "b": "*bf16", "dst": "*bf16", "rounds": "i32", "K_STEPS": "constexpr", "PUSH": "constexpr",
+           "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"}
+    for push in (1, 2):  # pointer stores, then a TMA store of the tile
+        src = ASTSource(bench._compute_push, sig, {"K_STEPS": 4, "PUSH": push, "BM": 128, "BN": 256, "BK": 64})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+        assert "wgmma" in ptx and ("cp.async.bulk.tensor" in ptx) == (push == 2)
 
 
 def test_benchmark_cases_are_valid_signatures():
