@@ -1094,7 +1094,12 @@ class _Emitter:
                     if init:
                         loop.yield_(*([tile_c] if flatten else []), *([prev] if defer else []))
                 if defer:  # the last tile's count (and sum) once its stores are out
-                    (self._push_sum_last if deferred_sum(rec) else self._push_notifies_after)(loop.results[-1])
+                    last = loop.results[-1]
+                    if deferred_sum(rec):
+                        self._push_sum_sets_after(last)
+                        self._push_sum_after(last)
+                    else:
+                        self._push_notifies_after(last)
                 if rec.get("stream_k", 0):
                     self._stream_k(pid)
             elif rec["split_k"] > 1:
@@ -1162,8 +1167,7 @@ class _Emitter:
                 return t_id
             # deferred_sum: the previous tile's slots set on the peers (its stores crossed during this K loop),
             # this tile's stores, its own part into c, then the previous tile's sum
-            with T.if_(T.cmp("sge", prev, 0)):
-                self._push_sum_sets(prev)
+            self._push_sum_sets_after(prev)
             self._push_stores(acc, m0, n0)
             ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, rec["ldc"])
             T.store(ptrs, T.cast(acc, self.out_t), mask)
@@ -1394,12 +1398,10 @@ class _Emitter:
             core.Notify.build(T.addptr(self.arg[spec["pad"]], slot), T.rem(T.add(self.rank, qs.iv), num_ranks),
                               self.arg[spec["value_arg"]], op="set", scope=spec["scope"], semantic="release")
 
-    def _push_sum_last(self, tile):
-        """deferred_sum, after the loop: the last tile's slots set on the peers (its stores are the only ones in
-        flight), then its sum."""
+    def _push_sum_sets_after(self, tile):
+        """deferred_sum: the slots of tile ``tile`` (-1: none) set on the peers, its stores having crossed."""
         with T.if_(T.cmp("sge", tile, 0)):
             self._push_sum_sets(tile)
-        self._push_sum_after(tile)
 
     def _push_sum_after(self, tile):
         """deferred_sum: the sum of tile ``tile`` (pid_m * tiles_n + pid_n; -1: none), its own part read back from
