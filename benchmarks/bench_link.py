@@ -24,6 +24,13 @@ Rows (each rank moves ``--mb`` MB to / from its next rank, rank + 1 mod W):
                            "local", whether a tile's crossing overlaps the next tile's K loop
   every row also "one way": only rank 0 moves (the others wait at the barrier)
 
+    python benchmarks/bench_link.py --host [--overlap-k-steps 56 224] [--out benchmarks/results]
+
+One GPU, no peer: the compute rows with pinned host memory (over PCIe) as the slow destination, beside the same
+kernel storing locally and a copy-engine copy of the same bytes to the host: a proxy of the overlap question
+(does a tile's slow crossing hold its SM through the next K loop?) where no second GPU is lent. Pick K steps
+that make the compute about as long as the copy: serialized, push = local + copy; overlapped, max of the two.
+
 Timing: CUDA events around ITERS back-to-back calls after a warm-up of 20 (bench_gemm.warm_us), REPS repetitions
 after a barrier each, the max over ranks per repetition, the median repetition. GB/s = bytes one rank moves /
 time. Output: a table on stdout and link_w<W>.csv in --out.
@@ -108,7 +115,7 @@ def overlap_rows(args, sms: int, group, peer: int) -> list:
     """_compute_push on every SM (ROUNDS tiles of 128x256 per program): local stores, pointer stores into the
     peer's buffer, TMA stores into it (last: a device fault there ends the run after the rows before it)."""
     import torch.distributed._symmetric_memory as symm_mem
-    bm, bn, bk, k_steps, rounds = 128, 256, 64, args.overlap_k_steps, 4
+    bm, bn, bk, k_steps, rounds = 128, 256, 64, args.overlap_k_steps[0], 4
     triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
     a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
     b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
@@ -126,13 +133,51 @@ def overlap_rows(args, sms: int, group, peer: int) -> list:
             (f"compute {rounds}x{k_steps} steps, push tma", run(peer_dst, 2), moved)]
 
 
+def host_rows(args) -> None:
+    """--host: _compute_push storing locally, into pinned host memory by pointers / by TMA, and a copy-engine copy
+    of the same bytes to the host, for each --overlap-k-steps; link_host.csv in --out."""
+    from bench_gemm import warm_us
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    bm, bn, bk, rounds = 128, 256, 64, 4
+    elems = rounds * sms * bm * bn
+    local = torch.empty(elems, device="cuda", dtype=torch.bfloat16)
+    host = torch.empty(elems, dtype=torch.bfloat16).pin_memory()
+    x = torch.randn(elems, device="cuda").to(torch.bfloat16)
+
+    def median_us(fn):
+        return statistics.median(warm_us(fn, ITERS, blocks=1) for _ in range(REPS))
+    rows = [("ce d2h", median_us(lambda: host.copy_(x, non_blocking=True)))]
+    print(f"{elems * 2 / 2 ** 20:.1f} MB per call; us per call", flush=True)
+    print(f"{rows[0][0]:34s} {rows[0][1]:8.1f}", flush=True)
+    for k_steps in args.overlap_k_steps:
+        a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
+        for where, dst, push in (("local", local, 0), ("local tma", local, 2), ("host ptr", host, 1),
+                                 ("host tma", host, 2)):
+            name = f"compute {rounds}x{k_steps} steps, {where}"
+            rows.append((name, median_us(lambda: _compute_push[(sms,)](
+                a, b, dst, rounds, K_STEPS=k_steps, PUSH=push, BM=bm, BN=bn, BK=bk, num_warps=8, num_stages=3))))
+            print(f"{name:34s} {rows[-1][1]:8.1f}", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "link_host.csv", "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(["row", "bytes", "us"])
+        wr.writerows([name, elems * 2, f"{us:.2f}"] for name, us in rows)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mb", type=float, default=16.0, help="MB each rank moves (default 16)")
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--quick", action="store_true", help="fewer SM configurations")
-    p.add_argument("--overlap-k-steps", type=int, default=56, help="K steps per tile of the overlap rows")
+    p.add_argument("--overlap-k-steps", type=int, nargs="+", default=[56],
+                   help="K steps per tile of the overlap rows (--host: one set of rows each)")
+    p.add_argument("--host", action="store_true", help="one GPU: the overlap rows into pinned host memory")
     args = p.parse_args(argv)
+    if args.host:
+        return host_rows(args)
     import torch.distributed._symmetric_memory as symm_mem
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
