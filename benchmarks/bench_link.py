@@ -22,12 +22,15 @@ Rows (each rank moves ``--mb`` MB to / from its next rank, rank + 1 mod W):
                            of 128x256, each a K loop of K steps over L2-resident operands) storing each finished
                            tile locally, or into the peer's buffer by pointer stores or by TMA stores: against
                            "local", whether a tile's crossing overlaps the next tile's K loop
+  compute ... on S-c SMs   the other design: the compute on S - c programs storing locally, c programs of
+  + c SMs to peer          sm_store moving as many bytes into the peer on a second stream at the same time, and
+                           each of the two alone: with the GEMM's SMs off the link, does the pair take the longer?
   every row also "one way": only rank 0 moves (the others wait at the barrier)
 
     python benchmarks/bench_link.py --host [--overlap-k-steps 56 224] [--out benchmarks/results]
 
 One GPU, no peer: the compute rows with pinned host memory (over PCIe) as the slow destination, beside the same
-kernel storing locally and a copy-engine copy of the same bytes to the host: a proxy of the overlap question
+kernel storing locally, a copy-engine copy of the same bytes to the host, and the dedicated-SM rows: a proxy of the overlap question
 (does a tile's slow crossing hold its SM through the next K loop?) where no second GPU is lent. Pick K steps
 that make the compute about as long as the copy: serialized, push = local + copy; overlapped, max of the two.
 
@@ -111,6 +114,43 @@ def measure(fn, *, active: bool, group) -> float:
     return statistics.median(reps)
 
 
+COPY_WARPS = 16  # the dedicated copy programs' warps: with _compute_push's 198 registers per thread on 8 warps, a
+# copy CTA of 16 warps cannot share its SM, so the copies run on SMs of their own
+
+
+def dedicated_rows(sms: int, k_steps: int, dst, where: str, comm_sms=(8, 16, 32)) -> list:
+    """(name, fn, bytes) rows of the other design: _compute_push on sms - c programs storing locally while a
+    second stream's _sm_copy on c programs moves as many bytes into ``dst`` (the slow destination); the GEMM's SMs
+    never touch the link. Beside each, both kernels alone: overlapped, the pair takes the longer of the two."""
+    bm, bn, bk, rounds = 128, 256, 64, 4
+    a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
+    b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
+    side, rows = torch.cuda.Stream(), []
+    for c in comm_sms:
+        elems = rounds * (sms - c) * bm * bn
+        local = torch.empty(elems, device="cuda", dtype=torch.bfloat16)
+        src = torch.randn(elems, device="cuda").to(torch.bfloat16)
+
+        def compute(local=local, c=c):
+            _compute_push[(sms - c,)](a, b, local, rounds, K_STEPS=k_steps, PUSH=0, BM=bm, BN=bn, BK=bk,
+                                      num_warps=8, num_stages=3)
+
+        def copy(src=src, c=c, elems=elems):
+            _sm_copy[(c,)](src, dst, dst, elems, BLOCK=16384, RELEASE=0, EVERY=1, num_warps=COPY_WARPS)
+
+        def both(compute=compute, copy=copy):
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                copy()
+            compute()
+            main.wait_stream(side)
+        name = f"compute {rounds}x{k_steps} on {sms - c} SMs"
+        rows += [(f"{name}, local", compute, elems * 2), (f"sm_store {c}/32K/w{COPY_WARPS} to {where}", copy, elems * 2),
+                 (f"{name} + {c} SMs to {where}", both, elems * 2)]
+    return rows
+
+
 def overlap_rows(args, sms: int, group, peer: int) -> list:
     """_compute_push on every SM (ROUNDS tiles of 128x256 per program): local stores, pointer stores into the
     peer's buffer, TMA stores into it (last: a device fault there ends the run after the rows before it)."""
@@ -130,6 +170,7 @@ def overlap_rows(args, sms: int, group, peer: int) -> list:
     moved = elems * 2
     return [(f"compute {rounds}x{k_steps} steps, local", run(local, 0), moved),
             (f"compute {rounds}x{k_steps} steps, push ptr", run(peer_dst, 1), moved),
+            *dedicated_rows(sms, k_steps, peer_dst, "peer"),
             (f"compute {rounds}x{k_steps} steps, push tma", run(peer_dst, 2), moved)]
 
 
@@ -147,24 +188,39 @@ def host_rows(args) -> None:
 
     def median_us(fn):
         return statistics.median(warm_us(fn, ITERS, blocks=1) for _ in range(REPS))
-    rows = [("ce d2h", median_us(lambda: host.copy_(x, non_blocking=True)))]
-    print(f"{elems * 2 / 2 ** 20:.1f} MB per call; us per call", flush=True)
-    print(f"{rows[0][0]:34s} {rows[0][1]:8.1f}", flush=True)
+    rows = [("ce d2h", elems * 2, median_us(lambda: host.copy_(x, non_blocking=True)))]
+    print(f"{elems * 2 / 2 ** 20:.1f} MB per call (on every SM); us per call", flush=True)
+    print(f"{rows[0][0]:44s} {rows[0][2]:8.1f}", flush=True)
     for k_steps in args.overlap_k_steps:
         a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
         b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
         for where, dst, push in (("local", local, 0), ("local tma", local, 2), ("host ptr", host, 1),
                                  ("host tma", host, 2)):
             name = f"compute {rounds}x{k_steps} steps, {where}"
-            rows.append((name, median_us(lambda: _compute_push[(sms,)](
+            rows.append((name, elems * 2, median_us(lambda: _compute_push[(sms,)](
                 a, b, dst, rounds, K_STEPS=k_steps, PUSH=push, BM=bm, BN=bn, BK=bk, num_warps=8, num_stages=3))))
-            print(f"{name:34s} {rows[-1][1]:8.1f}", flush=True)
+            print(f"{name:44s} {rows[-1][2]:8.1f}", flush=True)
+        side = torch.cuda.Stream()
+
+        def with_ce(a=a, b=b, k_steps=k_steps):
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                host.copy_(x, non_blocking=True)
+            _compute_push[(sms,)](a, b, local, rounds, K_STEPS=k_steps, PUSH=0, BM=bm, BN=bn, BK=bk, num_warps=8,
+                                  num_stages=3)
+            main.wait_stream(side)
+        rows.append((f"compute {rounds}x{k_steps} steps, local + ce d2h", elems * 2, median_us(with_ce)))
+        print(f"{rows[-1][0]:44s} {rows[-1][2]:8.1f}", flush=True)
+        for name, fn, moved in dedicated_rows(sms, k_steps, host, "host"):
+            rows.append((name, moved, median_us(fn)))
+            print(f"{name:44s} {rows[-1][2]:8.1f}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "link_host.csv", "w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(["row", "bytes", "us"])
-        wr.writerows([name, elems * 2, f"{us:.2f}"] for name, us in rows)
+        wr.writerows([name, moved, f"{us:.2f}"] for name, moved, us in rows)
 
 
 def main(argv=None) -> None:
@@ -247,7 +303,7 @@ def main(argv=None) -> None:
         one = measure(fn, active=rank == 0, group=group) if name != "torch_two_shot" else float("nan")
         results.append((name, moved, both, moved / both / 1e3, one, moved / one / 1e3))
         if rank == 0:
-            print(f"{name:34s} {both:8.1f} ({results[-1][3]:6.1f})   {one:8.1f} ({results[-1][5]:6.1f})", flush=True)
+            print(f"{name:44s} {both:8.1f} ({results[-1][3]:6.1f})   {one:8.1f} ({results[-1][5]:6.1f})", flush=True)
     if rank == 0:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
