@@ -21,7 +21,8 @@ Rows (each rank moves ``--mb`` MB to / from its next rank, rank + 1 mod W):
                            a persistent GEMM's work without its HBM traffic (_compute_push: every SM runs R tiles
                            of 128x256, each a K loop of K steps over L2-resident operands) storing each finished
                            tile locally, or into the peer's buffer by pointer stores or by TMA stores: against
-                           "local", whether a tile's crossing overlaps the next tile's K loop
+                           "local", whether a tile's crossing overlaps the next tile's K loop; and the compute
+                           storing locally beside a copy engine's push of as many bytes on a second stream
   compute ... on S-c SMs   the other design: the compute on S - c programs storing locally, c programs of
   + c SMs to peer          sm_store moving as many bytes into the peer on a second stream at the same time, and
                            each of the two alone: with the GEMM's SMs off the link, does the pair take the longer?
@@ -168,7 +169,18 @@ def overlap_rows(args, sms: int, group, peer: int) -> list:
         return lambda: _compute_push[(sms,)](a, b, dst, rounds, K_STEPS=k_steps, PUSH=push, BM=bm, BN=bn, BK=bk,
                                              num_warps=8, num_stages=3)
     moved = elems * 2
+    side, src = torch.cuda.Stream(), torch.randn(elems, device="cuda").to(torch.bfloat16)
+
+    def with_ce():
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            peer_dst.copy_(src, non_blocking=True)
+        run(local, 0)()
+        main.wait_stream(side)
     return [(f"compute {rounds}x{k_steps} steps, local", run(local, 0), moved),
+            ("ce_push of the compute's bytes", lambda: peer_dst.copy_(src, non_blocking=True), moved),
+            (f"compute {rounds}x{k_steps} steps, local + ce_push", with_ce, moved),
             (f"compute {rounds}x{k_steps} steps, push ptr", run(peer_dst, 1), moved),
             *dedicated_rows(sms, k_steps, peer_dst, "peer"),
             (f"compute {rounds}x{k_steps} steps, push tma", run(peer_dst, 2), moved)]
