@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import shlex
 import typing
 from dataclasses import dataclass
@@ -191,6 +192,10 @@ def _split_top(text: str, sep: str) -> list[str]:
     return parts
 
 
+_COMMA_JOINED = re.compile(r",\s*[A-Za-z][\w-]*=")  # 'a=1,b=2': a value that swallowed the next option
+_COMMA_BEFORE_OPTION = re.compile(r"\s*,\s*(?=[A-Za-z][\w-]*=)")
+
+
 def _parse_options(name: str, body: str) -> dict[str, str]:
     """'a=1 b="x y"' -> {'a': '1', 'b': 'x y'} (items separated by spaces; values may be quoted)."""
     try:
@@ -199,6 +204,9 @@ def _parse_options(name: str, body: str) -> dict[str, str]:
         raise PassError(f"pass '{name}': cannot read options '{body}': {err}") from None
     options: dict[str, str] = {}
     for item in items:
+        if item.startswith(",") or _COMMA_JOINED.search(item) or item.endswith(",") and item is not items[-1]:
+            fixed = _COMMA_BEFORE_OPTION.sub(" ", body.strip())
+            raise PassError(f"pass '{name}': options are separated by spaces, not commas: write {name}{{{fixed}}}")
         if "=" not in item:
             raise PassError(f"pass '{name}': option '{item}' needs a value (write {item}=VALUE)")
         key, value = item.split("=", 1)

@@ -52,8 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-passes", action="store_true", help="print time per pass (stderr)")
     p.add_argument("--emit", default="mlir", metavar="KIND",
                    help="what to print: mlir (default), or a backend stage: ttir, ttgir, llir, ptx, amdgcn")
-    p.add_argument("--target", default=None, help="target for --emit of backend stages, e.g. cuda:90, hip:gfx942")
+    p.add_argument("--target", default=None,
+                   help="the GPU target, e.g. cuda:90, hip:gfx942: sets the module's ditron.target (which the passes "
+                        "tile for) where it has none, and the backend of --emit")
     return p
+
+
+TARGET_ATTR = "ditron.target"
 
 
 def list_passes(out: TextIO, err: TextIO) -> bool:
@@ -91,6 +96,8 @@ def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
     with ditron_context():
         module = parse_module(text, filename)
         try:
+            if args.target is not None:
+                _set_target(module, args.target)
             if args.verify_each:
                 verify(module)
             after = set(args.print_ir_after)
@@ -108,6 +115,21 @@ def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
         finally:
             del module
             gc.collect()
+
+
+def _set_target(module, target: str) -> None:
+    """--target: the module's ditron.target where it has none; one that names another target is an error."""
+    from mlir import ir
+
+    from ditron.errors import TargetError
+    attrs = module.operation.attributes
+    if TARGET_ATTR in attrs:
+        have = ir.StringAttr(attrs[TARGET_ATTR]).value if isinstance(attrs[TARGET_ATTR], ir.StringAttr) else \
+            str(attrs[TARGET_ATTR])
+        if have != target:
+            raise TargetError(f"--target {target}: the module's {TARGET_ATTR} is '{have}'")
+        return
+    attrs[TARGET_ATTR] = ir.StringAttr.get(target)
 
 
 def _emit(module, args) -> str:
@@ -157,6 +179,9 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
     try:
         if args.list_passes:
             return 0 if list_passes(stdout, stderr) else 1
+        if args.target is not None:
+            from ditron.backends.target import Target
+            args.target = str(Target.parse(args.target))
         from ditron.passes.registry import parse_pipeline
         passes = parse_pipeline(args.pass_pipeline)
         known = {p.name for p in passes}

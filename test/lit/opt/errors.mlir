@@ -9,6 +9,8 @@
 // RUN: not ditron-opt %s --pass-pipeline='ditron-verify,,ditron-canonicalize' 2>&1 | FileCheck %s --check-prefix=EMPTY
 // RUN: not ditron-opt %s --pass-pipeline='ditron-verify{}x' 2>&1 | FileCheck %s --check-prefix=TRAILING
 // RUN: not ditron-opt %s --pass-pipeline='ditron-check{upstream=false}' 2>&1 | FileCheck %s --check-prefix=NAMED
+// RUN: not ditron-opt %s --pass-pipeline='ditron-verify,ditron-tile{all-reduce=push,block-m=64}' 2>&1 | FileCheck %s --check-prefix=COMMA
+// RUN: not ditron-opt %s --pass-pipeline='ditron-tile{all-reduce=push , block-m=64}' 2>&1 | FileCheck %s --check-prefix=COMMA
 // RUN: not ditron-opt %s.missing 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not ditron-opt %s --no-such-flag 2>&1 | FileCheck %s --check-prefix=FLAG
 // RUN: not ditron-opt %s %s 2>&1 | FileCheck %s --check-prefix=TWO
@@ -26,6 +28,7 @@
 // EMPTY: error: empty pass name in pipeline 'ditron-verify,,ditron-canonicalize'
 // TRAILING: error: malformed pass 'ditron-verify{}x': options go in braces at the end, like {opt=value}
 // NAMED: error: pipeline 'ditron-check' takes no options; set them on its passes
+// COMMA: error: pass 'ditron-tile': options are separated by spaces, not commas: write ditron-tile{all-reduce=push block-m=64}
 // MISSING: error: cannot open input file '{{.*}}errors.mlir.missing': No such file or directory
 // FLAG: error: unrecognized arguments: --no-such-flag (see ditron-opt --help)
 // TWO: error: unrecognized arguments: {{.*}}errors.mlir (see ditron-opt --help)

@@ -1,0 +1,22 @@
+// --target sets the module's ditron.target where it has none: the passes tile for that target (ditron-tile reads
+// the attribute for its peak numbers: an A100's 108 SMs here; ditron-lower-task-to-device stamps it on the
+// function). A module that names another target, or a target ditron does not support, is an error.
+// RUN: ditron-opt %s --target cuda:80 | FileCheck %s --check-prefix=SET
+// RUN: ditron-opt %s --target cuda:80 --pass-pipeline=ditron-default | FileCheck %s --check-prefix=TILE
+// RUN: ditron-opt %s --target cuda:80 | ditron-opt --target cuda:80 | FileCheck %s --check-prefix=SET
+// RUN: ditron-opt %s --target cuda:80 | not ditron-opt --target cuda:90 2>&1 | FileCheck %s --check-prefix=OTHER
+// RUN: not ditron-opt %s --target cuda:70 2>&1 | FileCheck %s --check-prefix=BADTARGET
+
+// SET: module attributes {ditron.mesh = {{.*}}, ditron.target = "cuda:80"}
+// TILE: func.func @ar({{.*}} attributes {{{.*}}ditron.target = "cuda:80"
+// TILE: num_sms = 108
+// OTHER: error: --target cuda:90: the module's ditron.target is 'cuda:80'
+// BADTARGET: error: unsupported target 'cuda:70'; supported targets: cuda:80, cuda:90, hip:gfx942, hip:gfx950
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @ar(%x: tensor<256x1024xbf16> {ditron.sharding = {dims = [[], ["tp"]]}},
+                %w: tensor<1024x512xbf16> {ditron.sharding = {dims = [["tp"], []]}})
+      -> (tensor<256x512xbf16> {ditron.sharding = {dims = [[], []]}}) {
+    %y = "ditron_task.matmul"(%x, %w) : (tensor<256x1024xbf16>, tensor<1024x512xbf16>) -> tensor<256x512xbf16>
+    return %y : tensor<256x512xbf16>
+  }
+}
