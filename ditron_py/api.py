@@ -3,7 +3,8 @@
     exe = ditron.compile("kernels.mlir", target="cuda:90", num_warps=8)
     exe.kernels["add"][(grid,)](x, y, out, n)
 
-The input is an ``mlir`` Module (built in a ditron context), MLIR text, or a path to a ``.mlir`` file. Steps:
+The input is an ``mlir`` Module (built in a ditron context), MLIR text, a path to a ``.mlir`` file, or a
+``ditron.frontend`` Program. Steps:
 
 1. read the input as text (the cache key hashes it);
 2. on a cache miss, parse it in a fresh ditron context, verify it, and bring it to core level (``_to_core_level``:
@@ -43,8 +44,9 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
             cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
     """Compile a core-level module for ``target`` and return its Executable.
 
-    ``src``: an ``mlir.ir.Module``, MLIR text, or a path to a .mlir file (a PathLike, or a str on one line
-    without braces: MLIR text always has some).
+    ``src``: an ``mlir.ir.Module``, MLIR text, a path to a .mlir file (a PathLike, or a str on one line
+    without braces: MLIR text always has some), or a ``ditron.frontend`` Program (task level, like a .mlir file
+    of task ops: the default pipeline brings it to core level).
     ``options``: backend options (num_warps=8, num_stages=4, ...); unknown names or bad values raise TargetError.
     ``out_dir``: also write the artifact there (replacing an artifact already there). ``cache``: use the compile
     cache (default: yes unless $DITRON_NO_CACHE=1); it lives in $DITRON_CACHE_DIR. ``keep_stages``: keep the stage
@@ -96,7 +98,10 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
 # ------------------------------------------------------------------------------------------------------- input
 
 def read_input(src: Any) -> tuple[str, str]:
-    """(MLIR text, source name) of a Module, MLIR text, or a .mlir path."""
+    """(MLIR text, source name) of a Module, MLIR text, a .mlir path, or a ``ditron.frontend`` Program (traced
+    here, its locations those of the Python source)."""
+    if type(src).__name__ == "Program" and type(src).__module__ == "ditron.frontend":
+        return src.to_mlir(debuginfo=True), f"<program {src.name}>"
     if isinstance(src, (os.PathLike, str)) and _looks_like_path(src):
         path = os.fspath(src)
         try:
@@ -109,7 +114,8 @@ def read_input(src: Any) -> tuple[str, str]:
     operation = getattr(src, "operation", None)
     if operation is not None and hasattr(operation, "get_asm"):
         return operation.get_asm(enable_debug_info=True), "<module>"
-    raise ParseError(f"ditron.compile takes an mlir Module, MLIR text or a .mlir path, got {type(src).__name__}")
+    raise ParseError(f"ditron.compile takes an mlir Module, MLIR text, a .mlir path or a ditron.frontend Program, "
+                     f"got {type(src).__name__}")
 
 
 def _looks_like_path(src: Any) -> bool:

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 import ditron
+import ditron.frontend as dt
 from ditron.artifact import MANIFEST, ArtifactError
 from ditron.cli import parse_option, run
 from ditron.errors import CompileError, DitronError, ParseError, PassError, TargetError
 from ditron.tools.build_gpu_test_artifacts import ELEMENTWISE_MLIR, VECTOR_ADD_MLIR
+
+_FRONTEND_K = 128  # set by _frontend_gemm_ar
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,8 +73,37 @@ def test_unreadable_path(tmp_path):
 
 
 def test_not_an_input():
-    with pytest.raises(ParseError, match="ditron.compile takes an mlir Module, MLIR text or a .mlir path, got int"):
+    with pytest.raises(ParseError, match="ditron.compile takes an mlir Module, MLIR text, a .mlir path or a "
+                                         "ditron.frontend Program, got int"):
         ditron.compile(42)
+
+
+def _frontend_gemm_ar(k: int):
+    """GEMM+AR on a 2-way mesh, x [64, 128] against w [k, 64] (k != 128: a contraction mismatch). The annotations
+    are strings (this file imports annotations from __future__) read in this module's globals: hence dt and
+    _FRONTEND_K at module level."""
+    global _FRONTEND_K
+    _FRONTEND_K = k
+
+    @dt.program(dt.Mesh(tp=2))
+    def gemm_ar(x: dt.Tensor[(64, 128), "bf16", dt.shard(1, "tp")],
+                w: dt.Tensor[(_FRONTEND_K, 64), "bf16", dt.shard(0, "tp")]) -> dt.Sharded[dt.replicated]:
+        return x @ w
+    return gemm_ar
+
+
+def test_compile_frontend_program():
+    """A ditron.frontend Program compiles as its task-level MLIR does (traced, then the default pipeline)."""
+    prog = _frontend_gemm_ar(128)
+    exe = ditron.compile(prog, target="cuda:90", cache=False)
+    assert sorted(exe.kernels) == sorted(ditron.compile(prog.to_mlir(), target="cuda:90", cache=False).kernels)
+    assert "gemm" in exe.kernels and exe.host_program is not None
+
+
+def test_compile_frontend_program_error_is_located_in_python():
+    with pytest.raises(dt.TraceError, match="contraction sizes differ") as info:
+        ditron.compile(_frontend_gemm_ar(256), target="cuda:90", cache=False)
+    assert info.value.render().startswith(f"{__file__}:")
 
 
 def test_bad_mlir_is_located(tmp_path):
