@@ -121,8 +121,9 @@ COPY_WARPS = 16  # the dedicated copy programs' warps: with _compute_push's 198 
 
 def dedicated_rows(sms: int, k_steps: int, dst, where: str, comm_sms=(8, 16, 32)) -> list:
     """(name, fn, bytes) rows of the other design: _compute_push on sms - c programs storing locally while a
-    second stream's _sm_copy on c programs moves as many bytes into ``dst`` (the slow destination); the GEMM's SMs
-    never touch the link. Beside each, both kernels alone: overlapped, the pair takes the longer of the two."""
+    second stream's _sm_copy on c programs moves as many bytes into ``dst`` (the slow destination) -- or out of it
+    into a local buffer: a pull by loads; the GEMM's SMs never touch the link. Beside each, both kernels alone:
+    overlapped, the pair takes the longer of the two."""
     bm, bn, bk, rounds = 128, 256, 64, 4
     a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
     b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
@@ -136,19 +137,25 @@ def dedicated_rows(sms: int, k_steps: int, dst, where: str, comm_sms=(8, 16, 32)
             _compute_push[(sms - c,)](a, b, local, rounds, K_STEPS=k_steps, PUSH=0, BM=bm, BN=bn, BK=bk,
                                       num_warps=8, num_stages=3)
 
-        def copy(src=src, c=c, elems=elems):
-            _sm_copy[(c,)](src, dst, dst, elems, BLOCK=16384, RELEASE=0, EVERY=1, num_warps=COPY_WARPS)
+        def copy(src, to, c=c, elems=elems):
+            return lambda: _sm_copy[(c,)](src, to, to, elems, BLOCK=16384, RELEASE=0, EVERY=1,
+                                          num_warps=COPY_WARPS)
 
-        def both(compute=compute, copy=copy):
-            main = torch.cuda.current_stream()
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                copy()
-            compute()
-            main.wait_stream(side)
-        name = f"compute {rounds}x{k_steps} on {sms - c} SMs"
-        rows += [(f"{name}, local", compute, elems * 2), (f"sm_store {c}/32K/w{COPY_WARPS} to {where}", copy, elems * 2),
-                 (f"{name} + {c} SMs to {where}", both, elems * 2)]
+        def both(copy, compute=compute):
+            def call():
+                main = torch.cuda.current_stream()
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    copy()
+                compute()
+                main.wait_stream(side)
+            return call
+        name, store, load = f"compute {rounds}x{k_steps} on {sms - c} SMs", copy(src, dst), copy(dst, src)
+        rows += [(f"{name}, local", compute, elems * 2),
+                 (f"sm_store {c}/32K/w{COPY_WARPS} to {where}", store, elems * 2),
+                 (f"{name} + {c} SMs storing to {where}", both(store), elems * 2),
+                 (f"sm_load {c}/32K/w{COPY_WARPS} from {where}", load, elems * 2),
+                 (f"{name} + {c} SMs loading from {where}", both(load), elems * 2)]
     return rows
 
 
