@@ -22,10 +22,12 @@ Rows (each rank moves ``--mb`` MB to / from its next rank, rank + 1 mod W):
                            of 128x256, each a K loop of K steps over L2-resident operands) storing each finished
                            tile locally, or into the peer's buffer by pointer stores or by TMA stores: against
                            "local", whether a tile's crossing overlaps the next tile's K loop; and the compute
-                           storing locally beside a copy engine's push of as many bytes on a second stream
+                           storing locally beside a copy engine's push (or pull) of as many bytes on a second
+                           stream
   compute ... on S-c SMs   the other design: the compute on S - c programs storing locally, c programs of
-  + c SMs to peer          sm_store moving as many bytes into the peer on a second stream at the same time, and
-                           each of the two alone: with the GEMM's SMs off the link, does the pair take the longer?
+  + c SMs storing/loading  sm_store (sm_load) moving as many bytes into (out of) the peer on a second stream at the
+                           same time, and each of the two alone: with the GEMM's SMs off the link, does the pair
+                           take the longer?
   every row also "one way": only rank 0 moves (the others wait at the barrier)
 
     python benchmarks/bench_link.py --host [--overlap-k-steps 56 224] [--out benchmarks/results]
@@ -178,16 +180,21 @@ def overlap_rows(args, sms: int, group, peer: int) -> list:
     moved = elems * 2
     side, src = torch.cuda.Stream(), torch.randn(elems, device="cuda").to(torch.bfloat16)
 
-    def with_ce():
-        main = torch.cuda.current_stream()
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            peer_dst.copy_(src, non_blocking=True)
-        run(local, 0)()
-        main.wait_stream(side)
+    def with_ce(copy):
+        def call():
+            main = torch.cuda.current_stream()
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                copy()
+            run(local, 0)()
+            main.wait_stream(side)
+        return call
+    ce_push, ce_pull = lambda: peer_dst.copy_(src, non_blocking=True), lambda: src.copy_(peer_dst, non_blocking=True)
     return [(f"compute {rounds}x{k_steps} steps, local", run(local, 0), moved),
-            ("ce_push of the compute's bytes", lambda: peer_dst.copy_(src, non_blocking=True), moved),
-            (f"compute {rounds}x{k_steps} steps, local + ce_push", with_ce, moved),
+            ("ce_push of the compute's bytes", ce_push, moved),
+            (f"compute {rounds}x{k_steps} steps, local + ce_push", with_ce(ce_push), moved),
+            ("ce_pull of the compute's bytes", ce_pull, moved),
+            (f"compute {rounds}x{k_steps} steps, local + ce_pull", with_ce(ce_pull), moved),
             (f"compute {rounds}x{k_steps} steps, push ptr", run(peer_dst, 1), moved),
             *dedicated_rows(sms, k_steps, peer_dst, "peer"),
             (f"compute {rounds}x{k_steps} steps, push tma", run(peer_dst, 2), moved)]
