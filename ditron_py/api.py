@@ -34,6 +34,7 @@ from .runtime.loader import Executable, load_artifact
 # The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
 TO_CORE_PIPELINE = "ditron-default"
 HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
+TARGET_ATTR = "ditron.target"  # the module's target, which ditron-tile's model reads
 # kinds of the arguments ditron-lower-core-to-triton appends, as they appear in the ABI; wait_bound (i64, polls
 # before an in-kernel wait gives up), wait_err (*i32, the rank's error record) and wait_tag (i32, names the launch in
 # that record) are what the executor binds for bounded in-kernel waits (ditron.runtime.timeouts)
@@ -153,6 +154,23 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
                    host_program=host_program, keep_stages=keep_stages)
 
 
+def set_module_target(module: Any, target: str, what: str = "compiling for") -> None:
+    """The module's ditron.target, which the pipeline tiles for, set to ``target`` where it has none; one that
+    names another target is an error (the kernels would be tiled for one GPU and compiled for another): TargetError
+    '<what> <target>: the module's ditron.target is ...'."""
+    from mlir import ir
+
+    from .errors import TargetError
+    attrs = module.operation.attributes
+    if TARGET_ATTR not in attrs:
+        attrs[TARGET_ATTR] = ir.StringAttr.get(target)
+        return
+    have = attrs[TARGET_ATTR]
+    have = ir.StringAttr(have).value if isinstance(have, ir.StringAttr) else str(have)
+    if have != target:
+        raise TargetError(f"{what} {target}: the module's {TARGET_ATTR} is '{have}'")
+
+
 def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     """Bring a task- or device-level module to core level and return its host program (None for a core-level
     module: its kernels are launched by the caller).
@@ -179,9 +197,8 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
                        "core-level module (tt.func kernels with ditron_core primitives), or a device-level "
                        "program whose launched kernels are tt.func kernels")
             raise PassError(message, [diagnostic_at(higher[0].location, message)])
-        if target is not None and "ditron.target" not in module.operation.attributes:
-            from mlir import ir  # tiling and kernel choices depend on the target: the pipeline reads it here
-            module.operation.attributes["ditron.target"] = ir.StringAttr.get(str(target))
+        if target is not None:
+            set_module_target(module, str(target))
         for p in parse_pipeline(TO_CORE_PIPELINE):
             p.run(module)
             verify(module)

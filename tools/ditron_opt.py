@@ -58,9 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-TARGET_ATTR = "ditron.target"
-
-
 def list_passes(out: TextIO, err: TextIO) -> bool:
     """Write every pass (summary, options) and named pipeline to out; False if a registered pass cannot be
     loaded (reported on err, the others are still listed)."""
@@ -97,7 +94,8 @@ def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
         module = parse_module(text, filename)
         try:
             if args.target is not None:
-                _set_target(module, args.target)
+                from ditron.api import set_module_target
+                set_module_target(module, args.target, "--target")
             if args.verify_each:
                 verify(module)
             after = set(args.print_ir_after)
@@ -115,21 +113,6 @@ def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
         finally:
             del module
             gc.collect()
-
-
-def _set_target(module, target: str) -> None:
-    """--target: the module's ditron.target where it has none; one that names another target is an error."""
-    from mlir import ir
-
-    from ditron.errors import TargetError
-    attrs = module.operation.attributes
-    if TARGET_ATTR in attrs:
-        have = ir.StringAttr(attrs[TARGET_ATTR]).value if isinstance(attrs[TARGET_ATTR], ir.StringAttr) else \
-            str(attrs[TARGET_ATTR])
-        if have != target:
-            raise TargetError(f"--target {target}: the module's {TARGET_ATTR} is '{have}'")
-        return
-    attrs[TARGET_ATTR] = ir.StringAttr.get(target)
 
 
 def _emit(module, args) -> str:

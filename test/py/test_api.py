@@ -150,6 +150,15 @@ def test_task_level_module_runs_the_pipeline(monkeypatch):
         ditron.compile(TASK_LEVEL, target="cuda:90", cache=False)
 
 
+def test_task_level_module_naming_another_target():
+    """The pipeline tiles for the module's ditron.target: compiling it for another target is an error, not a
+    kernel tuned for one GPU and built for another."""
+    text = TASK_LEVEL.replace('shape = array<i64: 2>}}', 'shape = array<i64: 2>}, ditron.target = "cuda:80"}')
+    assert 'ditron.target = "cuda:80"' in text
+    with pytest.raises(TargetError, match="compiling for cuda:90: the module's ditron.target is 'cuda:80'"):
+        ditron.compile(text, target="cuda:90", cache=False)
+
+
 # ------------------------------------------------------------------------------------------- targets and options
 
 def test_unknown_target():
