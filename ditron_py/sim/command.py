@@ -53,15 +53,22 @@ def _world_size(module, requested: int | None) -> int:
     from ..dialects.sharding import Mesh
     from ..dialects.device import device_functions
 
-    if requested is not None:
-        return requested
     mesh = Mesh.of_module(module)
     if mesh is None:
-        raise DitronError("the module has no ditron.mesh: pass --world-size")
+        if requested is None:
+            raise DitronError("the module has no ditron.mesh: pass --world-size")
+        return requested
+    axis, size = None, mesh.size
     for fn in device_functions(module):
         if "ditron.axis" in fn.attributes:
-            return mesh.axis_size(ir.StringAttr(fn.attributes["ditron.axis"]).value)
-    return mesh.size
+            axis = ir.StringAttr(fn.attributes["ditron.axis"]).value
+            size = mesh.axis_size(axis)
+            break
+    if requested is not None and requested != size:
+        where = f"axis '{axis}' of its ditron.mesh" if axis else "its ditron.mesh"
+        raise DitronError(f"--world-size {requested}: the program is written for {size} rank(s) ({where}); "
+                          f"change the mesh to simulate another world size")
+    return size
 
 
 def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:

@@ -58,6 +58,9 @@ def test_errors_are_one_line_without_a_traceback(tmp_path):
     f.write_text(P.all_gather(2, 16, 8))
     code, _, err = _run([str(f), "--seeds", "x"])
     assert code == 1 and "--seeds expects comma-separated integers" in err
+    code, out, err = _run([str(f), "-W", "3"])  # lowered for 2 ranks: not a cascade of out-of-bounds findings
+    assert code == 1 and not out and err.startswith("error: --world-size 3: the program is written for 2 rank(s) "
+                                                    "(axis '") and "Traceback" not in err
     f.write_text("module {\n  func.func @f() {\n    \"ditron_device.nope\"() : () -> ()\n    return\n  }\n}\n")
     code, _, err = _run([str(f), "-W", "1"])
     assert code == 1 and "ag.mlir:3:5: error:" in err and "Traceback" not in err
