@@ -6,11 +6,17 @@
 // RUN: ditron-opt %s --target cuda:80 | ditron-opt --target cuda:80 | FileCheck %s --check-prefix=SET
 // RUN: ditron-opt %s --target cuda:80 | not ditron-opt --target cuda:90 2>&1 | FileCheck %s --check-prefix=OTHER
 // RUN: not ditron-opt %s --target cuda:70 2>&1 | FileCheck %s --check-prefix=BADTARGET
+// Without --target, --emit takes the target the pipeline tiled for (ditron-tile's default, stamped on the
+// device function); with it, that target throughout.
+// RUN: ditron-opt %s --pass-pipeline=ditron-default --emit=ptx | FileCheck %s --check-prefix=STAMPED
+// RUN: ditron-opt %s --target cuda:80 --pass-pipeline=ditron-default --emit=ptx | FileCheck %s --check-prefix=SM80
 
 // SET: module attributes {ditron.mesh = {{.*}}, ditron.target = "cuda:80"}
 // TILE: func.func @ar({{.*}} attributes {{{.*}}ditron.target = "cuda:80"
 // TILE: num_sms = 108
 // OTHER: error: --target cuda:90: the module's ditron.target is 'cuda:80'
+// STAMPED: .target sm_90a
+// SM80: .target sm_80
 // BADTARGET: error: unsupported target 'cuda:70'; supported targets: cuda:80, cuda:90, hip:gfx942, hip:gfx950
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   func.func @ar(%x: tensor<256x1024xbf16> {ditron.sharding = {dims = [[], ["tp"]]}},
