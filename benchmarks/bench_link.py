@@ -117,6 +117,30 @@ def measure(fn, *, active: bool, group) -> float:
     return statistics.median(reps)
 
 
+BM, BN, BK, ROUNDS = 128, 256, 64, 4  # _compute_push's tile and tiles per program in every compute row
+
+
+def compute_call(grid: int, k_steps: int, dst, push: int = 0):
+    """A call of _compute_push on ``grid`` programs, ROUNDS tiles each of k_steps K steps, into dst."""
+    a = torch.randn(BM, k_steps * BK, device="cuda").to(torch.bfloat16)
+    b = torch.randn(k_steps * BK, BN, device="cuda").to(torch.bfloat16)
+    return lambda: _compute_push[(grid,)](a, b, dst, ROUNDS, K_STEPS=k_steps, PUSH=push, BM=BM, BN=BN, BK=BK,
+                                          num_warps=8, num_stages=3)
+
+
+def beside(first, second, side):
+    """A call running ``second`` on stream ``side`` while ``first`` runs on the current stream (both after the
+    current stream's earlier work; the current stream then waits for both)."""
+    def call():
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            second()
+        first()
+        main.wait_stream(side)
+    return call
+
+
 COPY_WARPS = 16  # the dedicated copy programs' warps: with _compute_push's 198 registers per thread on 8 warps, a
 # copy CTA of 16 warps cannot share its SM, so the copies run on SMs of their own
 
@@ -126,121 +150,79 @@ def dedicated_rows(sms: int, k_steps: int, dst, where: str, comm_sms=(8, 16, 32)
     second stream's _sm_copy on c programs moves as many bytes into ``dst`` (the slow destination) -- or out of it
     into a local buffer: a pull by loads; the GEMM's SMs never touch the link. Beside each, both kernels alone:
     overlapped, the pair takes the longer of the two."""
-    bm, bn, bk, rounds = 128, 256, 64, 4
-    a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
-    b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
     side, rows = torch.cuda.Stream(), []
     for c in comm_sms:
-        elems = rounds * (sms - c) * bm * bn
+        elems = ROUNDS * (sms - c) * BM * BN
         local = torch.empty(elems, device="cuda", dtype=torch.bfloat16)
         src = torch.randn(elems, device="cuda").to(torch.bfloat16)
-
-        def compute(local=local, c=c):
-            _compute_push[(sms - c,)](a, b, local, rounds, K_STEPS=k_steps, PUSH=0, BM=bm, BN=bn, BK=bk,
-                                      num_warps=8, num_stages=3)
+        compute = compute_call(sms - c, k_steps, local)
 
         def copy(src, to, c=c, elems=elems):
             return lambda: _sm_copy[(c,)](src, to, to, elems, BLOCK=16384, RELEASE=0, EVERY=1,
                                           num_warps=COPY_WARPS)
-
-        def both(copy, compute=compute):
-            def call():
-                main = torch.cuda.current_stream()
-                side.wait_stream(main)
-                with torch.cuda.stream(side):
-                    copy()
-                compute()
-                main.wait_stream(side)
-            return call
-        name, store, load = f"compute {rounds}x{k_steps} on {sms - c} SMs", copy(src, dst), copy(dst, src)
+        name, store, load = f"compute {ROUNDS}x{k_steps} on {sms - c} SMs", copy(src, dst), copy(dst, src)
         rows += [(f"{name}, local", compute, elems * 2),
                  (f"sm_store {c}/32K/w{COPY_WARPS} to {where}", store, elems * 2),
-                 (f"{name} + {c} SMs storing to {where}", both(store), elems * 2),
+                 (f"{name} + {c} SMs storing to {where}", beside(compute, store, side), elems * 2),
                  (f"sm_load {c}/32K/w{COPY_WARPS} from {where}", load, elems * 2),
-                 (f"{name} + {c} SMs loading from {where}", both(load), elems * 2)]
+                 (f"{name} + {c} SMs loading from {where}", beside(compute, load, side), elems * 2)]
     return rows
 
 
 def overlap_rows(args, sms: int, group, peer: int) -> list:
-    """_compute_push on every SM (ROUNDS tiles of 128x256 per program): local stores, pointer stores into the
-    peer's buffer, TMA stores into it (last: a device fault there ends the run after the rows before it)."""
+    """_compute_push on every SM (ROUNDS tiles of 128x256 per program): local stores, beside a copy engine, pointer
+    stores into the peer's buffer, the dedicated-SM rows, TMA stores into it (last: a device fault there ends the
+    run after the rows before it)."""
     import torch.distributed._symmetric_memory as symm_mem
-    bm, bn, bk, k_steps, rounds = 128, 256, 64, args.overlap_k_steps[0], 4
+    k_steps = args.overlap_k_steps[0]
     triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
-    a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
-    b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
-    elems = rounds * sms * bm * bn
+    elems = ROUNDS * sms * BM * BN
     local = torch.empty(elems, device="cuda", dtype=torch.bfloat16)
     sym = symm_mem.empty(elems, dtype=torch.bfloat16, device="cuda")
     peer_dst = symm_mem.rendezvous(sym, group.group_name).get_buffer(peer, (elems,), torch.bfloat16)
-
-    def run(dst, push):
-        return lambda: _compute_push[(sms,)](a, b, dst, rounds, K_STEPS=k_steps, PUSH=push, BM=bm, BN=bn, BK=bk,
-                                             num_warps=8, num_stages=3)
-    moved = elems * 2
+    moved, name = elems * 2, f"compute {ROUNDS}x{k_steps} steps"
     side, src = torch.cuda.Stream(), torch.randn(elems, device="cuda").to(torch.bfloat16)
-
-    def with_ce(copy):
-        def call():
-            main = torch.cuda.current_stream()
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                copy()
-            run(local, 0)()
-            main.wait_stream(side)
-        return call
+    compute = compute_call(sms, k_steps, local)
     ce_push, ce_pull = lambda: peer_dst.copy_(src, non_blocking=True), lambda: src.copy_(peer_dst, non_blocking=True)
-    return [(f"compute {rounds}x{k_steps} steps, local", run(local, 0), moved),
+    return [(f"{name}, local", compute, moved),
             ("ce_push of the compute's bytes", ce_push, moved),
-            (f"compute {rounds}x{k_steps} steps, local + ce_push", with_ce(ce_push), moved),
+            (f"{name}, local + ce_push", beside(compute, ce_push, side), moved),
             ("ce_pull of the compute's bytes", ce_pull, moved),
-            (f"compute {rounds}x{k_steps} steps, local + ce_pull", with_ce(ce_pull), moved),
-            (f"compute {rounds}x{k_steps} steps, push ptr", run(peer_dst, 1), moved),
+            (f"{name}, local + ce_pull", beside(compute, ce_pull, side), moved),
+            (f"{name}, push ptr", compute_call(sms, k_steps, peer_dst, 1), moved),
             *dedicated_rows(sms, k_steps, peer_dst, "peer"),
-            (f"compute {rounds}x{k_steps} steps, push tma", run(peer_dst, 2), moved)]
+            (f"{name}, push tma", compute_call(sms, k_steps, peer_dst, 2), moved)]
 
 
 def host_rows(args) -> None:
-    """--host: _compute_push storing locally, into pinned host memory by pointers / by TMA, and a copy-engine copy
-    of the same bytes to the host, for each --overlap-k-steps; link_host.csv in --out."""
+    """--host: _compute_push storing locally, into pinned host memory by pointers / by TMA, beside a copy-engine
+    copy of the same bytes to the host, and the dedicated-SM rows, for each --overlap-k-steps; link_host.csv in
+    --out."""
     from bench_gemm import warm_us
     triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    bm, bn, bk, rounds = 128, 256, 64, 4
-    elems = rounds * sms * bm * bn
+    elems = ROUNDS * sms * BM * BN
     local = torch.empty(elems, device="cuda", dtype=torch.bfloat16)
     host = torch.empty(elems, dtype=torch.bfloat16).pin_memory()
     x = torch.randn(elems, device="cuda").to(torch.bfloat16)
+    side, rows = torch.cuda.Stream(), []
 
-    def median_us(fn):
-        return statistics.median(warm_us(fn, ITERS, blocks=1) for _ in range(REPS))
-    rows = [("ce d2h", elems * 2, median_us(lambda: host.copy_(x, non_blocking=True)))]
+    def ce_d2h():
+        host.copy_(x, non_blocking=True)
     print(f"{elems * 2 / 2 ** 20:.1f} MB per call (on every SM); us per call", flush=True)
-    print(f"{rows[0][0]:44s} {rows[0][2]:8.1f}", flush=True)
+
+    def add(name, fn, moved=elems * 2):
+        rows.append((name, moved, statistics.median(warm_us(fn, ITERS, blocks=1) for _ in range(REPS))))
+        print(f"{name:44s} {rows[-1][2]:8.1f}", flush=True)
+    add("ce d2h", ce_d2h)
     for k_steps in args.overlap_k_steps:
-        a = torch.randn(bm, k_steps * bk, device="cuda").to(torch.bfloat16)
-        b = torch.randn(k_steps * bk, bn, device="cuda").to(torch.bfloat16)
+        name = f"compute {ROUNDS}x{k_steps} steps"
         for where, dst, push in (("local", local, 0), ("local tma", local, 2), ("host ptr", host, 1),
                                  ("host tma", host, 2)):
-            name = f"compute {rounds}x{k_steps} steps, {where}"
-            rows.append((name, elems * 2, median_us(lambda: _compute_push[(sms,)](
-                a, b, dst, rounds, K_STEPS=k_steps, PUSH=push, BM=bm, BN=bn, BK=bk, num_warps=8, num_stages=3))))
-            print(f"{name:44s} {rows[-1][2]:8.1f}", flush=True)
-        side = torch.cuda.Stream()
-
-        def with_ce(a=a, b=b, k_steps=k_steps):
-            main = torch.cuda.current_stream()
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                host.copy_(x, non_blocking=True)
-            _compute_push[(sms,)](a, b, local, rounds, K_STEPS=k_steps, PUSH=0, BM=bm, BN=bn, BK=bk, num_warps=8,
-                                  num_stages=3)
-            main.wait_stream(side)
-        rows.append((f"compute {rounds}x{k_steps} steps, local + ce d2h", elems * 2, median_us(with_ce)))
-        print(f"{rows[-1][0]:44s} {rows[-1][2]:8.1f}", flush=True)
-        for name, fn, moved in dedicated_rows(sms, k_steps, host, "host"):
-            rows.append((name, moved, median_us(fn)))
-            print(f"{name:44s} {rows[-1][2]:8.1f}", flush=True)
+            add(f"{name}, {where}", compute_call(sms, k_steps, dst, push))
+        add(f"{name}, local + ce d2h", beside(compute_call(sms, k_steps, local), ce_d2h, side))
+        for row in dedicated_rows(sms, k_steps, host, "host"):
+            add(*row)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "link_host.csv", "w", newline="") as f:
@@ -287,16 +269,8 @@ def main(argv=None) -> None:
 
     def mixed(frac, grid, block_bytes, warps):
         a = (int(n * frac) // 4096) * 4096
-        kern = sm(x[a:], peer_buf[a:], grid, block_bytes, warps, elems=n - a)
-        main_stream = torch.cuda.current_stream()
-
-        def call():
-            side.wait_stream(main_stream)
-            with torch.cuda.stream(side):
-                peer_buf[:a].copy_(x[:a], non_blocking=True)
-            kern()
-            main_stream.wait_stream(side)
-        return call
+        return beside(sm(x[a:], peer_buf[a:], grid, block_bytes, warps, elems=n - a),
+                      lambda: peer_buf[:a].copy_(x[:a], non_blocking=True), side)
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     configs = [(sms, 32768, 8), (2 * sms, 16384, 4), (2 * sms, 32768, 8), (4 * sms, 16384, 4), (sms, 65536, 16)]

@@ -91,13 +91,13 @@ def abi_of(kernel: ir.Operation) -> list[list[str]]:
 
 def _target_of(module: ir.Module, target: "Target | str | None") -> Target:
     if target is None:
-        if "ditron.target" in module.operation.attributes:
-            return Target.parse(ir.StringAttr(module.operation.attributes["ditron.target"]).value)
-        # the target the pipeline tiled for, stamped on the device function by ditron-lower-task-to-device
-        stamped = {str(op.attributes["ditron.target"]) for op in module.body.operations
-                   if "ditron.target" in op.attributes}
-        if len(stamped) == 1:
-            return Target.parse(stamped.pop().strip('"'))
+        # the module's target, else the one the pipeline tiled for (stamped on the device function by
+        # ditron-lower-task-to-device)
+        for ops in ([module.operation], list(module.body.operations)):
+            stamped = {ir.StringAttr(op.attributes["ditron.target"]).value for op in ops
+                       if "ditron.target" in op.attributes}
+            if len(stamped) == 1:
+                return Target.parse(stamped.pop())
         raise TargetError("no target given: pass --target=cuda:90 (or hip:gfx942, ...) or set the module attribute "
                           "ditron.target")
     return Target.parse(target)
