@@ -15,6 +15,8 @@ Ops (W = world size; shapes are each rank's):
 * ``all_gather(x, dim=0)``                                                   -> x's shape with dim * W
 * ``reduce_scatter(x, dim=0)``: sum over ranks, each keeps its 1/W of dim    -> x's shape with dim / W
 * ``all_reduce(x, algorithm="auto"|"one_shot"|"two_shot"|"push")``          -> x's shape, summed over ranks
+* ``all_to_all(x, split_dim=0, concat_dim=0)``: part r of W of x along split_dim goes to rank r, which
+  concatenates the parts it receives along concat_dim, in rank order         -> split_dim / W, concat_dim * W
 
 How. Each op is a task program in the *global view*, written with ``ditron.frontend`` (``task_program``): the
 math and the shardings of its arguments and result, nothing else. ``ditron-default`` does the rest — partition
@@ -59,15 +61,16 @@ from . import env
 from .errors import DitronError, DitronRuntimeError
 from .runtime.graphs import GRAPH_CACHE, tensor_key
 
-OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce")
+OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 ALGORITHMS = ("auto", "one_shot", "two_shot", "push")
 GEMM_AR_ALGORITHMS = ALGORITHMS + ("push_sum",)  # push_sum: the sum in the GEMM's epilogue (one launch)
 # the parameters each op takes, with their defaults
 PARAMS: dict[str, dict[str, Any]] = {
     "ag_gemm": {}, "gemm_rs": {}, "gemm_ar": {"algorithm": "auto"}, "all_gather": {"dim": 0},
-    "reduce_scatter": {"dim": 0}, "all_reduce": {"algorithm": "auto"},
+    "reduce_scatter": {"dim": 0}, "all_reduce": {"algorithm": "auto"}, "all_to_all": {"split_dim": 0, "concat_dim": 0},
 }
-ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1}
+ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1,
+         "all_to_all": 1}
 DTYPES = ("bf16", "f16", "f32")
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 AXIS = "tp"
@@ -146,15 +149,18 @@ class Signature:
                               f"{W} (or gemm_ar)")
         else:
             (x,) = shapes
-            if "dim" in p:
-                d = p["dim"]
-                if not isinstance(d, int) or not -len(x) <= d < len(x):
-                    raise OpError(f"{op}: dim {d!r} is out of range for a tensor of shape {list(x)}")
-                p["dim"] = d % len(x)
-                object.__setattr__(self, "params", tuple(sorted(p.items())))
-                if op == "reduce_scatter" and x[p["dim"]] % W:
-                    raise OpError(f"reduce_scatter: dim {p['dim']} of {list(x)} (size {x[p['dim']]}) does not "
-                                  f"split over {W} ranks")
+            for name in ("dim", "split_dim", "concat_dim"):
+                if name not in p:
+                    continue
+                d = p[name]
+                if isinstance(d, bool) or not isinstance(d, int) or not -len(x) <= d < len(x):
+                    raise OpError(f"{op}: {name} {d!r} is out of range for a tensor of shape {list(x)}")
+                p[name] = d % len(x)
+            object.__setattr__(self, "params", tuple(sorted(p.items())))
+            split = p.get("dim") if op == "reduce_scatter" else p.get("split_dim")
+            if split is not None and x[split] % W:
+                what = "dim" if op == "reduce_scatter" else "split_dim"
+                raise OpError(f"{op}: {what} {split} of {list(x)} (size {x[split]}) does not split over {W} ranks")
         if "algorithm" in p:
             allowed = GEMM_AR_ALGORITHMS if op == "gemm_ar" else ALGORITHMS
             if p["algorithm"] not in allowed:
@@ -178,6 +184,9 @@ class Signature:
             x[p["dim"]] *= W
         elif self.op == "reduce_scatter":
             x[p["dim"]] //= W
+        elif self.op == "all_to_all":
+            x[p["split_dim"]] //= W
+            x[p["concat_dim"]] *= W
         return tuple(x)
 
     def to_json(self) -> dict[str, Any]:
@@ -283,6 +292,14 @@ def task_program(sig: Signature):
         def all_gather(x: dt.Tensor[whole, t, dt.shard(dim, AXIS)]) -> dt.Sharded[dt.replicated]:
             return x
         return all_gather
+    if sig.op == "all_to_all":  # the local view: split_dim == concat_dim is no resharding of a global tensor
+        sd, cd = sig.param["split_dim"], sig.param["concat_dim"]
+        whole = tuple(s * W if d == cd else s for d, s in enumerate(shape))
+
+        @dt.program(mesh, view="local")
+        def all_to_all(x: dt.Tensor[whole, t, dt.shard(cd, AXIS)]) -> dt.Sharded[dt.shard(sd, AXIS)]:
+            return dt.all_to_all(x, split_dim=sd, concat_dim=cd, axis=AXIS)
+        return all_to_all
     # reduce_scatter / all_reduce: each rank holds a whole partial sum
     result = dt.shard(dim, AXIS) if sig.op == "reduce_scatter" else dt.replicated
 
@@ -689,6 +706,15 @@ def reduce_scatter(x, world, dim: int = 0, *, out=None, sync: bool = True, libra
     return _call("reduce_scatter", (x,), world, {"dim": dim}, out, sync, library, passes, graph)
 
 
+def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, *, out=None, sync: bool = True,
+               library: Library | None = None, passes=None, graph: bool = False):
+    """Split x along split_dim into W equal parts; part r goes to rank r, which concatenates the parts it receives
+    (rank 0's first) along concat_dim. split_dim == concat_dim (the default, 0) is MoE's token exchange; split_dim
+    != concat_dim reshards (e.g. rows sharded -> columns sharded: split_dim=1, concat_dim=0)."""
+    return _call("all_to_all", (x,), world, {"split_dim": split_dim, "concat_dim": concat_dim}, out, sync, library,
+                 passes, graph)
+
+
 def all_reduce(x, world, algorithm: str = "auto", *, out=None, sync: bool = True, library: Library | None = None,
                passes=None, graph: bool = False):
     """Sum x over the ranks; every rank gets the sum. ``algorithm``: auto (the cost model picks), one_shot (every
@@ -697,7 +723,7 @@ def all_reduce(x, world, algorithm: str = "auto", *, out=None, sync: bool = True
     return _call("all_reduce", (x,), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 
-for _f in (ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce):
+for _f in (ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce, all_to_all):
     _f.__doc__ = (_f.__doc__ or "") + "\n" + _CALL_DOC
 del _f
 
@@ -724,6 +750,12 @@ def reference(sig: Signature, per_rank_inputs: Sequence[Sequence[Any]]) -> list[
     if sig.op == "all_gather":
         gathered = cat([row[0] for row in xs], p["dim"])
         return [gathered for _ in range(W)]
+    if sig.op == "all_to_all":
+        sd, cd = p["split_dim"], p["concat_dim"]
+        size = xs[0][0].shape[sd] // W
+        part = lambda x, r: x[tuple(slice(r * size, (r + 1) * size) if d == sd else slice(None)  # noqa: E731
+                                    for d in range(x.ndim))]
+        return [cat([part(row[0], r) for row in xs], cd) for r in range(W)]
     total = sum(row[0] for row in xs)
     if sig.op == "all_reduce":
         return [total for _ in range(W)]
@@ -743,5 +775,5 @@ def _array_module(x):
 
 
 __all__ = ["ALGORITHMS", "OPS", "ArtifactMissingError", "Library", "OpError", "Signature", "ag_gemm", "all_gather",
-           "all_reduce", "build", "build_one", "choices", "compiler_available", "default_library", "gemm_ar",
+           "all_reduce", "all_to_all", "build", "build_one", "choices", "compiler_available", "default_library", "gemm_ar",
            "gemm_rs", "lower", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]

@@ -32,7 +32,7 @@ GATHER_ATTR = "ditron.gather"   # which all-gather pattern of the function an op
 KERNEL_ATTR = "ditron.kernel"
 LANES = ("compute", "comm", "reduce")
 # stream waits on slots that peers set (or count up to) in the current call only
-CROSS_RANK_WAITS = ("ag.await", "rs.await")
+CROSS_RANK_WAITS = ("ag.await", "rs.await", "a2a.await")
 
 Index = ir.Value | int
 

@@ -51,7 +51,7 @@ LAYOUT_ATTR = "ditron.layout"
 END_BARRIERS = ("auto", "always")
 
 
-LOWERED = (task.Matmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce)
+LOWERED = (task.Matmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce, task.AllToAll)
 
 
 def _memref_of(t: ir.Type) -> ir.MemRefType:
@@ -172,7 +172,10 @@ class _FunctionLowering:
                 raise self.error(op, "is a sharding annotation of the global view; run ditron-partition first")
             if not any(w.match(op) for w in LOWERED):
                 raise self.error(op, "has no device-level lowering yet (supported: matmul, elementwise, "
-                                     "all_gather, reduce_scatter, all_reduce)")
+                                     "all_gather, reduce_scatter, all_reduce, all_to_all)")
+            if task.AllToAll.match(op) and task.AllToAll(op).split_sizes is not None:
+                raise self.error(op, "with split_sizes (parts of run-time sizes) has no device-level lowering "
+                                     "yet; static all_to_all (equal parts) is lowered")
             if TILING_ATTR not in op.attributes:
                 raise self.error(op, "has no 'ditron.tiling'; run ditron-tile before ditron-lower-task-to-device")
             try:
@@ -255,6 +258,8 @@ class _FunctionLowering:
                 self.reduce_scatter(op, t)
             elif task.AllReduce.match(op):
                 self.all_reduce(op, t)
+            elif task.AllToAll.match(op):
+                C.all_to_all(self, op, t)
             else:
                 raise AssertionError(f"{op.name} passed _check_input but has no lowering")
 

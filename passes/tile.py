@@ -766,6 +766,8 @@ class _Planner:
             return self.all_gather(op)
         if task.ReduceScatter.match(op) or task.AllReduce.match(op):
             return self.reduction(op)
+        if task.AllToAll.match(op):
+            return self.all_to_all(op)
         if task.Elementwise.match(op):
             block = self.o.elementwise_block or 1024
             return Tiling(kind="elementwise", target=self.peaks.target, block=block,
@@ -804,6 +806,32 @@ class _Planner:
             comm = self.peaks.num_sms
         return Tiling(kind="all_gather", target=self.peaks.target, world=w, shard_rows=shard_rows,
                       chunk_rows=rows, num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6)
+
+    def all_to_all(self, op: ir.Operation) -> Tiling | None:
+        """Static all_to_all: this rank's input is staged into a symmetric buffer and offered, every rank pulls
+        its part of each peer's (one copy per peer) and copies its own part locally. The engine (and its SMs) from
+        the model; parts of run-time sizes (split_sizes) are not tiled (no device-level lowering yet)."""
+        a2a = task.AllToAll(op)
+        if a2a.split_sizes is not None:
+            return None
+        w, shape, eb = self.world(op), shape_of(a2a.input), elem_bytes(a2a.input)
+        nbytes = math.prod(shape) * eb
+        part = nbytes // max(w, 1)
+        best = None
+        for engine in self.engines():
+            for comm in self.comm_sm_options(engine):
+                t = local_copy_time(part, self.peaks) + copy_time(
+                    (w - 1) * part, self.peaks, engine=engine, peers=w - 1, chunks=w - 1,
+                    sms=comm or self.peaks.num_sms)
+                if w > 1:
+                    t += local_copy_time(nbytes, self.peaks)  # the staging copy into the symmetric buffer
+                best = _better(best, (t, engine, comm))
+        t, engine, comm = best
+        if engine == "sm" and not comm:
+            comm = self.peaks.num_sms
+        return Tiling(kind="all_to_all", target=self.peaks.target, world=w,
+                      shard_rows=shape[a2a.split_dim] // max(w, 1), num_chunks=1, engine=engine, comm_sms=comm,
+                      est_us=t * 1e6)
 
     def reduction(self, op: ir.Operation) -> Tiling:
         """Standalone reduce_scatter (dim 0) or all_reduce: the reduction kernel reads peers' chunks on SMs."""

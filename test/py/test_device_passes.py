@@ -64,6 +64,10 @@ def local_program(kind: str, w: int, m: int, k: int = 32, n: int = 32) -> str:
     elif kind == "all_reduce":
         args, res = f"%x: {t(big, k)}", t(big, k)
         body = f'%y = "ditron_task.all_reduce"(%x) {{axis = "tp", reduce = "sum"}} : ({t(big, k)}) -> {t(big, k)}'
+    elif kind == "all_to_all":
+        args, res = f"%x: {t(big, k)}", t(big, k)
+        body = (f'%y = "ditron_task.all_to_all"(%x) {{axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64}} : '
+                f'({t(big, k)}) -> {t(big, k)}')
     else:
         raise ValueError(kind)
     return (f'{_mesh(w)} {{\n  func.func @{kind}({args}) -> {res} attributes {{ditron.view = "local"}} {{\n'
@@ -392,9 +396,16 @@ def partitioned_global_mlp(w: int, m: int, k: int = 64, f: int = 32) -> str:
 
 
 def global_example(example: str, w: int, m: int, k: int = 64, n: int = 32) -> str:
-    """examples/{ag_gemm,gemm_rs,gemm_ar}.mlir at a small size (same shardings)."""
+    """examples/{ag_gemm,gemm_rs,gemm_ar}.mlir at a small size (same shardings); "reshard": relu of rows-sharded x,
+    returned sharded by columns (ditron-partition's all_to_all)."""
     big = w * m
     t = lambda r, c: f"tensor<{r}x{c}xbf16>"  # noqa: E731
+    if example == "reshard":
+        return (f'{_mesh(w)} {{\n'
+                f'  func.func @reshard(%x: {t(big, k)} {{ditron.sharding = {{dims = [["tp"], []]}}}})\n'
+                f'      -> ({t(big, k)} {{ditron.sharding = {{dims = [[], ["tp"]]}}}}) {{\n'
+                f'    %y = "ditron_task.elementwise"(%x) {{fn = "relu"}} : ({t(big, k)}) -> {t(big, k)}\n'
+                f'    return %y : {t(big, k)}\n  }}\n}}\n')
     if example == "ag_gemm":
         xs, ws, ys, x, wt, y = '[["tp"], []]', '[[], ["tp"]]', '[[], ["tp"]]', t(big, k), t(k, w * n), t(big, w * n)
     else:
@@ -408,7 +419,7 @@ def global_example(example: str, w: int, m: int, k: int = 64, n: int = 32) -> st
 
 
 @pytest.mark.parametrize("w", [1, 2, 4])
-@pytest.mark.parametrize("example", ["mlp", "ag_gemm", "gemm_rs", "gemm_ar"])
+@pytest.mark.parametrize("example", ["mlp", "ag_gemm", "gemm_rs", "gemm_ar", "reshard"])
 def test_default_pipeline_simulates_equal_to_the_reference(example, w):
     text = partitioned_global_mlp(w, 64) if example == "mlp" else global_example(example, w, 64)
     check_sim(lower(text, "ditron-default"), partitioned(text), w, seeds=(0, 1))
@@ -423,7 +434,7 @@ KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gathe
          ("all_reduce", "all-reduce=one_shot"),
          ("all_reduce", "all-reduce=one_shot engine=copy_engine"), ("all_reduce", "all-reduce=two_shot engine=sm"),
          ("all_reduce", "all-reduce=two_shot engine=copy_engine"), ("all_reduce", "all-reduce=push"),
-         ("gemm_ar", "all-reduce=push"), ("all_reduce", "")]
+         ("gemm_ar", "all-reduce=push"), ("all_reduce", ""), ("all_to_all", ""), ("all_to_all", "engine=copy_engine")]
 
 
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
@@ -774,7 +785,8 @@ def _mutants(device_text: str):
 
 @pytest.mark.parametrize("kind,tile", [("ag_gemm", "num-chunks=2"), ("gemm_rs", "block-m=64 num-chunks=2"),
                                        ("gemm_ar", "all-reduce=two_shot"), ("all_reduce", "all-reduce=one_shot"),
-                                       ("reduce_scatter", "num-chunks=2"), ("all_gather", "num-chunks=2")])
+                                       ("reduce_scatter", "num-chunks=2"), ("all_gather", "num-chunks=2"),
+                                       ("all_to_all", "engine=copy_engine"), ("all_to_all", "engine=sm")])
 def test_every_wait_signal_and_chunk_offset_matters(kind, tile):
     w = 4
     text = local_program(kind, w, 128)

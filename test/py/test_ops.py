@@ -57,6 +57,9 @@ def test_signature_fills_defaults_and_keys_are_stable():
     assert sig("ag_gemm", [(16, 8), (8, 4)], 4).output_shape() == (64, 4)
     assert sig("gemm_rs", [(16, 8), (8, 4)], 4).output_shape() == (4, 4)
     assert sig("reduce_scatter", [(8, 12)], 4, dim=1).output_shape() == (8, 3)
+    assert sig("all_to_all", [(8, 12)], 4).output_shape() == (8, 12)
+    assert sig("all_to_all", [(5, 12)], 4, split_dim=-1, concat_dim=0).output_shape() == (20, 3)
+    assert sig("all_to_all", [(5, 12)], 4, split_dim=-1).param == {"concat_dim": 0, "split_dim": 1}
 
 
 @pytest.mark.parametrize("make,message", [
@@ -66,6 +69,11 @@ def test_signature_fills_defaults_and_keys_are_stable():
     (lambda: sig("gemm_rs", [(6, 8), (8, 4)], 4), "the 6 rows of a @ b do not split over 4 ranks"),
     (lambda: sig("reduce_scatter", [(6, 8)], 4), r"dim 0 of \[6, 8\] \(size 6\) does not split over 4 ranks"),
     (lambda: sig("all_gather", [(6, 8)], 4, dim=2), r"dim 2 is out of range for a tensor of shape \[6, 8\]"),
+    (lambda: sig("all_to_all", [(6, 8)], 4), r"all_to_all: split_dim 0 of \[6, 8\] \(size 6\) does not split over 4"),
+    (lambda: sig("all_to_all", [(8, 8)], 4, concat_dim=2), r"concat_dim 2 is out of range for a tensor of shape"),
+    (lambda: sig("all_to_all", [(8, 8)], 4, split_dim=True), r"split_dim True is out of range"),
+    (lambda: sig("all_to_all", [(8, 8)], 4, dim=0), r"all_to_all: unknown parameter 'dim' \(parameters: "
+                                                    r"split_dim, concat_dim\)"),
     (lambda: sig("all_reduce", [(6, 8)], 4, algorithm="two_shot"), "two_shot' scatters the 6 rows over the 4 ranks"),
     (lambda: sig("all_reduce", [(8, 8)], 4, algorithm="three_shot"), "algorithm must be one of auto, one_shot"),
     (lambda: sig("all_reduce", [(8, 8)], 4, algorithm="push_sum"), r"all_reduce: algorithm must be one of auto, "
@@ -209,6 +217,10 @@ SMALL = [("ag_gemm", [(64, 32), (32, 16)], {}), ("gemm_rs", [("R", 32), (32, 16)
          ("gemm_ar", [("R", 32), (32, 16)], {}), ("all_gather", [(64, 32)], {}), ("all_gather", [(16, 24)], {"dim": 1}),
          ("reduce_scatter", [("R", 32)], {}), ("all_reduce", [("R", 32)], {"algorithm": "one_shot"}),
          ("all_reduce", [("R", 32)], {"algorithm": "two_shot"}), ("all_reduce", [(40, 32)], {}),
+         # all_to_all: MoE's exchange of rows, a resharding of rows into columns (strided parts), a rank-3 one
+         ("all_to_all", [("R", 24)], {}), ("all_to_all", [(37, 24)], {"split_dim": 1, "concat_dim": 0}),
+         ("all_to_all", [(8, 3, 5)], {"split_dim": 0, "concat_dim": 2}),
+         ("all_to_all", [("R", 24)], {"passes": {"ditron-tile": {"engine": "copy_engine"}}}),
          # AG+GEMM in one launch, own rows first: copiers beside the own tiles, and (two programs) every program
          # copying and counting after its own tiles
          ("ag_gemm", [(64, 32), (32, 16)], {"passes": {"ditron-tile": {"own-first": "true"}}}),
@@ -227,11 +239,12 @@ def test_ops_simulate_to_their_semantics(op, shapes, params, W):
     simulate_op(sig(op, _shapes(shapes, W), W, **params), seeds=(0, 1))
 
 
-@pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs", "gemm_ar", "all_reduce"])
+@pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs", "gemm_ar", "all_reduce", "all_to_all"])
 def test_ops_simulate_at_m_4091_w(op):
-    W = 8 if op == "ag_gemm" else 2
+    W = 8 if op in ("ag_gemm", "all_to_all") else 2
     shapes = {"ag_gemm": [(4091, 32), (32, 16)], "gemm_rs": [(4091 * W, 32), (32, 16)],
-              "gemm_ar": [(4091 * W, 32), (32, 16)], "all_reduce": [(4091 * W, 32)]}[op]
+              "gemm_ar": [(4091 * W, 32), (32, 16)], "all_reduce": [(4091 * W, 32)],
+              "all_to_all": [(4091 * W, 32)]}[op]
     simulate_op(sig(op, shapes, W))
 
 
@@ -244,7 +257,8 @@ def test_reference_in_numpy_and_torch_agree():
     import torch
     rng = np.random.default_rng(0)
     for s in (sig("ag_gemm", [(4, 3), (3, 2)], 2), sig("gemm_rs", [(4, 3), (3, 2)], 2),
-              sig("all_gather", [(4, 3)], 2, dim=1), sig("reduce_scatter", [(4, 6)], 2, dim=1)):
+              sig("all_gather", [(4, 3)], 2, dim=1), sig("reduce_scatter", [(4, 6)], 2, dim=1),
+              sig("all_to_all", [(4, 6)], 2, split_dim=1)):
         xs = [[rng.standard_normal(shape) for shape in s.shapes] for _ in range(2)]
         a = ops.reference(s, xs)
         b = ops.reference(s, [[torch.tensor(x) for x in row] for row in xs])

@@ -42,7 +42,7 @@ def case_shapes(op: str, W: int, m: int, dim: int = 0) -> list[tuple[int, ...]]:
         return [(W * m, N), (N, K)]
     if op == "all_gather":
         return [(m, K)] if dim == 0 else [(m, K // W)]
-    return [(W * m, K)]
+    return [(W * m, K)]  # reduce_scatter, all_reduce, all_to_all (split and concatenate rows)
 
 
 def _cases() -> dict[str, ops.Signature]:
@@ -53,8 +53,10 @@ def _cases() -> dict[str, ops.Signature]:
                                       TARGET, **params)
     for W in (1, 2, 4, 8):
         for m in (128, 4091):
-            for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
+            for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
                 add(f"{op}_w{W}_m{m}", op, W, m)
+            # all_to_all resharding rows -> columns (strided parts), and each engine forced
+            add(f"all_to_all_reshard_w{W}_m{m}", "all_to_all", W, m, shapes=[(m, K)], split_dim=1, concat_dim=0)
             if W > 1:
                 add(f"gemm_rs1l_w{W}_m{m}", "gemm_rs", W, m, passes={"ditron-tile": {"reduce-scatter": "one_launch"}})
                 add(f"reduce_scatter_staged_w{W}_m{m}", "reduce_scatter", W, m,  # the default is one launch
@@ -67,6 +69,10 @@ def _cases() -> dict[str, ops.Signature]:
                     passes={"ditron-tile": {"engine": "copy_engine"}})
                 add(f"all_reduce_push_w{W}_m{m}", "all_reduce", W, m, algorithm="push")
                 add(f"gemm_ar_push_w{W}_m{m}", "gemm_ar", W, m, algorithm="push")
+                for engine in ("copy_engine", "sm"):
+                    add(f"all_to_all_{engine}_w{W}_m{m}", "all_to_all", W, m, passes={"ditron-tile": {"engine": engine}})
+                    add(f"all_to_all_reshard_{engine}_w{W}_m{m}", "all_to_all", W, m, shapes=[(m, K)], split_dim=1,
+                        concat_dim=0, passes={"ditron-tile": {"engine": engine}})
         if W > 1:  # GEMM+RS by push: GEMM row tiles must not straddle two ranks' rows (m = 128, not 4091)
             add(f"gemm_rs_push_w{W}_m128", "gemm_rs", W, 128, passes={"ditron-tile": {"reduce-scatter": "push"}})
             add(f"gemm_rs_push3_w{W}_m128", "gemm_rs", W, 128, passes={"ditron-tile": {"reduce-scatter": "push", **FEW}})
@@ -86,8 +92,11 @@ def _cases() -> dict[str, ops.Signature]:
             add(f"ag_gemm_own_first_w{W}_m512", "ag_gemm", W, 512, passes={"ditron-tile": {"own-first": "true"}})
             add(f"ag_gemm_own_first8_w{W}_m512", "ag_gemm", W, 512, passes={"ditron-tile": {
                 "own-first": "true", "num-sms": "8", "persistent": "true"}})
-    for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce"):
+    for op in ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
         add(f"real_{op}_w2_m4091", op, 2, 4091, virtual=False)
+    for engine in ("copy_engine", "sm"):
+        add(f"real_all_to_all_reshard_{engine}_w2_m4091", "all_to_all", 2, 4091, virtual=False, shapes=[(4091, K)],
+            split_dim=1, concat_dim=0, passes={"ditron-tile": {"engine": engine}})
     add("real_all_reduce1_w2_m4091", "all_reduce", 2, 4091, virtual=False, algorithm="one_shot")
     add("real_ag_gemm_own_first_w2_m512", "ag_gemm", 2, 512, virtual=False, passes={"ditron-tile": {"own-first": "true"}})
     add("real_ag_gemm_own_first8_w2_m512", "ag_gemm", 2, 512, virtual=False, passes={"ditron-tile": {
@@ -212,7 +221,7 @@ def test_virtual_world_matches_torch(lib, name):
 
 
 @pytest.mark.parametrize("name", ["ag_gemm_w4_m4091", "gemm_rs_w8_m4091", "all_reduce2_w8_m4091",
-                                  "gemm_ar_w2_m128", "all_gather_w8_m4091"])
+                                  "gemm_ar_w2_m128", "all_gather_w8_m4091", "all_to_all_reshard_w4_m4091"])
 def test_pipelined_calls_and_given_outputs(lib, name):
     """Calls enqueued back to back on the caller's stream (sync=False) into outputs the caller gave."""
     _gpu()
