@@ -15,13 +15,14 @@ Cases (DESIGN.md §7; M, N, K are the whole problem, each rank holds 1/W of the 
 AG+GEMM y[M, N] = x[M, K] @ w[K, N], x's rows and w's columns sharded, (N, K) from LLaMA-3-8B (14336, 4096) and
 LLaMA-3-70B (28672, 8192) [--full: also Qwen2-72B (29568, 8192), GPT-3 (49152, 12288)]; GEMM+RS and GEMM+AR
 with K sharded, (N, K) = (4096, 14336), (8192, 28672) [--full: (8192, 29568), (12288, 49152)]; M in {128, 1024,
-8192}; all-reduce of 8 KB, 128 KB, 2 MB, 16 MB (bf16); all-gather and reduce-scatter of 128 MB. ``--quick``:
+8192}; all-reduce of 8 KB, 128 KB, 2 MB, 16 MB (bf16); all-gather and reduce-scatter of 128 MB, all-to-all of 64
+MB per rank. ``--quick``:
 M in {128, 8192}, the 70B shapes, all-reduce of 8 KB and 2 MB. W = 1 runs the GEMMs only: ditron's overhead
 against the plain GEMM (target <= 3 %).
 
 Baselines, same run, same inputs: torch.matmul alone (cuBLAS; also gives F, the GEMM rate); a real world: NCCL
-collective + cuBLAS (all_gather_into_tensor / reduce_scatter_tensor / all_reduce, not overlapped) and PyTorch's
-symmetric-memory ops (fused_all_gather_matmul, fused_matmul_reduce_scatter, two_shot_all_reduce_ in place, and
+collective + cuBLAS (all_gather_into_tensor / reduce_scatter_tensor / all_reduce / all_to_all_single, not
+overlapped) and PyTorch's symmetric-memory ops (fused_all_gather_matmul, fused_matmul_reduce_scatter, two_shot_all_reduce_ in place, and
 for GEMM+AR: matmul into a symmetric buffer + two_shot_all_reduce_); a virtual world (one GPU, NCCL cannot run):
 the same data movement (copy_) done first and the GEMM (torch.matmul) after it, not overlapped.
 
@@ -31,7 +32,8 @@ same-GPU copy bandwidth):
   AG+GEMM  T_comp = 2·M·K·(N/W)/F, T_comm = (W−1)/W·M·K·b/B, ideal = max(T_comp, T_comm + T_comp/W)
   GEMM+RS  T_comp = 2·M·(K/W)·N/F, T_comm = (W−1)/W·M·N·b/B, ideal = max(T_comp, T_comm) + min(T_comp, T_comm)/W
   GEMM+AR  as GEMM+RS with T_comm = 2·(W−1)/W·M·N·b/B (reduce-scatter + all-gather of the sums)
-  all-gather / reduce-scatter / all-reduce: (W−1)/W · bytes · (1 | 1 | 2) / B, bytes = the whole tensor
+  all-gather / reduce-scatter / all-reduce / all-to-all: (W−1)/W · bytes · (1 | 1 | 2 | 1) / B, bytes = the whole
+  tensor (all-to-all: one rank's input)
 In a virtual world the W ranks share one GPU: each gets F/W and B/W (so T_comp is the whole GEMM's time on the GPU
 and T_comm all ranks' traffic over the copy bandwidth). W = 1: ideal = T_comp.
 
@@ -92,7 +94,7 @@ class Case:
 
     @property
     def label(self) -> str:
-        if self.op in ("all_reduce", "all_gather", "reduce_scatter"):
+        if self.op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             return f"{self.op} {human_bytes(self.M * self.N * EB)}"
         return f"{self.op} M={self.M} {self.model}"
 
@@ -149,6 +151,8 @@ def cases(W: int, size: str = "default") -> list[Case]:
     if size != "quick":
         out += [Case("all_gather", COLLECTIVE_ROWS, COLLECTIVE_COLS, 0), Case("reduce_scatter", COLLECTIVE_ROWS,
                                                                                COLLECTIVE_COLS, 0)]
+        # MoE's token exchange: every rank sends 1/W of its rows to each rank (W x 16 MB at 8192 rows of 4096)
+        out += [Case("all_to_all", COLLECTIVE_ROWS, COLLECTIVE_COLS // 2, 0)]
     return [c for c in out if all(s[0] >= 1 for s in c.shapes(W)) and c.M % W == 0]
 
 
@@ -371,6 +375,15 @@ def virtual_baseline(env: Env, case: Case, xs: Inputs):
             for r in range(W):
                 torch.matmul(gathered[r], per[r][1], out=outs[r])
         return fn, outs
+    if op == "all_to_all":  # part r of every rank's rows -> rank r, in rank order
+        part = case.M // W
+        outs = [torch.empty(case.M, case.N, dtype=torch.bfloat16, device="cuda") for _ in range(W)]
+
+        def fn():
+            for r in range(W):
+                for q in range(W):
+                    outs[r][q * part:(q + 1) * part].copy_(per[q][0][r * part:(r + 1) * part])
+        return fn, outs
     if op == "all_gather":
         m = per[0][0].shape[0]
         outs = [torch.empty(W * m, case.N, dtype=torch.bfloat16, device="cuda") for _ in range(W)]
@@ -438,6 +451,9 @@ def real_baselines(env: Env, case: Case, xs: Inputs) -> dict[str, tuple]:
         elif op == "reduce_scatter":
             y = torch.empty(case.M // W, case.N, dtype=torch.bfloat16, device="cuda")
             out["nccl"] = (lambda: dist.reduce_scatter_tensor(y, args[0]), y)
+        elif op == "all_to_all":
+            y = torch.empty(case.M, case.N, dtype=torch.bfloat16, device="cuda")
+            out["nccl"] = (lambda: dist.all_to_all_single(y, args[0]), y)
     try:
         import torch.distributed._symmetric_memory as symm_mem
         name = env.group_name
@@ -551,7 +567,8 @@ def run_case(env: Env, lib, case: Case, F_cache: dict, B: float, forced_iters: i
     if env.virtual:
         bfn, bouts = virtual_baseline(env, case, xs)
         bfn()
-        row["baseline"] = "copy_ then matmul (serial)" if g else "copy_ (+ sum)"
+        row["baseline"] = "copy_ then matmul (serial)" if g else \
+            "copy_ + sum" if case.op in ("reduce_scatter", "all_reduce") else "copy_"
         row["baseline_us"] = timed(env, bfn, iters)
         row["rel_err"] = max(rel_err(m, w) for m, w in zip(mine, bouts))
     else:
@@ -699,7 +716,7 @@ def selected(case: Case, only: list[str] | None) -> bool:
     return not only or case.op in only or any(t not in OPS_NAMES and t in case.label for t in only)
 
 
-OPS_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce")
+OPS_NAMES = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 
 
 def run(directory: Path, virtual: int | None, size: str, out_dir: Path, forced_iters: int | None,
