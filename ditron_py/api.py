@@ -17,6 +17,7 @@ The input is an ``mlir`` Module (built in a ditron context), MLIR text, a path t
 from __future__ import annotations
 
 import gc
+import json
 import os
 import shutil
 import tempfile
@@ -288,6 +289,17 @@ def kernel_arg_names(module: Any) -> dict[str, list[str]]:
 
 # --------------------------------------------------------------------------------------------------- output dir
 
+def _holds_artifact(directory: Path) -> bool:
+    """Whether directory is a ditron artifact (its manifest names the format), i.e. one a compile may replace: a
+    directory that merely holds some other manifest.json is the user's."""
+    from .artifact import FORMAT
+    try:
+        data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
 def install_dir(out_dir: str | os.PathLike, fill: Any) -> Path:
     """Fill a fresh directory beside ``out_dir`` with ``fill(dir)``, then put it in place of ``out_dir``.
 
@@ -296,7 +308,7 @@ def install_dir(out_dir: str | os.PathLike, fill: Any) -> Path:
     if out.exists():
         if not out.is_dir():
             raise ArtifactError(f"cannot write the artifact to '{out}': it exists and is not a directory")
-        if any(out.iterdir()) and not (out / MANIFEST).exists():
+        if any(out.iterdir()) and not _holds_artifact(out):
             raise ArtifactError(f"refusing to write the artifact into '{out}': it is a non-empty directory that "
                                 "holds no ditron artifact; choose another -o directory")
     tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"

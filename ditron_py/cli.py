@@ -159,13 +159,8 @@ def run(argv: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
         stderr.write(e.render() + "\n")
         return 1
     except Exception as e:  # a bug in ditron: still one line and exit 1, the trace only when asked for
-        from .env import traceback_enabled
-        if traceback_enabled():
-            import traceback
-            traceback.print_exc(file=stderr)
-        stderr.write(f"error: internal compiler error: {type(e).__name__}: {e} "
-                     "(set DITRON_TRACEBACK=1 for the Python trace, and please report it)\n")
-        return 1
+        from .errors import report_internal_error
+        return report_internal_error(e, stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -62,3 +62,15 @@ class DitronRuntimeError(DitronError):
 
 class WaitTimeoutError(DitronRuntimeError):
     """A wait on a signal slot did not complete in time: names the rank, the slot and the value expected."""
+
+
+def report_internal_error(err: BaseException, stderr) -> int:
+    """What a command-line tool does with an exception that is not a DitronError (a bug in ditron): one line on
+    stderr, the Python trace only under $DITRON_TRACEBACK=1; returns the exit status, 1."""
+    import os
+    if os.environ.get("DITRON_TRACEBACK", "0") not in ("", "0"):
+        import traceback
+        traceback.print_exception(err, file=stderr)
+    stderr.write(f"error: internal compiler error: {type(err).__name__}: {err} "
+                 "(set DITRON_TRACEBACK=1 for the Python trace, and please report it)\n")
+    return 1

@@ -81,6 +81,7 @@ from .rewrite import replace_op
 TT_FUNC = "tt.func"
 ABI_ATTR = "ditron.abi"
 TARGET_ATTR = "ditron.target"
+DEFAULT_TARGET = "cuda:90"
 ABI_ORDER = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
 HEAP_BASE_ALIGN = 16          # bytes; the runtime guarantees every rank's heap base is this aligned
 WAIT_ERR_ALIGN = 16           # bytes; the executor's error records are rows of 4 i32
@@ -300,14 +301,33 @@ class LowerCoreToTritonPass(Pass):
     name = "ditron-lower-core-to-triton"
     summary = "Lower ditron_core primitives (rank, symm_at, wait, notify, barrier_all, ...) to stock Triton TTIR"
 
-    target: str = option("cuda:90", "backend whose primitive lowering to use: cuda:80, cuda:90, hip:gfx942, "
-                                    "hip:gfx950")
+    target: str = option("", "backend whose primitive lowering to use: cuda:80, cuda:90, hip:gfx942, hip:gfx950 "
+                             "(default: the module's ditron.target, else the one ditron-lower-task-to-device stamped "
+                             "on the device function, else cuda:90)")
 
-    def run(self, module: ir.Module) -> None:
+    def _target(self, module: ir.Module) -> Target:
+        """The option's target, which must agree with the module's (tiled for one GPU, lowered for another: on
+        another vendor Triton aborts on the other backend's assembly); without the option, the module's."""
+        stamped = None
+        for ops in ([module.operation], list(module.body.operations)):
+            found = {ir.StringAttr(op.attributes[TARGET_ATTR]).value for op in ops
+                     if TARGET_ATTR in op.attributes and isinstance(op.attributes[TARGET_ATTR], ir.StringAttr)}
+            if len(found) == 1:
+                stamped = found.pop()
+                break
         try:
+            if not self.target:
+                return Target.parse(stamped or DEFAULT_TARGET)
             target = Target.parse(self.target)
+            if stamped is not None and Target.parse(stamped) != target:
+                raise PassError(f"pass '{self.name}': target={self.target}, but the module is for '{stamped}' "
+                                f"({TARGET_ATTR}); lower for '{stamped}', or change the module's target first")
+            return target
         except TargetError as err:
             raise PassError(f"pass '{self.name}': {err}") from None
+
+    def run(self, module: ir.Module) -> None:
+        target = self._target(module)
         backend = get_backend(target)
         work: list[tuple[ir.Operation, list[ir.Operation]]] = []  # (kernel, its core ops in order)
         diags = []

@@ -205,12 +205,8 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
         if args.output == "-":
             out = stdout
             out.write(f"\n{SPLIT_MARKER}\n".join(results) + ("\n" if results else ""))
-        else:
-            try:
-                with open(args.output, "w", encoding="utf-8") as out:
-                    out.write(f"\n{SPLIT_MARKER}\n".join(results) + "\n")
-            except OSError as e:
-                raise DitronError(f"cannot write output file '{args.output}': {e.strerror}") from None
+        elif not failed:  # as mlir-opt: a failed run leaves the output file as it was (it may be the input)
+            write_output(args.output, f"\n{SPLIT_MARKER}\n".join(results) + "\n")
         return 1 if failed else 0
     except DitronError as e:
         stderr.write(e.render() + "\n")
@@ -218,13 +214,34 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
     except BrokenPipeError:  # the reader went away (ditron-opt ... | head): not ditron's error
         raise
     except Exception as e:  # a bug in ditron: still one line and exit 1, the trace only when asked for
-        import os
-        import traceback
-        if os.environ.get("DITRON_TRACEBACK"):
-            traceback.print_exc(file=stderr)
-        stderr.write(f"error: internal compiler error: {type(e).__name__}: {e} "
-                     "(set DITRON_TRACEBACK=1 for the Python trace, and please report it)\n")
-        return 1
+        from ditron.errors import report_internal_error
+        return report_internal_error(e, stderr)
+
+
+def write_output(path: str, text: str) -> None:
+    """Write text to path; a regular file (or a new one) through a temporary file renamed over it, so that an
+    interrupted write never leaves it half written (devices and pipes are written in place)."""
+    import tempfile
+    from ditron.errors import DitronError
+    try:
+        if os.path.exists(path) and not os.path.isfile(path):
+            if os.path.isdir(path):
+                raise IsADirectoryError(21, "Is a directory")
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
+            return
+        fd, tmp = tempfile.mkstemp(prefix=".ditron-opt-", dir=os.path.dirname(os.path.abspath(path)))
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+            if os.path.exists(path):
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise DitronError(f"cannot write output file '{path}': {e.strerror}") from None
 
 
 def live_mlir_contexts() -> int:

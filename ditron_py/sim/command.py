@@ -42,9 +42,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _seeds(text: str) -> list[int]:
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",")]
     except ValueError:
-        raise DitronError(f"--seeds expects comma-separated integers, got '{text}'") from None
+        seeds = []
+    if not seeds or any(s < 0 or s >= 2 ** 63 for s in seeds):
+        raise DitronError(f"--seeds expects comma-separated non-negative integers, got '{text}'")
+    return seeds
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    if args.calls < 1:
+        raise DitronError(f"--calls must be >= 1, got {args.calls}")
+    if args.num_sms is not None and args.num_sms < 1:
+        raise DitronError(f"--num-sms must be >= 1, got {args.num_sms}")
+    if args.world_size is not None and args.world_size < 1:
+        raise DitronError(f"--world-size must be >= 1, got {args.world_size}")
 
 
 def _world_size(module, requested: int | None) -> int:
@@ -80,6 +92,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
     try:
         seeds = _seeds(args.seeds)
+        _check_counts(args)
         with open(args.input, encoding="utf-8") as f:
             text = f.read()
         with ditron_context():
@@ -119,9 +132,19 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     except OSError as err:
         stderr.write(f"error: cannot read '{args.input}': {err.strerror}\n")
         return 1
+    except UnicodeDecodeError as err:
+        stderr.write(f"error: cannot read '{args.input}': not UTF-8 text (byte {err.start})\n")
+        return 1
     except DitronError as err:
         stderr.write(err.render() + "\n")
         return 1
+    except MemoryError:
+        stderr.write(f"error: out of memory simulating '{args.input}': the simulator holds every rank's buffers "
+                     "in numpy; simulate smaller shapes\n")
+        return 1
+    except Exception as err:  # a bug in ditron: one line and exit 1, as the other commands
+        from ..errors import report_internal_error
+        return report_internal_error(err, stderr)
     finally:
         gc.collect()
 

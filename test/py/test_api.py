@@ -211,6 +211,10 @@ def test_out_dir_refuses_other_directories(tmp_path):
                                             "ditron artifact"):
         ditron.compile(VECTOR_ADD_MLIR, target="cuda:90", out_dir=tmp_path)
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+    (tmp_path / MANIFEST).write_text('{"not": "ditron"}')  # some other tool's manifest: still the user's directory
+    with pytest.raises(ArtifactError, match="holds no ditron artifact"):
+        ditron.compile(VECTOR_ADD_MLIR, target="cuda:90", out_dir=tmp_path)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
 
 
 # ----------------------------------------------------------------------------------------------------- the command

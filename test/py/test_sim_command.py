@@ -56,14 +56,34 @@ def test_errors_are_one_line_without_a_traceback(tmp_path):
     assert code == 1 and err.startswith("error: cannot read")
     f = tmp_path / "ag.mlir"
     f.write_text(P.all_gather(2, 16, 8))
-    code, _, err = _run([str(f), "--seeds", "x"])
-    assert code == 1 and "--seeds expects comma-separated integers" in err
+    for seeds in ("x", "-1", "", "1,,2"):
+        code, _, err = _run([str(f), "--seeds", seeds])
+        assert code == 1 and err == f"error: --seeds expects comma-separated non-negative integers, got '{seeds}'\n"
+    for flag in ("--num-sms", "--calls", "--world-size"):  # not a deadlock of nobody, or nothing simulated
+        code, _, err = _run([str(f), flag, "0"])
+        assert code == 1 and err == f"error: {flag} must be >= 1, got 0\n"
+    (tmp_path / "latin1.mlir").write_bytes(b"module {\xdc}\n")
+    code, _, err = _run([str(tmp_path / "latin1.mlir")])
+    assert code == 1 and err == f"error: cannot read '{tmp_path / 'latin1.mlir'}': not UTF-8 text (byte 8)\n"
     code, out, err = _run([str(f), "-W", "3"])  # lowered for 2 ranks: not a cascade of out-of-bounds findings
     assert code == 1 and not out and err.startswith("error: --world-size 3: the program is written for 2 rank(s) "
                                                     "(axis '") and "Traceback" not in err
     f.write_text("module {\n  func.func @f() {\n    \"ditron_device.nope\"() : () -> ()\n    return\n  }\n}\n")
     code, _, err = _run([str(f), "-W", "1"])
     assert code == 1 and "ag.mlir:3:5: error:" in err and "Traceback" not in err
+
+
+def test_a_bug_is_one_line(tmp_path, monkeypatch):
+    """A failure that is not a DitronError (a bug, e.g. a malformed attribute a reader did not expect): one line,
+    exit 1, as ditron-opt and the other ditron commands."""
+    import ditron.sim as sim
+    f = tmp_path / "ag.mlir"
+    f.write_text(P.all_gather(2, 16, 8))
+    monkeypatch.setattr(sim, "simulate", lambda *a, **k: {}["boom"])
+    monkeypatch.delenv("DITRON_TRACEBACK", raising=False)
+    code, _, err = _run([str(f)])
+    assert code == 1 and err == ("error: internal compiler error: KeyError: 'boom' (set DITRON_TRACEBACK=1 for the "
+                                 "Python trace, and please report it)\n")
 
 
 def test_graph_replays_from_the_command_line(tmp_path):

@@ -4,6 +4,12 @@
 // RUN: ditron-opt - < %s | ditron-opt | FileCheck %s --check-prefix=STDIN
 // RUN: ditron-opt < %s | FileCheck %s --check-prefix=STDIN
 // RUN: not ditron-opt %s -o %S 2>&1 | FileCheck %s --check-prefix=DIR
+// A failed run leaves the output file as it was, even when it is the input (written in place on success).
+// RUN: cp %s %t.in
+// RUN: not ditron-opt %t.in --pass-pipeline=ditron-lower-task-to-device -o %t.in
+// RUN: ditron-opt %t.in | FileCheck %s --check-prefix=STDIN
+// RUN: ditron-opt %t.in --pass-pipeline=ditron-canonicalize -o %t.in
+// RUN: ditron-opt %t.in | FileCheck %s
 
 // CHECK-LABEL: func.func @f
 // CHECK-NEXT: return %arg0 : tensor<8xf32>
