@@ -72,6 +72,8 @@ class _Checker:
         for op in ops:
             if MESH_ATTR in op.attributes:
                 self.mesh_at(op)  # a malformed mesh is reported where it is written, before any use
+            declared = _WRAPPERS[op.name].attributes_declared() if op.name in _WRAPPERS else {}
+            self.check_attribute_kinds(op, skip=declared)
             if op == top:
                 continue
             dialect = op.name.split(".", 1)[0]
@@ -90,6 +92,27 @@ class _Checker:
             rule = _RULES.get(op.name)
             if rule is not None:
                 rule(self, op)
+
+    def check_attribute_kinds(self, op: ir.Operation, skip=()) -> None:
+        """The passes' own attributes have the kinds their readers expect (a string lane or role, an integer
+        stream), and no attribute holds an integer wider than 64 bits: ``IntegerAttr.value`` aborts the process on
+        one (MLIR_NOTES.md). ``skip``: the attributes the op's wrapper declares (it checks them itself)."""
+        for name in list(op.attributes):
+            if name in skip:
+                continue
+            try:
+                attr = attribute(op.attributes, name)
+            except ValueError:
+                continue  # unreadable in Python: the op's own checks report it
+            wide = _wide_integer(attr)
+            if wide is not None:
+                self.error(op, f"attribute '{name}' holds {wide}, an integer wider than 64 bits; ditron reads "
+                               "integers of at most 64 bits")
+            elif name in STRING_ATTRS and not isinstance(attr, ir.StringAttr):
+                self.error(op, f"attribute '{name}' must be a string, got {attr}")
+            elif name == "stream" and op.name.startswith("ditron_device.") and \
+                    (not isinstance(attr, ir.IntegerAttr) or isinstance(attr, ir.BoolAttr)):
+                self.error(op, f"attribute 'stream' must be an integer (the stream's number), got {attr}")
 
     def check_func_shardings(self, op: ir.Operation) -> None:
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
@@ -455,6 +478,28 @@ def _core_notify(c: _Checker, op: ir.Operation) -> None:
 @rule(core.BarrierAll)
 def _core_barrier(c: _Checker, op: ir.Operation) -> None:
     _check_enum(c, op, "scope", core.BarrierAll(op).scope, core.SCOPES)
+
+
+# attributes the passes write and read as strings, wherever they appear
+STRING_ATTRS = ("ditron.lane", "ditron.role", "ditron.level", "ditron.target", "ditron.axis")
+
+
+def _wide_integer(attr: ir.Attribute) -> ir.Attribute | None:
+    """The first integer wider than 64 bits in attr (through dictionaries and arrays), else None."""
+    if isinstance(attr, ir.IntegerAttr) and not isinstance(attr, ir.BoolAttr):
+        t = attr.type
+        return attr if isinstance(t, ir.IntegerType) and t.width > 64 else None
+    if isinstance(attr, ir.DictAttr):
+        items = [attr[i].attr for i in range(len(attr))]  # by position: NamedAttribute
+    elif isinstance(attr, ir.ArrayAttr):
+        items = list(attr)
+    else:
+        return None
+    for item in items:
+        found = _wide_integer(item)
+        if found is not None:
+            return found
+    return None
 
 
 @rule(core.SymmAt, core.ConsumeToken)

@@ -280,11 +280,17 @@ def gated_gemm_time(t_gemm: float, tiles: int, sms: int, *, own: int, first: flo
     d = t_gemm / max(1, math.ceil(tiles / grid))
     peers = tiles - own
     finish = start
+    # Program p runs n tiles; t_k = max(t_{k-1}, ready_k) + d unrolls to max(start + n d, max_k ready_k + (n - k) d).
+    # ready_k is constant over the own tiles (the first one counts) and linear over the peers' (an end counts): O(1)
+    # per program, whatever the tile count.
     for p in range(grid):
-        t = start
-        for j in range(p, tiles, grid):
-            ready = own_ready if j < own else first + (last - first) * (j - own + 1) / peers
-            t = max(t, ready) + d
+        n = len(range(p, tiles, grid))
+        n_own = len(range(p, min(own, tiles), grid))
+        t = start + n * d
+        if n_own:
+            t = max(t, own_ready + n * d)
+        for k in {n_own, n - 1} if n > n_own else ():
+            t = max(t, first + (last - first) * (p + k * grid - own + 1) / peers + (n - k) * d)
         finish = max(finish, t)
     return finish
 

@@ -306,22 +306,21 @@ class LowerCoreToTritonPass(Pass):
                              "on the device function, else cuda:90)")
 
     def _target(self, module: ir.Module) -> Target:
-        """The option's target, which must agree with the module's (tiled for one GPU, lowered for another: on
-        another vendor Triton aborts on the other backend's assembly); without the option, the module's."""
-        stamped = None
-        for ops in ([module.operation], list(module.body.operations)):
-            found = {ir.StringAttr(op.attributes[TARGET_ATTR]).value for op in ops
-                     if TARGET_ATTR in op.attributes and isinstance(op.attributes[TARGET_ATTR], ir.StringAttr)}
-            if len(found) == 1:
-                stamped = found.pop()
-                break
+        """The option's target, which must agree with the module's ``ditron.target`` (the user's: ditron-opt
+        --target, ditron.compile) -- a module for AMD lowered for NVIDIA made Triton's AMD backend abort; without
+        the option, the module's, else the one ditron-tile tiled for (stamped on the device function)."""
+        found = [[ir.StringAttr(op.attributes[TARGET_ATTR]).value for op in ops
+                  if TARGET_ATTR in op.attributes and isinstance(op.attributes[TARGET_ATTR], ir.StringAttr)]
+                 for ops in ([module.operation], list(module.body.operations))]
+        own = found[0][0] if found[0] else None
+        stamped = own or (found[1][0] if len(set(found[1])) == 1 else None)
         try:
             if not self.target:
                 return Target.parse(stamped or DEFAULT_TARGET)
             target = Target.parse(self.target)
-            if stamped is not None and Target.parse(stamped) != target:
-                raise PassError(f"pass '{self.name}': target={self.target}, but the module is for '{stamped}' "
-                                f"({TARGET_ATTR}); lower for '{stamped}', or change the module's target first")
+            if own is not None and Target.parse(own) != target:
+                raise PassError(f"pass '{self.name}': target={self.target}, but the module is for '{own}' "
+                                f"({TARGET_ATTR}); lower for '{own}', or change the module's target first")
             return target
         except TargetError as err:
             raise PassError(f"pass '{self.name}': {err}") from None

@@ -203,11 +203,14 @@ def _parse_options(name: str, body: str) -> dict[str, str]:
     except ValueError as err:
         raise PassError(f"pass '{name}': cannot read options '{body}': {err}") from None
     options: dict[str, str] = {}
-    for item in items:
+    for i, item in enumerate(items):
         if item.startswith(",") or _COMMA_JOINED.search(item) or item.endswith(",") and item is not items[-1]:
             fixed = _COMMA_BEFORE_OPTION.sub(" ", body.strip())
             raise PassError(f"pass '{name}': options are separated by spaces, not commas: write {name}{{{fixed}}}")
         if "=" not in item:
+            before = items[i - 1] if i else ""
+            if before.endswith("="):  # 'block-m= 64': the value split off by a space
+                raise PassError(f"pass '{name}': write {before}{item}, without spaces around '='")
             raise PassError(f"pass '{name}': option '{item}' needs a value (write {item}=VALUE)")
         key, value = item.split("=", 1)
         if key.replace("-", "_") in {k.replace("-", "_") for k in options}:

@@ -409,6 +409,9 @@ class TilePass(Pass):
 
     def run(self, module: ir.Module) -> None:
         peaks = self._peaks(module)
+        if self.comm_sms is not None and self.comm_sms > peaks.num_sms:
+            raise PassError(f"pass '{self.name}': comm-sms={self.comm_sms} exceeds the {peaks.num_sms} SMs of "
+                            f"{peaks.target}{' (num-sms)' if self.num_sms else ''}")
         mesh = require_task_level(module, self.name)
         for func in functions(module):
             planner = _Planner(self, peaks, mesh)

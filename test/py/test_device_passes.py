@@ -132,6 +132,38 @@ def test_gemm_configs_fit_shared_memory_and_follow_the_problem():
     assert gemm_time(8192, 8192, 8192, big, p, sms=66) > gemm_time(8192, 8192, 8192, big, p)
 
 
+def test_gated_gemm_time_is_the_tile_by_tile_schedule_in_constant_time_per_program():
+    """cost_model.gated_gemm_time in closed form (per program: the own tiles' first, the peer tiles' two ends)
+    equals the tile-by-tile schedule it models, and stays quick for any tile count (a loop over 2^30 tiles hung
+    ditron-tile on a huge M)."""
+    import math
+    import random
+    import time
+
+    from ditron.cost_model import gated_gemm_time
+
+    def by_tile(t_gemm, tiles, sms, *, own, first, last, start, own_ready):
+        grid = max(1, min(sms, tiles))
+        d, finish = t_gemm / math.ceil(tiles / grid), start
+        for p in range(grid):
+            t = start
+            for j in range(p, tiles, grid):
+                t = max(t, own_ready if j < own else first + (last - first) * (j - own + 1) / (tiles - own)) + d
+            finish = max(finish, t)
+        return finish
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        tiles = rng.randint(1, 400)
+        kw = dict(own=rng.randint(0, tiles), first=rng.random(), last=2 * rng.random(), start=rng.random() / 2,
+                  own_ready=rng.random())
+        sms = rng.randint(1, 140)
+        assert gated_gemm_time(1.0, tiles, sms, **kw) == pytest.approx(by_tile(1.0, tiles, sms, **kw), rel=1e-12)
+    begin = time.perf_counter()
+    gated_gemm_time(1.0, 2 ** 40, 132, own=2 ** 38, first=0.1, last=0.5)
+    assert time.perf_counter() - begin < 0.1
+
+
 def test_skinny_gemm_tiles_fill_shared_memory_and_a_split_pays_its_lock():
     """M = 128 GEMMs are memory-bound: the small tiles come with the deepest pipelines shared memory holds (a
     shallower twin for smaller shared memories), and a split-K costs the wait of its last split, so a whole-K

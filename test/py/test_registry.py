@@ -203,6 +203,7 @@ def test_kebab_and_snake_option_names(options_pass):
     ("pair=a,b", "option 'pair' expects an integer, got 'b'"),
     ("limit=lots", "option 'limit' expects an integer, got 'lots'"),
     ("count=-1", "pass 'ditron-test-options': count must be >= 0, got -1"),
+    ("limit= 4", "pass 'ditron-test-options': write limit=4, without spaces around '='"),
 ])
 def test_option_errors(options_pass, text, message):
     with pytest.raises(PassError) as info:

@@ -280,3 +280,21 @@ func.func @launch_segment_gap(%m: memref<8xf32>, %i: index) {
   "ditron_device.launch"(%m, %i) {kernel = @k, grid = array<i64: 1>, sm_budget = 1 : i64, tile_order = "row_major", operandSegmentSizes = array<i32: 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (memref<8xf32>, index) -> ()
   return
 }
+
+// -----
+
+// The passes' own attributes: a string lane and role, an integer stream, no integer wider than 64 bits anywhere
+// (reading one would abort the process).
+func.func @pass_attributes(%p: memref<4xi32>, %e: index, %c: index) {
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.wait' op attribute 'ditron.lane' must be a string, got 0 : i64
+  "ditron_device.wait"(%p, %e, %c) {ditron.lane = 0 : i64, where = "stream"} : (memref<4xi32>, index, index) -> ()
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.wait' op attribute 'stream' must be an integer (the stream's number), got unit
+  "ditron_device.wait"(%p, %e, %c) {stream, where = "stream"} : (memref<4xi32>, index, index) -> ()
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.wait' op attribute 'stream' holds 99999999999999999999999 : i128, an integer wider than 64 bits; ditron reads integers of at most 64 bits
+  "ditron_device.wait"(%p, %e, %c) {stream = 99999999999999999999999 : i128, where = "stream"} : (memref<4xi32>, index, index) -> ()
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:8: error: 'arith.constant' op attribute 'value' holds 99999999999999999999999 : i128
+  %w = arith.constant 99999999999999999999999 : i128
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.wait' op attribute 'ditron.tiling' holds 4 : i65
+  "ditron_device.wait"(%p, %e, %c) {ditron.tiling = {kind = "x", l = [1, {m = 4 : i65}]}, where = "stream"} : (memref<4xi32>, index, index) -> ()
+  return
+}
