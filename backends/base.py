@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -124,8 +125,13 @@ def capture_output() -> Iterator[list[str]]:
             box.append(tmp.read().decode(errors="replace") + py_out.getvalue())
 
 
+_MLIR_LOC = re.compile(r'loc\("([^"]*)":(\d+):(\d+)\): ')
+
+
 def _first_lines(text: str, limit: int = 40) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    """The first lines of a tool's log, with MLIR's ``loc("file":line:col): `` prefixes written as ditron writes
+    locations (``file:line:col: ``)."""
+    lines = [_MLIR_LOC.sub(r"\1:\2:\3: ", line) for line in text.strip().splitlines() if line.strip()]
     if len(lines) > limit:
         lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
     return "\n".join(lines)

@@ -57,6 +57,8 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
     from .backends import Target, get_backend
 
     start = time.perf_counter()
+    if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
+        raise ArtifactError(f"out_dir takes a directory path, got {type(out_dir).__name__}")
     text, source_name = read_input(src)
     tgt = Target.parse(target)
     backend = get_backend(tgt)

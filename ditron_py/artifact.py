@@ -308,7 +308,8 @@ def read_manifest(directory: str | os.PathLike) -> Manifest:
     """Read and check ``directory/manifest.json`` and that every file it names is there."""
     root = Path(directory)
     if not root.is_dir():
-        raise ArtifactError(f"'{root}' is not an artifact directory (no such directory)")
+        what = "a file; an artifact is the directory ditron compile -o wrote" if root.exists() else "no such directory"
+        raise ArtifactError(f"'{root}' is not an artifact directory ({what})")
     path = root / MANIFEST
     try:
         text = path.read_text(encoding="utf-8")

@@ -98,8 +98,12 @@ def Mesh(**axes: int) -> _Mesh:  # noqa: N802 - reads as the constructor it is
     """A device mesh from axis names and sizes, in order: ``Mesh(tp=8)``, ``Mesh(dp=2, tp=4)``."""
     if not axes:
         raise TraceError("Mesh() needs at least one axis, e.g. Mesh(tp=4)")
+    bad = {k: v for k, v in axes.items() if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < 2 ** 31}
+    if bad:
+        raise TraceError(f"Mesh: axis sizes are ints from 1 to 2^31 - 1, got "
+                         f"{', '.join(f'{k}={v!r}' for k, v in bad.items())}")
     try:
-        return _Mesh(tuple(axes), tuple(int(v) for v in axes.values()))
+        return _Mesh(tuple(axes), tuple(axes.values()))
     except ValueError as err:
         raise TraceError(f"Mesh({', '.join(f'{k}={v}' for k, v in axes.items())}): {err}") from None
 
@@ -139,7 +143,10 @@ class Spec:
 
 
 def _axes(axis: str | Sequence[str], what: str) -> tuple[str, ...]:
-    axes = (axis,) if isinstance(axis, str) else tuple(axis)
+    try:
+        axes = (axis,) if isinstance(axis, str) else tuple(axis)
+    except TypeError:
+        axes = ()
     if not axes or not all(isinstance(a, str) for a in axes):
         raise _trace_error(f"{what}: mesh axes must be a name or a sequence of names, got {axis!r}")
     return axes
@@ -427,6 +434,8 @@ def with_sharding(x: Value, spec: Spec | Sharding) -> Value:
 
 
 def _check_dim(op: str, dim: int, x: Value, what: str = "dim") -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise _trace_error(f"{op}: {what} must be an int, got {dim!r}")
     d = dim + x.ndim if dim < 0 else dim
     if not 0 <= d < x.ndim:
         raise _trace_error(f"{op}: {what} {dim} is out of range for a tensor of shape {_shape(x.shape)}")

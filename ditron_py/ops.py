@@ -45,11 +45,13 @@ tearing down torch.distributed).
 This module does not define any ``from __future__ import annotations``: the frontend reads the parameter
 annotations of the programs below, which name local variables.
 """
+import dataclasses
 import errno
 import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from collections import OrderedDict
@@ -254,10 +256,19 @@ def _pass_triples(passes: Mapping[str, Mapping[str, Any]] | None) -> tuple[tuple
         raise OpError("passes= takes {pass name: {option: value}}, e.g. {'ditron-tile': {'num-chunks': 4}}")
     out = []
     for name, options in passes.items():
+        if not options:
+            raise OpError(f"passes= gives pass '{name}' no option; drop it or give {{option: value}}")
         for option, value in options.items():
             value = str(value).lower() if isinstance(value, bool) else str(value)
-            out.append((str(name), str(option).replace("_", "-"), value))
+            option = str(option).replace("_", "-")
+            if not _OPTION_TEXT.fullmatch(value) or not _OPTION_TEXT.fullmatch(option):
+                raise OpError(f"passes= {name}: {option}={value!r}: option names and values are plain words "
+                              "(letters, digits, '_', '-', '.', ':')")
+            out.append((str(name), option, value))
     return tuple(out)
+
+
+_OPTION_TEXT = re.compile(r"[A-Za-z0-9_.:-]+", re.ASCII)
 
 
 # ------------------------------------------------------------------------------------ programs (need MLIR)
@@ -567,9 +578,26 @@ def _dtype_name(t) -> str:
     return TORCH_DTYPES[name]
 
 
+def _check_out(op: str, out, world) -> None:
+    """``out=``: a list of one tensor per rank (virtual world), this rank's tensor (real)."""
+    import torch
+    if out is None:
+        return
+    if world.is_virtual:
+        if isinstance(out, torch.Tensor) or not isinstance(out, (list, tuple)) or len(out) != world.world_size \
+                or not all(isinstance(o, torch.Tensor) for o in out):
+            raise OpError(f"{op}: in a virtual world of {world.world_size} ranks, out= is a list of one tensor per "
+                          f"rank; got {type(out).__name__}")
+    elif not isinstance(out, torch.Tensor):
+        raise OpError(f"{op}: in a real world, out= is this rank's output tensor; got {type(out).__name__}")
+
+
 def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
     """Inputs as [[rank 0's tensors], [rank 1's], ...] (virtual) or [[this rank's tensors]] (real), checked alike."""
     import torch
+    if not (hasattr(world, "world_size") and hasattr(world, "is_virtual")):
+        raise OpError(f"{op}: world must be a ditron.World (World.virtual(W) or World.from_torch()), got "
+                      f"{type(world).__name__}")
     if world.is_virtual:
         per = []
         for i, t in enumerate(tensors):
@@ -599,6 +627,9 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
 
 def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes,
           graph: bool = False):
+    if library is not None and not isinstance(library, Library):
+        raise OpError(f"{op}: library= takes an ops.Library (e.g. ops.Library(directory)), got "
+                      f"{type(library).__name__}")
     lib = library or default_library()
     if graph and passes is None and out is not None:  # the op's last call again (a real world): replay at once
         again = lib._last.get(op)
@@ -635,8 +666,13 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
     else:
         ranks = _per_rank(op, tensors, world)
         first = ranks[0]
+        _check_out(op, out, world)
+        # the arguments are checked before the device is asked for its target (without a GPU: "no GPU" only for
+        # a call that is otherwise right)
         sig = Signature(op, tuple(tuple(t.shape) for t in first), _dtype_name(first[0]), world.world_size,
-                        world.is_virtual, lib.default_target(), tuple(params.items()), _pass_triples(passes))
+                        world.is_virtual, lib.target or "cuda:90", tuple(params.items()), _pass_triples(passes))
+        if lib.target is None:
+            sig = dataclasses.replace(sig, target=lib.default_target())
         exe = lib.executable(sig)
         if fast is not None:
             lib._fast[fast] = exe

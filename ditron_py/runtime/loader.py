@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -59,7 +60,7 @@ def device_target_name() -> str:
     try:
         target = driver.active.get_current_target()
     except Exception as err:  # no driver, no device: Triton raises RuntimeError or others
-        raise DitronRuntimeError(f"no GPU to launch on: {err}") from None
+        raise DitronRuntimeError(f"no GPU to launch on (Triton found none: {err})") from None
     arch = target.arch.split(":")[0] if isinstance(target.arch, str) else target.arch
     return f"{target.backend}:{arch}"
 
@@ -302,6 +303,8 @@ class Executable:
 def load_artifact(directory: str | Path) -> Executable:
     """Read an artifact directory (see ditron.artifact) into an Executable. Works without a GPU; the target is
     checked against the GPU at the first launch. Raises ArtifactError / ArtifactVersionError."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ArtifactError(f"load takes an artifact directory (a path), got {type(directory).__name__}")
     root = Path(directory)
     manifest = read_manifest(root)
     if manifest.vendor not in BINARY_EXT:

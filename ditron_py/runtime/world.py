@@ -45,11 +45,17 @@ class World:
     @staticmethod
     def virtual(world_size: int, device: str | int | None = None) -> "World":
         import torch
+        if isinstance(world_size, bool) or not isinstance(world_size, int):
+            raise DitronRuntimeError(f"world_size must be an int, got {world_size!r}")
         if world_size < 1:
             raise DitronRuntimeError(f"a world needs at least one rank, got world_size={world_size}")
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        return World(world_size, None, torch.device(device))
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise DitronRuntimeError(f"World.virtual: device {device!r} is not a torch device ({err})") from None
+        return World(world_size, None, device)
 
     @staticmethod
     def from_torch(group=None, backend: str = "nccl") -> "World":

@@ -205,6 +205,15 @@ def test_failed_compile_keeps_the_previous_artifact(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary directory left beside it
 
 
+def test_paths_must_be_paths():
+    with pytest.raises(ArtifactError, match="out_dir takes a directory path, got int"):
+        ditron.compile(VECTOR_ADD_MLIR, target="cuda:90", out_dir=5)
+    for bad in (5, None):
+        with pytest.raises(ArtifactError, match=f"load takes an artifact directory \\(a path\\), got "
+                                                f"{type(bad).__name__}"):
+            ditron.load(bad)
+
+
 def test_out_dir_refuses_other_directories(tmp_path):
     (tmp_path / "precious.txt").write_text("keep me")
     with pytest.raises(ArtifactError, match="refusing to write the artifact into .*non-empty directory that holds no "

@@ -144,6 +144,9 @@ def test_abi_of_appended_arguments():
 def test_not_a_directory(tmp_path):
     with pytest.raises(ArtifactError, match="is not an artifact directory \\(no such directory\\)"):
         ditron.load(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ArtifactError, match="is not an artifact directory \\(a file; an artifact is the directory"):
+        ditron.load(tmp_path / "file")
 
 
 def test_no_manifest(tmp_path):

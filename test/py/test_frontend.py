@@ -206,6 +206,25 @@ def test_trace_errors(body, message):
     assert message in str(trace_error(bad))
 
 
+@pytest.mark.parametrize("make,message", [
+    (lambda: dt.Mesh(tp=None), "Mesh: axis sizes are ints from 1 to 2^31 - 1, got tp=None"),
+    (lambda: dt.Mesh(dp=2, tp="4"), "Mesh: axis sizes are ints from 1 to 2^31 - 1, got tp='4'"),
+    (lambda: dt.Mesh(tp=2 ** 63), "got tp=9223372036854775808"),
+    (lambda: dt.shard(0, 4), "shard: mesh axes must be a name or a sequence of names, got 4"),
+])
+def test_mesh_and_sharding_arguments_are_checked(make, message):
+    with pytest.raises(dt.TraceError) as info:
+        make()
+    assert message in str(info.value)
+
+
+def test_collective_dims_must_be_ints():
+    @dt.program(dt.Mesh(tp=2), view="local")
+    def bad(x: dt.Tensor[(8, 4), "f32", dt.shard(0, "tp")]):
+        return dt.all_gather(x, "0", "tp")
+    assert "all_gather: dim must be an int, got '0'" in str(trace_error(bad))
+
+
 def test_error_dtype_mismatch():
     @dt.program()
     def bad(x: dt.Tensor[(8, 4), "f32"], y: dt.Tensor[(8, 4), "bf16"]):

@@ -81,6 +81,11 @@ def test_signature_fills_defaults_and_keys_are_stable():
     (lambda: sig("all_reduce", [(8, 8)], 4, dim=0), "all_reduce: unknown parameter 'dim'"),
     (lambda: ops.signature_for("all_reduce", [(8, 8)], "i8", 2, True), "element type 'i8' is not supported"),
     (lambda: sig("all_reduce", [(8, 8)], 0), "world size must be a positive int"),
+    # pass options are spliced into a pipeline string: no spaces, braces or '=' in them
+    (lambda: sig("all_reduce", [(8, 8)], 2, passes={"ditron-tile": {"block-m": "64 block-n=32"}}),
+     r"passes= ditron-tile: block-m='64 block-n=32': option names and values are plain words"),
+    (lambda: sig("all_reduce", [(8, 8)], 2, passes={"ditron-tile": {"num-chunks": "2}"}}), "are plain words"),
+    (lambda: sig("all_reduce", [(8, 8)], 2, passes={"bogus": {}}), "passes= gives pass 'bogus' no option"),
 ])
 def test_signature_errors_say_what_to_do(make, message):
     with pytest.raises(ops.OpError, match=message):
@@ -408,6 +413,12 @@ def _two(t, shape):
      "tensors of torch.int32 are not supported"),
     (lambda t, w, lib: ops.gemm_rs(_two(t, (7, 4)), _two(t, (4, 2)), w, library=lib),
      "the 7 rows of a @ b do not split over 2"),
+    (lambda t, w, lib: ops.all_reduce(_two(t, (8, 4)), 2, library=lib),
+     r"all_reduce: world must be a ditron.World \(World.virtual\(W\) or World.from_torch\(\)\), got int"),
+    (lambda t, w, lib: ops.all_reduce(_two(t, (8, 4)), w, library="/tmp/ops"),
+     "library= takes an ops.Library"),
+    (lambda t, w, lib: ops.all_reduce(_two(t, (8, 4)), w, library=lib, out=5),
+     "out= is a list of one tensor per rank; got int"),
 ])
 def test_call_arguments_are_checked_before_anything_runs(call, message):
     import torch
