@@ -319,6 +319,8 @@ def _grouped_matmul(it: _Interpreter, op, operands):
     def run(a, b, sizes):
         out = np.zeros((a.shape[0], b.shape[2]), dtype=np.result_type(a, b))
         start = 0
+        if (np.asarray(sizes) < 0).any():
+            raise EvaluationError(f"'{op.name}': group sizes must be >= 0, got {np.asarray(sizes).tolist()}")
         for e, n in enumerate(np.asarray(sizes).astype(np.int64)):
             out[start:start + n] = a[start:start + n] @ b[e]
             start += int(n)

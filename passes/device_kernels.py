@@ -96,6 +96,20 @@ def _tiles(m: int, n: int, config: dict) -> int:
 
 # ----------------------------------------------------------------------------------------------- elementwise
 
+def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_type: ir.Type, a_type: ir.Type,
+                        c_type: ir.Type, t: Tiling) -> KernelRecord:
+    from ..kernels import grouped_gemm
+    (rows, k), (groups, _, n) = a_shape, b_shape
+    try:
+        return grouped_gemm.make_record(rows, k, n, groups, dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
+                                        sizes_dtype=dtype_name(sizes_type), block_m=t.block_m or 64,
+                                        block_n=t.block_n or 128, block_k=t.block_k or 64,
+                                        num_warps=t.num_warps or 4, num_stages=t.num_stages or 3,
+                                        num_sms=t.sm_budget or 132)
+    except VerificationError as err:
+        raise _template_error(err) from None
+
+
 def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling) -> KernelRecord:
     from ..kernels import elementwise
     try:

@@ -51,7 +51,8 @@ LAYOUT_ATTR = "ditron.layout"
 END_BARRIERS = ("auto", "always")
 
 
-LOWERED = (task.Matmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce, task.AllToAll)
+LOWERED = (task.Matmul, task.GroupedMatmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce,
+           task.AllToAll)
 
 
 def _memref_of(t: ir.Type) -> ir.MemRefType:
@@ -171,8 +172,8 @@ class _FunctionLowering:
             if task.Shard.match(op):
                 raise self.error(op, "is a sharding annotation of the global view; run ditron-partition first")
             if not any(w.match(op) for w in LOWERED):
-                raise self.error(op, "has no device-level lowering yet (supported: matmul, elementwise, "
-                                     "all_gather, reduce_scatter, all_reduce, all_to_all)")
+                raise self.error(op, "has no device-level lowering yet (supported: matmul, grouped_matmul, "
+                                     "elementwise, all_gather, reduce_scatter, all_reduce, all_to_all)")
             if task.AllToAll.match(op) and task.AllToAll(op).split_sizes is not None:
                 raise self.error(op, "with split_sizes (parts of run-time sizes) has no device-level lowering "
                                      "yet; static all_to_all (equal parts) is lowered")
@@ -250,6 +251,8 @@ class _FunctionLowering:
             t = Tiling.of(op)
             if task.Matmul.match(op):
                 self.matmul(op, t)
+            elif task.GroupedMatmul.match(op):
+                self.grouped_matmul(op, t)
             elif task.Elementwise.match(op):
                 self.elementwise(op, t)
             elif task.AllGather.match(op):
@@ -324,6 +327,13 @@ class _FunctionLowering:
         c = dst if dst is not None else self.dest(mm.result, "mm")
         rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t)
         self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c], lane="compute", role="gemm")
+
+    def grouped_matmul(self, op: ir.Operation, t: Tiling) -> None:
+        g = task.GroupedMatmul(op)
+        c = self.dest(g.result, "gmm")
+        rec = K.grouped_gemm_record(shape_of(g.lhs), shape_of(g.rhs), g.group_sizes.type, g.lhs.type, g.result.type, t)
+        self.launch(rec, [self.buf(g.lhs), self.buf(g.rhs), self.buf(g.group_sizes), c], lane="compute",
+                    role="grouped_gemm")
 
     def elementwise(self, op: ir.Operation, t: Tiling) -> None:
         e = task.Elementwise(op)

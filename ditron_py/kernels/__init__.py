@@ -133,7 +133,7 @@ class Template(Protocol):
 
 # ------------------------------------------------------------------------------------------------ records
 
-TEMPLATES = ("gemm", "copy", "reduce", "elementwise")
+TEMPLATES = ("gemm", "copy", "reduce", "elementwise", "grouped_gemm")
 
 
 class KernelRecord(dict):

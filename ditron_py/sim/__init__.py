@@ -78,8 +78,8 @@ def random_inputs(program: Program, world_size: int, seed: int, call: int) -> li
             if any(s < 0 for s in shape):
                 raise SimulationError(f"input argument {spec.index} of @{program.name} has a dynamic shape; pass "
                                       f"inputs= explicitly")
-            if spec.type.elem.startswith(("i", "ui")):
-                x = rng.integers(-8, 9, size=shape).astype(np.float64)
+            if spec.type.elem.startswith(("i", "ui")):  # integer inputs are sizes (grouped_matmul's groups)
+                x = rng.integers(0, 9, size=shape).astype(np.float64)
             else:
                 x = rng.standard_normal(size=shape, dtype=np.float32)
                 round_to(spec.type.elem, x)

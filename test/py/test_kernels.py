@@ -1210,3 +1210,65 @@ def test_gemm_stages_grid_fits_and_builds(tmp_path):
     bench.build_kernels(tmp_path, picked)
     for p in sorted(tmp_path.glob("*.ttir")):
         triton_parse(p.read_text())
+
+
+# ------------------------------------------------------------------------------------------------ grouped GEMM
+
+GROUPED_CASES = {  # t, k, n, sizes (their sum at most t), dtype, tile
+    "ragged-empty-group-rows-past-the-end": (70, 40, 50, [20, 0, 45], "bf16", (16, 32, 16)),
+    "fp32-one-group-every-row": (33, 16, 16, [33, 0], "fp32", (16, 16, 16)),
+    "groups-inside-one-tile": (64, 32, 48, [5, 17, 16, 10], "bf16", (32, 16, 16)),
+    "fp16-in-fp32-out-i64-sizes": (40, 24, 20, [7, 0, 0, 30], "fp16", (16, 16, 16)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GROUPED_CASES))
+def test_grouped_gemm_ir_and_tiles_match_numpy(case):
+    """The emitted IR (interpreted) and tiles()' compute both give each row its own group's product, rows past the
+    last group zero; Triton parses the kernel for both vendors."""
+    from ditron.kernels import grouped_gemm
+    t, k, n, sizes, dtype, (bm, bn, bk) = GROUPED_CASES[case]
+    out_dtype, sizes_dtype = ("fp32", "i64") if dtype == "fp16" else (dtype, "i32")
+    rec = grouped_gemm.make_record(t, k, n, len(sizes), dtype=dtype, out_dtype=out_dtype, sizes_dtype=sizes_dtype,
+                                   block_m=bm, block_n=bn, block_k=bk, num_sms=2, waves=1)
+    rng = np.random.default_rng(RNG_SEED)
+    a, b = random(dtype, (t, k), rng), random(dtype, (len(sizes), k, n), rng)
+    want, start = np.zeros((t, n), np.float32), 0
+    for g, size in enumerate(sizes):
+        want[start:start + size] = a[start:start + size].astype(np.float32) @ b[g].astype(np.float32)
+        start += size
+    want = round_to(out_dtype, want)
+    group_sizes = np.array(sizes, np.int64 if sizes_dtype == "i64" else np.int32)
+    mem = {("a", 0): a.ravel().copy(), ("b", 0): b.ravel().copy(), ("sizes", 0): group_sizes,
+           ("c", 0): np.full(t * n, 7, storage_dtype(out_dtype))}
+    with ditron_context():
+        module = ir.Module.create()
+        func = grouped_gemm.build(rec, ip=ir.InsertionPoint(module.body))
+        assert KernelRecord.of(func) == rec
+        interp.run(func, mem, grid=grouped_gemm.grid(rec)[0])
+        del module, func
+    close(mem[("c", 0)].reshape(t, n), want, tol=1e-6)
+    views = {"a": a, "b": b, "sizes": group_sizes, "c": np.full((t, n), 7, np.float32)}
+    steps = grouped_gemm.tiles(rec, rank=0, num_ranks=1, scalars={})
+    written = np.zeros((t, n), bool)
+    for program in steps:
+        for step in program:
+            step.compute(lambda r: views[r.arg][tuple(slice(o, o + s) for o, s in zip(r.offsets, r.sizes))])
+            (c,) = step.writes
+            written[c.offsets[0]:c.offsets[0] + c.sizes[0], c.offsets[1]:c.offsets[1] + c.sizes[1]] = True
+    assert written.all()
+    close(views["c"], want, tol=1e-6)
+    for target in ("cuda:90", "hip:gfx942"):
+        triton_parse(emit(rec, lower=target), ("cuda", 90, 32) if target == "cuda:90" else ("hip", "gfx942", 64))
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(block_m=8), "block_m must be a power of two >= 16"), (dict(sizes_dtype="f32"), "sizes_dtype 'f32'"),
+    (dict(e=0), "field 'e' must be a positive integer"), (dict(dtype="fp8e4m3"), "dtype 'fp8e4m3' is not supported"),
+])
+def test_grouped_gemm_rejects_bad_records(change, match):
+    from ditron.kernels import grouped_gemm
+    rec = grouped_gemm.make_record(64, 32, 32, 2)
+    rec.update(change)
+    with pytest.raises(VerificationError, match=match):
+        grouped_gemm.check(rec)

@@ -73,17 +73,6 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 
 // -----
 
-// An op the device level has no lowering for.
-module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
-  func.func @experts(%x: tensor<8x8xbf16>, %w: tensor<2x8x4xbf16>, %g: tensor<2xi32>) -> tensor<8x4xbf16> attributes {ditron.view = "local"} {
-    // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: ditron-lower-task-to-device: 'ditron_task.grouped_matmul' op has no device-level lowering yet (supported: matmul, elementwise, all_gather, reduce_scatter, all_reduce, all_to_all)
-    %y = "ditron_task.grouped_matmul"(%x, %w, %g) : (tensor<8x8xbf16>, tensor<2x8x4xbf16>, tensor<2xi32>) -> tensor<8x4xbf16>
-    return %y : tensor<8x4xbf16>
-  }
-}
-
-// -----
-
 // An all_to_all of parts of run-time sizes.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   func.func @a2a(%x: tensor<8x8xbf16>, %s: tensor<2xi32>) -> tensor<?x8xbf16> attributes {ditron.view = "local"} {
