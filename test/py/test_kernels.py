@@ -1219,7 +1219,16 @@ GROUPED_CASES = {  # t, k, n, sizes (their sum at most t), dtype, tile
     "fp32-one-group-every-row": (33, 16, 16, [33, 0], "fp32", (16, 16, 16)),
     "groups-inside-one-tile": (64, 32, 48, [5, 17, 16, 10], "bf16", (32, 16, 16)),
     "fp16-in-fp32-out-i64-sizes": (40, 24, 20, [7, 0, 0, 30], "fp16", (16, 16, 16)),
+    # TMA loads whose last K step runs past k: a reads zeros there, b the next group's rows (which add nothing)
+    "tma-k-step-past-k": (50, 40, 32, [10, 25, 15], "bf16", (16, 16, 32)),
 }
+
+
+def test_grouped_gemm_cases_cover_both_loads():
+    from ditron.kernels import grouped_gemm
+    loads = {grouped_gemm.make_record(t, k, n, len(sizes), dtype=dtype)["loads"]
+             for t, k, n, sizes, dtype, _ in GROUPED_CASES.values()}
+    assert loads == {"tma", "pointer"}  # 16-byte row strides or not
 
 
 @pytest.mark.parametrize("case", sorted(GROUPED_CASES))
@@ -1265,6 +1274,7 @@ def test_grouped_gemm_ir_and_tiles_match_numpy(case):
 @pytest.mark.parametrize("change,match", [
     (dict(block_m=8), "block_m must be a power of two >= 16"), (dict(sizes_dtype="f32"), "sizes_dtype 'f32'"),
     (dict(e=0), "field 'e' must be a positive integer"), (dict(dtype="fp8e4m3"), "dtype 'fp8e4m3' is not supported"),
+    (dict(n=33, loads="tma"), "TMA loads need 16-byte row strides"), (dict(loads="cp.async"), "loads 'cp.async'"),
 ])
 def test_grouped_gemm_rejects_bad_records(change, match):
     from ditron.kernels import grouped_gemm
