@@ -174,6 +174,21 @@ def set_module_target(module: Any, target: str, what: str = "compiling for") -> 
         raise TargetError(f"{what} {target}: the module's {TARGET_ATTR} is '{have}'")
 
 
+def _passes_left(module: Any, task_level: bool) -> list[str]:
+    """The passes of ``ditron-default`` a module still needs: all of them at task level; for a device program
+    (lowered, kernels not yet instantiated), those after ditron-lower-task-to-device -- its scheduling unless a
+    stream is already assigned, then the core lowering."""
+    from .dialects.opbase import walk_ops
+    from .passes.registry import PIPELINES
+    names = list(PIPELINES[TO_CORE_PIPELINE])
+    if task_level or "ditron-lower-task-to-device" not in names:
+        return names
+    rest = names[names.index("ditron-lower-task-to-device") + 1:]
+    scheduled = any("stream" in op.attributes for op in walk_ops(module.operation)
+                    if op.name.startswith("ditron_device."))
+    return [n for n in rest if not (scheduled and n == "ditron-schedule-overlap")]
+
+
 def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     """Bring a task- or device-level module to core level and return its host program (None for a core-level
     module: its kernels are launched by the caller).
@@ -202,7 +217,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
             raise PassError(message, [diagnostic_at(higher[0].location, message)])
         if target is not None:
             set_module_target(module, str(target))
-        for p in parse_pipeline(TO_CORE_PIPELINE):
+        for p in parse_pipeline(",".join(_passes_left(module, task_level))):
             p.run(module)
             verify(module)
 

@@ -75,7 +75,14 @@ def cmd_compile(args, out: TextIO) -> int:
         if name in options:
             raise DitronError(f"--opt {name} given twice")
         options[name] = value
-    exe = ditron_compile(Path(args.input), target=args.target, out_dir=args.output,
+    if args.input == "-":  # as ditron-opt: standard input
+        try:
+            src: Any = sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise DitronError(f"cannot read standard input: not UTF-8 text (byte {e.start})") from None
+    else:
+        src = Path(args.input)
+    exe = ditron_compile(src, target=args.target, out_dir=args.output,
                          cache=False if args.no_cache else None, keep_stages=not args.no_stages, **options)
     info = exe.compile_info
     out.write(f"wrote {exe.path}: {len(exe.kernels)} kernel{'s' if len(exe.kernels) != 1 else ''} "

@@ -220,6 +220,8 @@ def require_device_level(module: ir.Module, pass_name: str, task_level_hint: str
         if op.name.startswith(task.TaskOp.DIALECT + "."):
             raise op_error(pass_name, op, f"is task-level IR; {task_level_hint}")
     funcs = device.device_functions(module)
+    if not funcs and not list(module.body.operations):
+        return []  # an empty module: nothing to transform (ditron-default on one is a no-op, as in mlir-opt)
     if not funcs:
         raise PassError(f"{pass_name}: the module has no device function ({LEVEL_ATTR} = \"device\"); run "
                         "ditron-lower-task-to-device first")

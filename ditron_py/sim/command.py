@@ -91,6 +91,9 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from ..dialects.device import device_functions
 
     try:
+        if args.input == "-":
+            raise DitronError("ditron sim reads a .mlir file; standard input ('-') is not supported: write it to a "
+                              "file first")
         seeds = _seeds(args.seeds)
         _check_counts(args)
         with open(args.input, encoding="utf-8") as f:

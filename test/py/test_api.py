@@ -141,6 +141,26 @@ def test_task_level_module_without_pipeline(monkeypatch, tmp_path):
     assert info.value.render().startswith(f"{src}:3:10: error: the module has task- or device-level ops")
 
 
+@pytest.mark.parametrize("last", ["ditron-lower-task-to-device", "ditron-schedule-overlap"])
+def test_device_level_module_runs_the_rest_of_the_pipeline(last):
+    """A device program that ditron-opt stopped midway (kernels not instantiated): compile runs the passes after
+    ditron-lower-task-to-device (its scheduling only if no stream is assigned yet), not ditron-tile again."""
+    from ditron.dialects import ditron_context
+    from ditron.dialects.context import parse_module
+    from ditron.passes.registry import PIPELINES, parse_pipeline
+    source = (Path(__file__).resolve().parents[2] / "examples" / "gemm_rs.mlir").read_text()
+    names = PIPELINES["ditron-default"]
+    with ditron_context():
+        module = parse_module(source)
+        for p in parse_pipeline(",".join(names[:names.index(last) + 1])):
+            p.run(module)
+        text = str(module)
+        del module
+    whole = ditron.compile(source, target="cuda:90", cache=False)
+    part = ditron.compile(text, target="cuda:90", cache=False)
+    assert sorted(part.kernels) == sorted(whole.kernels) and part.host_program is not None
+
+
 def test_task_level_module_runs_the_pipeline(monkeypatch):
     """When ditron-default is registered, compile runs it first; here it is a stand-in that cannot reach core
     level, which compile reports."""
@@ -227,6 +247,11 @@ def test_out_dir_refuses_other_directories(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------- the command
+
+def test_cli_compile_reads_standard_input(tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(ELEMENTWISE_MLIR))
+    code, stdout, stderr = cli("compile", "-", "--target", "cuda:90", "-o", str(tmp_path / "art"), "--no-cache")
+    assert (code, stderr) == (0, "") and f"wrote {tmp_path / 'art'}: 2 kernels" in stdout
 
 def test_cli_compile_and_info(tmp_path):
     src = tmp_path / "k.mlir"

@@ -62,6 +62,8 @@ def test_errors_are_one_line_without_a_traceback(tmp_path):
     for flag in ("--num-sms", "--calls", "--world-size"):  # not a deadlock of nobody, or nothing simulated
         code, _, err = _run([str(f), flag, "0"])
         assert code == 1 and err == f"error: {flag} must be >= 1, got 0\n"
+    code, _, err = _run(["-"])
+    assert code == 1 and err.startswith("error: ditron sim reads a .mlir file; standard input ('-') is not supported")
     (tmp_path / "latin1.mlir").write_bytes(b"module {\xdc}\n")
     code, _, err = _run([str(tmp_path / "latin1.mlir")])
     assert code == 1 and err == f"error: cannot read '{tmp_path / 'latin1.mlir'}': not UTF-8 text (byte 8)\n"

@@ -15,6 +15,9 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 
 // CHECK: error: ditron-lower-device-to-core: the module has no device function (ditron.level = "device"); run ditron-lower-task-to-device first
 module {
+  func.func @nothing() {
+    return
+  }
 }
 
 // -----

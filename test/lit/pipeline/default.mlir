@@ -3,6 +3,10 @@
 // RUN: ditron-opt %S/../../../examples/ag_gemm.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AG
 // RUN: ditron-opt %S/../../../examples/gemm_rs.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=RS
 // RUN: ditron-opt %S/../../../examples/gemm_ar.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AR
+// An empty module has nothing to lower: it comes back as it is (as through mlir-opt), not as an error.
+// RUN: echo 'module {}' | ditron-opt - --pass-pipeline=ditron-default | FileCheck %s --check-prefix=EMPTY
+// EMPTY: module {
+// EMPTY-NEXT: }
 // RUN: ditron-opt %s --pass-pipeline=ditron-default | FileCheck %s
 
 // MLP-LABEL: func.func @mlp
