@@ -502,6 +502,22 @@ def _wide_integer(attr: ir.Attribute) -> ir.Attribute | None:
     return None
 
 
+def _expand_dims(c: _Checker, op: ir.Operation) -> None:
+    """tt.expand_dims: Triton's parser corrupts the process on an axis past the operand's rank (it printed its
+    error, then the process aborted or segfaulted), so ditron checks the axis before handing the text over."""
+    if "axis" not in op.attributes or len(op.operands) != 1:
+        return
+    t = _tensor(op.operands[0].type)
+    axis = op.attributes["axis"]
+    if t is None or not isinstance(axis, ir.IntegerAttr) or _wide_integer(axis) is not None:
+        return
+    if not 0 <= axis.value <= t.rank:
+        c.error(op, f"axis {axis.value} is out of range for an operand of rank {t.rank} (0..{t.rank})")
+
+
+_RULES["tt.expand_dims"] = _expand_dims
+
+
 @rule(core.SymmAt, core.ConsumeToken)
 def _same_type(c: _Checker, op: ir.Operation) -> None:
     if op.operands[0].type != op.results[0].type:

@@ -126,3 +126,13 @@ func.func @notify_clear_releases(%p: !tt.ptr<i32>, %peer: i32, %v: i32) {
   "ditron_core.notify"(%p, %peer, %v) {op = "clear", scope = "sys", semantic = "release"} : (!tt.ptr<i32>, i32, i32) -> ()
   return
 }
+
+// -----
+
+// Triton's parser corrupts the process on an expand_dims past the operand's rank: ditron checks it first.
+func.func @expand_dims_axis(%x: tensor<32xi32>) {
+  // CHECK-NEXT: {{.*}}core_invalid.mlir:[[# @LINE + 1]]:8: error: 'tt.expand_dims' op axis 100 is out of range for an operand of rank 1 (0..1)
+  %0 = "tt.expand_dims"(%x) {axis = 100 : i32} : (tensor<32xi32>) -> tensor<1x32xi32>
+  %1 = "tt.expand_dims"(%x) {axis = 1 : i32} : (tensor<32xi32>) -> tensor<32x1xi32>
+  return
+}
