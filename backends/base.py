@@ -60,8 +60,11 @@ class BackendOptions:
         if not _power_of_two(self.num_ctas) or self.num_ctas > 16:
             raise TargetError(f"option num_ctas={self.num_ctas!r}: must be 1, 2, 4, 8 or 16")
         for f in dataclasses.fields(self):
-            if f.type in (bool, "bool") and not isinstance(getattr(self, f.name), bool):
-                raise TargetError(f"option {f.name}={getattr(self, f.name)!r}: must be true or false")
+            v = getattr(self, f.name)
+            if f.type in (bool, "bool") and not isinstance(v, bool):
+                raise TargetError(f"option {f.name}={v!r}: must be true or false")
+            if f.type in (int, "int") and isinstance(v, bool):  # True is an int to Python, not a count
+                raise TargetError(f"option {f.name}={v!r}: must be an integer")
         self._validate()
 
     def _validate(self) -> None:

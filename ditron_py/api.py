@@ -29,7 +29,7 @@ from typing import Any, Iterable
 from . import __version__, env
 from .artifact import MANIFEST, ArgSpec, ArtifactError, options_json, triton_type, write_artifact
 from .cache import CompileCache, cache_key, triton_version
-from .errors import CompileError, ParseError, PassError
+from .errors import CompileError, ParseError, PassError, TargetError
 from .runtime.loader import Executable, load_artifact
 
 # The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
@@ -59,6 +59,9 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
     start = time.perf_counter()
     if out_dir is not None and not isinstance(out_dir, (str, os.PathLike)):
         raise ArtifactError(f"out_dir takes a directory path, got {type(out_dir).__name__}")
+    for flag, value in (("cache", cache), ("keep_stages", keep_stages)):
+        if value is not None and not isinstance(value, bool):
+            raise TargetError(f"{flag} takes True or False, got {value!r}")
     text, source_name = read_input(src)
     tgt = Target.parse(target)
     backend = get_backend(tgt)
@@ -163,7 +166,6 @@ def set_module_target(module: Any, target: str, what: str = "compiling for") -> 
     '<what> <target>: the module's ditron.target is ...'."""
     from mlir import ir
 
-    from .errors import TargetError
     attrs = module.operation.attributes
     if TARGET_ATTR not in attrs:
         attrs[TARGET_ATTR] = ir.StringAttr.get(target)

@@ -155,7 +155,9 @@ def run(argv: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
     try:
         args = parser.parse_args(argv)
     except _Usage as e:
-        stderr.write(f"error: {e} (see ditron --help)\n")
+        command = next((a for a in argv if not a.startswith("-")), None)
+        where = f"ditron {command} --help" if command in ("compile", "info") else "ditron --help"
+        stderr.write(f"error: {e} (see {where})\n")
         return 1
     if args.command is None:
         stderr.write("error: give a command: compile, info or sim (see ditron --help)\n")

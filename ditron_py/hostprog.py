@@ -267,6 +267,10 @@ class _Serializer:
                 if isinstance(record.get(part), dict):
                     info["wait"] = record[part]
                     break
+        if n_operands != n_args and "ditron.abi" in target.attributes:
+            raise _error(launch, f"launch of '@{name}': the kernel was already lowered by ditron-lower-core-to-triton "
+                                 "(it takes the rank and the peers' heap bases as arguments the launch does not "
+                                 "pass); compile the module from before that pass")
         if n_operands != n_args:
             raise _error(launch, f"launch of '@{name}' passes {n_operands} operand(s); the kernel takes {n_args}")
         self.kernels[name] = info

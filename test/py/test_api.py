@@ -225,6 +225,14 @@ def test_failed_compile_keeps_the_previous_artifact(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary directory left beside it
 
 
+@pytest.mark.parametrize("kw,message", [({"num_warps": True}, "option num_warps=True: must be an integer"),
+                                        ({"cache": "no"}, "cache takes True or False, got 'no'"),
+                                        ({"keep_stages": "no"}, "keep_stages takes True or False, got 'no'")])
+def test_flags_and_options_of_the_wrong_type(kw, message):
+    with pytest.raises(TargetError, match=message):
+        ditron.compile(VECTOR_ADD_MLIR, target="cuda:90", **kw)
+
+
 def test_paths_must_be_paths():
     with pytest.raises(ArtifactError, match="out_dir takes a directory path, got int"):
         ditron.compile(VECTOR_ADD_MLIR, target="cuda:90", out_dir=5)
@@ -247,6 +255,29 @@ def test_out_dir_refuses_other_directories(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------- the command
+
+def test_cli_usage_errors_point_at_the_subcommand_help():
+    code, _, err = cli("compile")
+    assert code == 1 and err.endswith("(see ditron compile --help)\n")
+    code, _, err = cli("--bogus")
+    assert code == 1 and err.endswith("(see ditron --help)\n")
+
+
+def test_compile_of_an_already_lowered_module_says_so():
+    from ditron.dialects import ditron_context
+    from ditron.dialects.context import parse_module
+    from ditron.passes.registry import parse_pipeline
+    source = (Path(__file__).resolve().parents[2] / "examples" / "gemm_rs.mlir").read_text()
+    with ditron_context():
+        module = parse_module(source)
+        for p in parse_pipeline("ditron-default,ditron-lower-core-to-triton"):
+            p.run(module)
+        text = str(module)
+        del module
+    with pytest.raises(DitronError, match="launch of '@gemm': the kernel was already lowered by "
+                                          "ditron-lower-core-to-triton"):
+        ditron.compile(text, target="cuda:90", cache=False)
+
 
 def test_cli_compile_reads_standard_input(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(ELEMENTWISE_MLIR))
