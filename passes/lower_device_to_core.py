@@ -72,14 +72,20 @@ class LowerDeviceToCorePass(Pass):
             self._instantiate(decl)
 
     def _instantiate(self, decl: ir.Operation) -> None:
-        rec = KernelRecord.from_attr(decl.attributes[KERNEL_ATTR])
-        template = _template(rec.get("template", "?"), decl, self.name)
         name = ir.StringAttr(decl.attributes["sym_name"]).value
+        try:
+            rec = KernelRecord.from_attr(decl.attributes[KERNEL_ATTR])
+        except (TypeError, ValueError) as err:
+            raise op_error(self.name, decl, f"kernel '@{name}': its {KERNEL_ATTR} record is malformed ({err})") from None
+        template = _template(rec.get("template", "?"), decl, self.name)
         rec["name"] = name
         try:
             template.build(rec, ip=ir.InsertionPoint(decl), loc=decl.location)
         except DitronError as err:
             raise op_error(self.name, decl, f"kernel '@{name}' cannot be built: {err}") from None
+        except (KeyError, TypeError, ValueError, IndexError) as err:  # a field missing or of the wrong kind
+            raise op_error(self.name, decl, f"kernel '@{name}': its {KERNEL_ATTR} record is malformed "
+                                            f"({type(err).__name__}: {err})") from None
         decl.erase()
 
     def _check_launches(self, module: ir.Module, funcs) -> None:

@@ -46,6 +46,19 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 
 // -----
 
+// A record missing a field its template reads (an elementwise kernel without a shape): a located error, not an
+// internal one.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  // CHECK: errors.mlir:[[# @LINE + 1]]:3: error: ditron-lower-device-to-core: 'func.func' op kernel '@noshape': its ditron.kernel record is malformed (KeyError: 'shape')
+  func.func private @noshape(memref<64x32xbf16>, memref<64x32xbf16>) attributes {ditron.kernel = {template = "elementwise", name = "noshape", fn = "relu", arity = 1 : i64, dtype = "bf16", block_m = 32 : i64, block_n = 32 : i64, grid = 2 : i64, num_warps = 4 : i64, args = ["x0", "y"]}}
+  func.func @f(%x: memref<64x32xbf16> {ditron.io = "in"}, %y: memref<64x32xbf16> {ditron.io = "out"}, %e: index {ditron.io = "epoch"}) attributes {ditron.level = "device"} {
+    "ditron_device.launch"(%x, %y) {kernel = @noshape, grid = array<i64: 2>, sm_budget = 2 : i64, tile_order = "grouped", operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0>} : (memref<64x32xbf16>, memref<64x32xbf16>) -> ()
+    return
+  }
+}
+
+// -----
+
 // A record the template refuses.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // CHECK: errors.mlir:[[# @LINE + 1]]:3: error: ditron-lower-device-to-core: 'func.func' op kernel '@bad' cannot be built: elementwise template: fn 'cube' is unknown
