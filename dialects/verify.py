@@ -110,9 +110,23 @@ class _Checker:
                                "integers of at most 64 bits")
             elif name in STRING_ATTRS and not isinstance(attr, ir.StringAttr):
                 self.error(op, f"attribute '{name}' must be a string, got {attr}")
+            elif name == KERNEL_RECORD_ATTR and not self.readable_record(attr):
+                self.error(op, f"attribute '{name}' must be a dictionary of ints, floats, strings, bools, lists and "
+                               f"dictionaries (a kernel record), got {attr}")
             elif name == "stream" and op.name.startswith("ditron_device.") and \
                     (not isinstance(attr, ir.IntegerAttr) or isinstance(attr, ir.BoolAttr)):
                 self.error(op, f"attribute 'stream' must be an integer (the stream's number), got {attr}")
+
+    @staticmethod
+    def readable_record(attr: ir.Attribute) -> bool:
+        from .opbase import attr_to_py
+        if not isinstance(attr, ir.DictAttr):
+            return False
+        try:
+            attr_to_py(attr, strict=True)
+        except (TypeError, ValueError):
+            return False
+        return True
 
     def check_func_shardings(self, op: ir.Operation) -> None:
         ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
@@ -480,6 +494,7 @@ def _core_barrier(c: _Checker, op: ir.Operation) -> None:
     _check_enum(c, op, "scope", core.BarrierAll(op).scope, core.SCOPES)
 
 
+KERNEL_RECORD_ATTR = "ditron.kernel"  # a template instance (ditron.kernels.KernelRecord)
 # attributes the passes write and read as strings, wherever they appear
 STRING_ATTRS = ("ditron.lane", "ditron.role", "ditron.level", "ditron.target", "ditron.axis")
 

@@ -298,3 +298,9 @@ func.func @pass_attributes(%p: memref<4xi32>, %e: index, %c: index) {
   "ditron_device.wait"(%p, %e, %c) {ditron.tiling = {kind = "x", l = [1, {m = 4 : i65}]}, where = "stream"} : (memref<4xi32>, index, index) -> ()
   return
 }
+
+// -----
+
+// A kernel record holding an attribute no record field can be (the passes that read it failed without a location).
+// CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:1: error: 'func.func' op attribute 'ditron.kernel' must be a dictionary of ints, floats, strings, bools, lists and dictionaries (a kernel record), got {block_m = affine_map<(d0) -> (d0)>, template = "elementwise"}
+func.func private @k(memref<8xf32>) attributes {ditron.kernel = {template = "elementwise", block_m = affine_map<(d0) -> (d0)>}}
