@@ -6,6 +6,9 @@
   ``ready[q*C + c]`` (chunk c of rank q's shard is in this rank's destination) and offers the chunk to the peers
   (``avail``); every rank then pulls each peer's chunks once they are offered. ditron-schedule-overlap may turn the
   direct pull into a ring (pull from rank+1, forward to rank-1).
+* all-to-all (static, by pull): part q of this rank's input is staged into a symmetric send buffer and offered to
+  rank q alone; each rank copies its own part and pulls its part of every peer's buffer once offered
+  (``all_to_all``).
 * reduce by owner (reduce-scatter): partial rows live in a symmetric buffer on every rank; for each chunk of the
   rows it owns, a rank waits on its own pad until all W ranks counted the chunk complete, then launches the reduce
   template (reads the chunk from every rank through symm_at, sums in fp32). A fused GEMM counts its tiles into

@@ -262,7 +262,7 @@ class _FunctionLowering:
             elif task.AllReduce.match(op):
                 self.all_reduce(op, t)
             elif task.AllToAll.match(op):
-                C.all_to_all(self, op, t)
+                self.all_to_all(op, t)
             else:
                 raise AssertionError(f"{op.name} passed _check_input but has no lowering")
 
@@ -357,6 +357,9 @@ class _FunctionLowering:
 
     def all_reduce(self, op: ir.Operation, t: Tiling) -> None:
         C.all_reduce(self, op, t)
+
+    def all_to_all(self, op: ir.Operation, t: Tiling) -> None:
+        C.all_to_all(self, op, t)
 
     def _local_copy(self, src: ir.Value, dst: ir.Value, *, lane: str) -> None:
         shape = list(ir.MemRefType(src.type).shape)
