@@ -1,6 +1,7 @@
 """make demo: the example task programs through every level of ditron.
 
-For each of examples/{ag_gemm,gemm_rs,gemm_ar,mlp}.mlir (global view, LLaMA-size shapes, tp = 4):
+For each of examples/{ag_gemm,gemm_rs,gemm_ar,mlp}.mlir (global view, LLaMA-size shapes, tp = 4) and
+examples/moe.mlir (a mixture-of-experts layer in the local view, ep = 4):
   1. Task level:   parse + verify; ditron-partition shows the collectives it inserts.
   2. Device/core:  the default pipeline (partition, fuse-overlap, tile, lower-task-to-device, schedule-overlap,
                    lower-device-to-core): what the rank program does and which core kernels it launches.
@@ -26,7 +27,7 @@ from ditron.passes.registry import parse_pipeline
 from ditron.sim import simulate, task_reference
 
 EXAMPLES = Path(__file__).resolve().parent
-NAMES = ("ag_gemm", "gemm_rs", "gemm_ar", "mlp")
+NAMES = ("ag_gemm", "gemm_rs", "gemm_ar", "mlp", "moe")
 # full-size dims -> the small ones the CPU simulator runs (a prime row count per rank keeps tiles ragged)
 SMALL = {"8192": "4091", "4096": "64", "14336": "128", "28672": "128"}
 
@@ -48,12 +49,14 @@ def section(title: str) -> None:
 def task_level(name: str, text: str, show: bool) -> None:
     with ditron_context():
         module = parse_module(text, f"examples/{name}.mlir")
+        local = 'ditron.view = "local"' in text  # collectives the program writes itself: partition leaves them
         for p in parse_pipeline("ditron-verify,ditron-partition"):
             p.run(module)
         collectives = Counter(op.name.split(".")[1] for op in walk_ops(module)
                               if op.name in ("ditron_task.all_gather", "ditron_task.reduce_scatter",
                                              "ditron_task.all_reduce", "ditron_task.all_to_all"))
-        print(f"[task]   verified; ditron-partition inserts: {rows_of(collectives) or 'no collective'}")
+        what = "local view, its collectives" if local else "ditron-partition inserts"
+        print(f"[task]   verified; {what}: {rows_of(collectives) or 'no collective'}")
         if show:
             print(module)
         del module
