@@ -77,20 +77,9 @@ def _suffix(tile: str) -> str:
 
 
 def _median_us(fn) -> float:
-    import torch
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(ITERS):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / ITERS)
-    return statistics.median(times)
+    """The median over REPS repetitions of bench_gemm.warm_us (CUDA events around ITERS back-to-back calls)."""
+    from bench_gemm import warm_us  # benchmarks/ is on the path
+    return statistics.median(warm_us(fn, ITERS, blocks=1) for _ in range(REPS))
 
 
 def run(directory: Path, out: Path) -> None:

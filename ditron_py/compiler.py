@@ -93,11 +93,10 @@ def _target_of(module: ir.Module, target: "Target | str | None") -> Target:
     if target is None:
         # the module's target, else the one the pipeline tiled for (stamped on the device function by
         # ditron-lower-task-to-device)
-        for ops in ([module.operation], list(module.body.operations)):
-            stamped = {ir.StringAttr(op.attributes["ditron.target"]).value for op in ops
-                       if "ditron.target" in op.attributes}
-            if len(stamped) == 1:
-                return Target.parse(stamped.pop())
+        from .passes.lower_core_to_triton import module_target
+        stamped = module_target(module)[1]
+        if stamped is not None:
+            return Target.parse(stamped)
         raise TargetError("no target given: pass --target=cuda:90 (or hip:gfx942, ...) or set the module attribute "
                           "ditron.target")
     return Target.parse(target)

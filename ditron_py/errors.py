@@ -67,8 +67,8 @@ class WaitTimeoutError(DitronRuntimeError):
 def report_internal_error(err: BaseException, stderr) -> int:
     """What a command-line tool does with an exception that is not a DitronError (a bug in ditron): one line on
     stderr, the Python trace only under $DITRON_TRACEBACK=1; returns the exit status, 1."""
-    import os
-    if os.environ.get("DITRON_TRACEBACK", "0") not in ("", "0"):
+    from .env import traceback_enabled
+    if traceback_enabled():
         import traceback
         traceback.print_exception(err, file=stderr)
     stderr.write(f"error: internal compiler error: {type(err).__name__}: {err} "

@@ -296,6 +296,16 @@ class _KernelLowering:
             replace_op(op, values)
 
 
+def module_target(module: ir.Module) -> tuple[str | None, str | None]:
+    """(the module's own ``ditron.target``, the target the module is for): its own, else the one
+    ditron-lower-task-to-device stamped on its device functions when they agree; None where there is none."""
+    found = [[ir.StringAttr(op.attributes[TARGET_ATTR]).value for op in ops
+              if TARGET_ATTR in op.attributes and isinstance(op.attributes[TARGET_ATTR], ir.StringAttr)]
+             for ops in ([module.operation], list(module.body.operations))]
+    own = found[0][0] if found[0] else None
+    return own, own or (found[1][0] if len(set(found[1])) == 1 else None)
+
+
 @dataclass(frozen=True)
 class LowerCoreToTritonPass(Pass):
     name = "ditron-lower-core-to-triton"
@@ -309,11 +319,7 @@ class LowerCoreToTritonPass(Pass):
         """The option's target, which must agree with the module's ``ditron.target`` (the user's: ditron-opt
         --target, ditron.compile) -- a module for AMD lowered for NVIDIA made Triton's AMD backend abort; without
         the option, the module's, else the one ditron-tile tiled for (stamped on the device function)."""
-        found = [[ir.StringAttr(op.attributes[TARGET_ATTR]).value for op in ops
-                  if TARGET_ATTR in op.attributes and isinstance(op.attributes[TARGET_ATTR], ir.StringAttr)]
-                 for ops in ([module.operation], list(module.body.operations))]
-        own = found[0][0] if found[0] else None
-        stamped = own or (found[1][0] if len(set(found[1])) == 1 else None)
+        own, stamped = module_target(module)
         try:
             if not self.target:
                 return Target.parse(stamped or DEFAULT_TARGET)
