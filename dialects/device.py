@@ -7,7 +7,7 @@ from mlir import ir
 
 from .opbase import I64ArrayAttr, IntAttr, Operand, OpWrapper, Result, StrAttr, SymbolAttr
 
-ENGINES = ("copy_engine", "sm", "tma", "rdma")
+ENGINES = ("copy_engine", "sm")  # the engines the executor implements: DMA copies, copy kernels on SMs
 SIGNAL_OPS = ("set", "add")
 SCOPES = ("gpu", "sys")
 WAIT_PLACES = ("stream", "kernel")

@@ -23,7 +23,8 @@ Format (``FORMAT_VERSION`` 1; the manifest stores it as ``host_program = {format
 An op is ``{"op": <MLIR op name>, "in": [value ids], "out": [value ids], "loc": "file:line:col" | null, ...}``
 plus, per op: ``value`` (arith.constant), ``predicate`` (arith.cmpi), ``width``/``src_width`` (casts), ``regions``
 (scf.for / scf.if: ``[{"args": [ids], "body": [ops]}]``) and, for ditron_device ops, ``stream`` and
-``alloc`` (alloc_symmetric: index into allocs), ``engine``/``ndim`` (copy), ``kind``/``scope`` (signal),
+``alloc`` (alloc_symmetric: index into allocs), ``engine``/``ndim``/``kernel`` (copy; ``kernel``: an SM copy's
+copy-template kernel, whose record says pull or push), ``kind``/``scope`` (signal),
 ``where`` (wait), ``kernel``/``grid``/``sm_budget``/``tile_order`` (launch). Value ids are small integers, unique
 in the program; arguments come first.
 
@@ -62,6 +63,7 @@ MESH_ATTR = "ditron.mesh"
 IO_ROLES = ("in", "out", "epoch")
 DEVICE_OPS = device.OP_NAMES
 
+COPY_KERNEL_ATTR = "ditron.copy_kernel"  # on an SM copy: its copy-template kernel (ditron-lower-device-to-core)
 WAIT_KERNEL = "ditron_rt_wait"
 BARRIER_KERNEL = "ditron_rt_barrier"
 WAIT_LANES = 128          # slots one wait kernel checks at once (the executor splits longer runs)
@@ -238,6 +240,13 @@ class _Serializer:
         self.streams.add(stream)
         if (c := device.Copy.match(op)) is not None:
             out["engine"], out["ndim"] = c.engine, c.rank
+            if COPY_KERNEL_ATTR in op.attributes:  # an SM copy: the executor launches its copy kernel
+                name = ir.FlatSymbolRefAttr(op.attributes[COPY_KERNEL_ATTR]).value
+                target = self.symbols.get(name)
+                n_args = len(target.regions[0].blocks[0].arguments) if target is not None and target.regions \
+                    and target.regions[0].blocks else -1
+                self.kernel(op, name, n_args)
+                out["kernel"] = name
         elif (s := device.Signal.match(op)) is not None:
             out["kind"], out["scope"] = s.kind, s.scope
         elif (w := device.Wait.match(op)) is not None:
@@ -263,6 +272,8 @@ class _Serializer:
             info["template"] = record.get("template")
             if isinstance(record.get("args"), list):
                 info["args"] = [str(a) for a in record["args"]]
+            if record.get("template") == "copy":  # what the executor needs to launch it for an SM copy
+                info["copy"] = {k: record.get(k) for k in ("direction", "grid", "rows", "cols")}
             for part in ("wait", "publish"):  # the pad (and value) an in-kernel wait spins on, for the watchdog
                 if isinstance(record.get(part), dict):
                     info["wait"] = record[part]

@@ -14,8 +14,11 @@ run-time value (``ditron_device.rank`` on the host, ``ditron_core.rank`` in kern
     "ditron_device.launch"(%a, %b, %c) {kernel = @gemm, ...}
     "tt.func"() <{sym_name = "gemm", ...}> ({ ... tt.dot ... }) {ditron.kernel = {template = "gemm", ...}}
 
-Copy kernels take (src, dst, peer, src_row, src_col, dst_row, dst_col): peer is the copy's src_rank and the
-offsets are its region's (rank-1 regions: row 0); the copy's sizes are the kernel's static rows x cols.
+Copy kernels take (src, dst, peer, src_row, src_col, dst_row, dst_col): a pull (the destination on the executing
+rank) reads the peer ``src_rank``'s src, a push (the source on the executing rank) writes the peer ``dst_rank``'s
+dst; the offsets are the region's (rank-1 regions: row 0) and its sizes the kernel's static rows x cols. The
+executor launches the kernel for the copy (``ditron.runtime.program``). An SM copy of another region (rank 3,
+run-time sizes) or between two other ranks is an error: it has no kernel.
 """
 from __future__ import annotations
 
@@ -35,6 +38,13 @@ from .rewrite import constant_int
 from .tile import op_error, require_device_level
 
 COPY_KERNEL_ATTR = "ditron.copy_kernel"
+
+
+def _is_rank(v: ir.Value) -> bool:
+    """Whether v is the executing rank (the result of ditron_device.rank)."""
+    owner = v.owner
+    return isinstance(owner, (ir.Operation, ir.OpView)) and device.Rank.match(getattr(owner, "operation", owner)) \
+        is not None
 
 
 def _template(name: str, op: ir.Operation, pass_name: str):
@@ -116,25 +126,34 @@ class LowerDeviceToCorePass(Pass):
             if cp is None or cp.engine != "sm" or COPY_KERNEL_ATTR in op.attributes:
                 continue
             rec = self._copy_record(cp, op)
-            if rec is None:
-                continue
             name = kernels.declare(rec, [], op.location)
             op.attributes[COPY_KERNEL_ATTR] = ir.FlatSymbolRefAttr.get(name)
 
-    def _copy_record(self, cp: device.Copy, op: ir.Operation) -> KernelRecord | None:
-        """A copy-template record for an SM copy of a static-size rank-1 or rank-2 region, else None (the
-        executor then copies with its own kernel)."""
+    def _copy_record(self, cp: device.Copy, op: ir.Operation) -> KernelRecord:
+        """A copy-template record for an SM copy: a static-size rank-1 or rank-2 region, pulled (the destination
+        on the executing rank; peer = src_rank) or pushed (the source on the executing rank; peer = dst_rank).
+        Anything else cannot run on SMs: a located error that says to use the copy engine."""
         from ..kernels import copy as copy_template
         sizes = [constant_int(s) for s in cp.sizes]
         if cp.rank not in (1, 2) or any(s is None for s in sizes):
-            return None
+            raise op_error(self.name, op, f"copies a {'dynamic-size ' if cp.rank in (1, 2) else ''}rank-{cp.rank} "
+                                          "region with engine = \"sm\", which has no SM copy kernel (static rank-1 "
+                                          "and rank-2 regions only); use engine = \"copy_engine\"")
+        if _is_rank(cp.dst_rank):
+            direction = "pull"
+        elif _is_rank(cp.src_rank):
+            direction = "push"
+        else:
+            raise op_error(self.name, op, "copies with engine = \"sm\" between two ranks neither of which is the "
+                                          "executing one (ditron_device.rank); an SM copy pulls into or pushes "
+                                          "from the executing rank's memory")
         src_t, dst_t = ir.MemRefType(cp.src.type), ir.MemRefType(cp.dst.type)
         rows, cols = (1, sizes[0]) if cp.rank == 1 else (sizes[0], sizes[1])
         src_ld = src_t.shape[-1] if cp.rank == 2 else src_t.shape[0]
         dst_ld = dst_t.shape[-1] if cp.rank == 2 else dst_t.shape[0]
         sms = op.attributes["ditron.sms"].value if "ditron.sms" in op.attributes else 16
         try:
-            return copy_template.make_record(rows, cols, dtype=K.dtype_name(src_t), direction="pull",
+            return copy_template.make_record(rows, cols, dtype=K.dtype_name(src_t), direction=direction,
                                              peer="arg:peer", src_ld=src_ld, dst_ld=dst_ld, src_row="arg:src_row",
                                              src_col="arg:src_col", dst_row="arg:dst_row", dst_col="arg:dst_col",
                                              grid=max(1, sms))

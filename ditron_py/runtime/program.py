@@ -81,6 +81,8 @@ class KernelInfo:
     template: str | None
     wait: Mapping[str, Any] | None
     args: tuple[str, ...] | None
+    # a copy-template kernel: {"direction": "pull" | "push", "grid": programs, "rows": r, "cols": c}
+    copy: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -265,8 +267,13 @@ class HostProgram:
             if not isinstance(k, Mapping):
                 raise HostProgramError(f"{where}kernel '{name}' must be an object")
             args = k.get("args")
+            copy = k.get("copy")
+            if copy is not None and not (isinstance(copy, Mapping) and copy.get("direction") in ("pull", "push")
+                                         and all(isinstance(copy.get(f), int) and copy[f] >= 1
+                                                 for f in ("grid", "rows", "cols"))):
+                raise HostProgramError(f"{where}kernel '{name}': malformed copy facts {copy!r}")
             self.kernels[name] = KernelInfo(name, bool(k.get("spins", True)), k.get("template"), k.get("wait"),
-                                            tuple(args) if isinstance(args, list) else None)
+                                            tuple(args) if isinstance(args, list) else None, copy)
         runtime = data.get("runtime") or {}
         self.wait_kernel: str | None = runtime.get("wait")
         self.wait_lanes: int = int(runtime.get("wait_lanes", 128))
@@ -340,6 +347,14 @@ class HostProgram:
             n = attrs["ndim"] = _need(op, "ndim", int, w)
             if len(ins) != 4 + 3 * n:
                 raise HostProgramError(f"{w}a copy of {n}-d regions takes {4 + 3 * n} operands, got {len(ins)}")
+            kernel = op.get("kernel")
+            if kernel is not None:
+                info = self.kernels.get(kernel)
+                if attrs["engine"] != "sm" or n not in (1, 2) or info is None or info.copy is None \
+                        or info.args is None or len(info.args) != 7:
+                    raise HostProgramError(f"{w}copy kernel '{kernel}' is not a copy-template kernel of this "
+                                           "program (an SM copy of a rank-1 or rank-2 region)")
+                attrs["kernel"] = info
         elif name == SIGNAL:
             attrs["kind"], attrs["scope"] = _need(op, "kind", str, w), _need(op, "scope", str, w)
             if attrs["kind"] not in ("set", "add"):
@@ -513,9 +528,27 @@ class _Run:
         src_rank = self.rank_of(op, vals[2], "source rank")
         dst_rank = self.rank_of(op, vals[3], "destination rank")
         coords = self.ints(op, vals[4:])
-        self.out.append(CopyAction(op.attrs["stream"], op.loc, op.site, src, dst, src_rank, dst_rank,
-                                   tuple(coords[:n]), tuple(coords[n:2 * n]), tuple(coords[2 * n:]),
-                                   op.attrs["engine"]))
+        src_off, dst_off, sizes = tuple(coords[:n]), tuple(coords[n:2 * n]), tuple(coords[2 * n:])
+        kernel: KernelInfo | None = op.attrs.get("kernel")
+        if kernel is None:
+            self.out.append(CopyAction(op.attrs["stream"], op.loc, op.site, src, dst, src_rank, dst_rank, src_off,
+                                       dst_off, sizes, op.attrs["engine"]))
+            return
+        # an SM copy: the launch of its copy kernel (src, dst, peer, src_row, src_col, dst_row, dst_col), which
+        # reaches the peer's buffer through symm_at of this rank's own view of it
+        pull = kernel.copy["direction"] == "pull"
+        if (dst_rank if pull else src_rank) != self.rank:
+            raise HostProgramError(f"{_where(op.loc)}SM copy on rank {self.rank}: its kernel '{kernel.name}' "
+                                   f"{'pulls into' if pull else 'pushes from'} the executing rank, but the copy "
+                                   f"goes from rank {src_rank} to rank {dst_rank}")
+        if sizes != ((kernel.copy["cols"],) if n == 1 else (kernel.copy["rows"], kernel.copy["cols"])):
+            raise HostProgramError(f"{_where(op.loc)}SM copy on rank {self.rank} of sizes {list(sizes)}: its kernel "
+                                   f"'{kernel.name}' copies {kernel.copy['rows']} x {kernel.copy['cols']}")
+        row = (lambda off: 0) if n == 1 else (lambda off: off[0])
+        operands = (src, dst, src_rank if pull else dst_rank, row(src_off), src_off[-1], row(dst_off), dst_off[-1])
+        grid = kernel.copy["grid"]
+        self.out.append(LaunchAction(op.attrs["stream"], op.loc, op.site, kernel.name, operands, (grid, 1, 1), grid,
+                                     "row_major"))
 
     def signal(self, op: _Op, vals: list) -> None:
         pad = self.buf(op, vals[0], "the signal pad")

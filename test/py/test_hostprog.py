@@ -95,6 +95,41 @@ def test_ops_carry_their_attributes():
     assert kernel["wait"]["arg"] == "arrived" and kernel["wait"]["value_arg"] == "epoch"
 
 
+def test_sm_copies_run_as_launches_of_their_copy_kernels():
+    """An SM copy is the launch of its copy-template kernel (src, dst, peer, rows and columns of both regions), on
+    the copy's stream with the kernel's grid; a copy-engine copy stays a copy."""
+    from pathlib import Path
+
+    from ditron.passes.lower_device_to_core import LowerDeviceToCorePass
+    from ditron.runtime.program import CopyAction, HostProgramError, LaunchAction
+    text = (Path(__file__).parents[1] / "lit/lower-device-to-core/sm_copies.mlir").read_text()
+    with ditron_context():
+        module = parse_module(text, "sm_copies.mlir")
+        LowerDeviceToCorePass().run(module)
+        program = hostprog.serialize(module)
+        del module
+    program = json.loads(json.dumps(program))
+    host = HostProgram(program)
+    for rank in (0, 1):
+        pull, push, plain = host.trace(rank, 2, 1)
+        peer = 1 - rank
+        assert isinstance(pull, LaunchAction) and isinstance(push, LaunchAction) and isinstance(plain, CopyAction)
+        assert host.kernels[pull.kernel].copy["direction"] == "pull"
+        assert host.kernels[push.kernel].copy["direction"] == "push"
+        assert pull.operands[2:] == (peer, 16 * rank, 0, 16 * rank, 0) and pull.grid == (16, 1, 1)
+        assert push.operands[2:] == (peer, 0, 0, 16 * rank, 0)
+        assert [b.kind for b in pull.operands[:2]] == ["sym", "arg"] and plain.engine == "copy_engine"
+    # a program whose copy kernel does not match the copy is refused at load time
+    bad = json.loads(json.dumps(program))
+    bad["kernels"][pull.kernel]["copy"]["direction"] = "sideways"
+    with pytest.raises(HostProgramError, match="malformed copy facts"):
+        HostProgram(bad)
+    bad = json.loads(json.dumps(program))
+    bad["kernels"][pull.kernel]["copy"]["rows"] = 8
+    with pytest.raises(HostProgramError, match=r"SM copy on rank 0 of sizes \[16, 64\]: its kernel"):
+        HostProgram(bad).trace(0, 2, 1)
+
+
 def test_kernels_that_only_notify_do_not_spin():
     program = serialize(with_kernels(small("gemm_rs", 2)))
     assert program["kernels"]["gemm_rs_gemm"]["spins"] is False

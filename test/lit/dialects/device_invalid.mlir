@@ -90,8 +90,25 @@ func.func @alloc_name_kind() {
 // -----
 
 func.func @copy_engine(%m: memref<8xf32>, %i: index) {
-  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.copy' op has engine 'dma'; expected one of: copy_engine, sm, tma, rdma
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.copy' op has engine 'dma'; expected one of: copy_engine, sm
   "ditron_device.copy"(%m, %m, %i, %i, %i, %i, %i) {engine = "dma"} : (memref<8xf32>, memref<8xf32>, index, index, index, index, index) -> ()
+  return
+}
+
+// -----
+
+// engines the executor does not implement are refused, not accepted and then run as another
+func.func @copy_engine_tma(%m: memref<8xf32>, %i: index) {
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.copy' op has engine 'tma'; expected one of: copy_engine, sm
+  "ditron_device.copy"(%m, %m, %i, %i, %i, %i, %i) {engine = "tma"} : (memref<8xf32>, memref<8xf32>, index, index, index, index, index) -> ()
+  return
+}
+
+// -----
+
+func.func @copy_engine_rdma(%m: memref<8xf32>, %i: index) {
+  // CHECK-NEXT: {{.*}}device_invalid.mlir:[[# @LINE + 1]]:3: error: 'ditron_device.copy' op has engine 'rdma'; expected one of: copy_engine, sm
+  "ditron_device.copy"(%m, %m, %i, %i, %i, %i, %i) {engine = "rdma"} : (memref<8xf32>, memref<8xf32>, index, index, index, index, index) -> ()
   return
 }
 

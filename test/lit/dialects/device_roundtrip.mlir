@@ -21,8 +21,8 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
   // CHECK-LABEL: func.func @copy
   // CHECK: "ditron_device.copy"(%arg0, %arg1, %[[PEER:.*]], %[[ME:.*]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {engine = "copy_engine"} : (memref<1024x256xbf16>, memref<4096x256xbf16>, index, index, index, index, index, index, index, index) -> ()
   // CHECK: "ditron_device.copy"(%arg0, %arg1, %{{.*}}) {engine = "sm"}
-  // CHECK: "ditron_device.copy"(%arg2, %arg3, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %arg4) {engine = "tma"} : (memref<?xf32>, memref<?xf32>, index, index, index, index, index) -> ()
-  // CHECK: "ditron_device.copy"(%arg2, %arg3, %{{.*}}) {engine = "rdma", stream = 1 : i64}
+  // CHECK: "ditron_device.copy"(%arg2, %arg3, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %arg4) {engine = "copy_engine"} : (memref<?xf32>, memref<?xf32>, index, index, index, index, index) -> ()
+  // CHECK: "ditron_device.copy"(%arg2, %arg3, %{{.*}}) {engine = "sm", stream = 1 : i64}
   // CHECK: "ditron_device.copy"(%arg5, %arg5, %{{.*}}, %{{.*}}) {engine = "copy_engine"} : (memref<f32>, memref<f32>, index, index) -> ()
   func.func @copy(%src: memref<1024x256xbf16>, %dst: memref<4096x256xbf16>, %s1: memref<?xf32>, %d1: memref<?xf32>,
                   %n: index, %s0: memref<f32>) {
@@ -35,8 +35,8 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
     %row = arith.muli %peer, %c1024 : index
     "ditron_device.copy"(%src, %dst, %peer, %me, %c0, %c0, %row, %c0, %c1024, %c256) {engine = "copy_engine"} : (memref<1024x256xbf16>, memref<4096x256xbf16>, index, index, index, index, index, index, index, index) -> ()
     "ditron_device.copy"(%src, %dst, %peer, %me, %c0, %c0, %row, %c0, %c1024, %c256) {engine = "sm"} : (memref<1024x256xbf16>, memref<4096x256xbf16>, index, index, index, index, index, index, index, index) -> ()
-    "ditron_device.copy"(%s1, %d1, %peer, %me, %c0, %c0, %n) {engine = "tma"} : (memref<?xf32>, memref<?xf32>, index, index, index, index, index) -> ()
-    "ditron_device.copy"(%s1, %d1, %me, %peer, %n, %c0, %n) {engine = "rdma", stream = 1 : i64} : (memref<?xf32>, memref<?xf32>, index, index, index, index, index) -> ()
+    "ditron_device.copy"(%s1, %d1, %peer, %me, %c0, %c0, %n) {engine = "copy_engine"} : (memref<?xf32>, memref<?xf32>, index, index, index, index, index) -> ()
+    "ditron_device.copy"(%s1, %d1, %me, %peer, %n, %c0, %n) {engine = "sm", stream = 1 : i64} : (memref<?xf32>, memref<?xf32>, index, index, index, index, index) -> ()
     "ditron_device.copy"(%s0, %s0, %peer, %me) {engine = "copy_engine"} : (memref<f32>, memref<f32>, index, index) -> ()
     return
   }
