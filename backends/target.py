@@ -35,6 +35,9 @@ class Target:
         if not isinstance(text, str):
             raise TargetError(f"a target is a string like 'cuda:90', got {type(text).__name__} {text!r}")
         spec = text.strip().lower()
+        if spec != text:  # ' cuda:90', 'CUDA:90': a target is written exactly, or it is not the one meant
+            raise TargetError(f"unsupported target {text!r}: targets are written in lower case without spaces "
+                              f"(did you mean '{spec}'?); supported targets: {', '.join(supported_targets())}")
         vendor, sep, arch_text = spec.partition(":")
         archs = SUPPORTED.get(vendor) if sep else None
         if archs is not None:

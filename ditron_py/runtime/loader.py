@@ -264,6 +264,11 @@ class Executable:
         the two modes never share an executor (their signal pads differ), so each has its own. ``options``:
         signal_via, wait_via, timeout_s (first use only). In a real world every rank must ask for the same."""
         from .executor import Executor
+        from .world import World
+        if not isinstance(world, World):
+            raise DitronRuntimeError(f"world must be a ditron.World (ditron.World.virtual(W) for W ranks on one GPU, "
+                                     f"ditron.World.from_torch() under torchrun), got {type(world).__name__} "
+                                     f"{world!r}")
         if not isinstance(graph, bool):
             raise DitronRuntimeError(f"graph={graph!r}: pass True (CUDA-graph replay) or False (eager)")
         for ex in self._executors:

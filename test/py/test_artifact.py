@@ -284,3 +284,12 @@ def test_write_checks_metadata_and_abi(tmp_path):
         _write(tmp_path / "c", [(_fake_compiled(), (), ()), (_fake_compiled(), (), ())])
     with pytest.raises(ArtifactError, match="kernel name '../k' cannot name artifact files"):
         _write(tmp_path / "d", [(_fake_compiled("../k"), (), ())])
+
+
+@pytest.mark.parametrize("call", [lambda exe: exe.run(None, []), lambda exe: exe.executor("gpu"),
+                                  lambda exe: exe(4, [])])
+def test_run_and_executor_need_a_world(artifact, call):
+    """A world that is not a ditron.World is refused by name, not with an AttributeError from inside."""
+    exe = ditron.load(artifact)
+    with pytest.raises(DitronRuntimeError, match=r"world must be a ditron.World \(ditron.World.virtual\(W\)"):
+        call(exe)

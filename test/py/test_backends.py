@@ -45,7 +45,7 @@ def compiled() -> dict[str, CompiledKernel]:
 
 @pytest.mark.parametrize("text,vendor,arch,warp", [
     ("cuda:90", "cuda", 90, 32), ("cuda:80", "cuda", 80, 32), ("hip:gfx942", "hip", "gfx942", 64),
-    ("hip:gfx950", "hip", "gfx950", 64), ("CUDA:sm_90a", "cuda", 90, 32)])
+    ("hip:gfx950", "hip", "gfx950", 64), ("cuda:sm_90a", "cuda", 90, 32)])
 def test_target_parse(text, vendor, arch, warp):
     t = Target.parse(text)
     assert (t.vendor, t.arch, t.warp_size) == (vendor, arch, warp)
@@ -59,6 +59,14 @@ def test_target_parse_rejects(text):
         Target.parse(text)
     assert f"unsupported target '{text}'" in str(err.value)
     assert "supported targets: cuda:80, cuda:90, hip:gfx942, hip:gfx950" in str(err.value)
+
+
+@pytest.mark.parametrize("text,meant", [(" cuda:90", "cuda:90"), ("CUDA:90", "cuda:90"), ("hip:GFX942 ", "hip:gfx942"),
+                                        ("CUDA:sm_90a", "cuda:sm_90a")])
+def test_target_parse_rejects_spaces_and_capitals(text, meant):
+    """A target written with spaces or capitals is refused, naming the one meant (it was accepted silently)."""
+    with pytest.raises(TargetError, match=f"did you mean '{meant}'"):
+        Target.parse(text)
 
 
 def test_supported_targets_and_backends():
