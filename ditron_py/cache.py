@@ -4,8 +4,10 @@ An entry is a complete artifact directory, ``<root>/<key[:2]>/<key>``, where ``k
 that decides the compiled code: the input IR text (with its locations), the target, the backend options, a hash
 of ditron's own source files (Python and IRDL), Triton's version and the artifact format version.
 
-Entries appear atomically: an artifact is built in a fresh temporary directory beside its final place and renamed
-into place. A rename onto an existing entry fails, so when two compiles of the same key race, the first rename
+Entries appear atomically: an artifact is built in a fresh temporary directory beside its final place, sealed (the
+sha256 of every file it holds, written last into ``SEAL``) and renamed into place. A lookup serves an entry only
+when its seal matches its files: a truncated .llir / .ptx / binary, an edited manifest or host program, a missing
+or extra file make it a miss, and the compile that follows replaces the entry. A rename onto an existing entry fails, so when two compiles of the same key race, the first rename
 wins and the loser discards its copy and uses the winner's. Readers therefore never see half-written entries.
 The root is ``ditron.env.cache_dir()`` ($DITRON_CACHE_DIR); $DITRON_NO_CACHE=1 turns the cache off.
 """
@@ -30,6 +32,7 @@ from .errors import DitronError
 SOURCE_PACKAGES = ("ditron", "ditron.dialects", "ditron.passes", "ditron.backends", "ditron.tools")
 SOURCE_SUFFIXES = (".py", ".mlir")
 TMP_PREFIX = ".tmp-"
+SEAL = "contents.sha256"  # {relative path: sha256} of every other file of an entry, written last
 STALE_TMP_S = 24 * 3600
 
 
@@ -97,10 +100,12 @@ class CompileCache:
         return self.root / key[:2] / key
 
     def lookup(self, key: str) -> Path | None:
-        """The entry's directory if it is complete (it has a readable manifest), else None."""
+        """The entry's directory if it is complete and intact (its seal matches every file), else None."""
         path = self.entry(key)
         try:
-            json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+            seal = json.loads((path / SEAL).read_text(encoding="utf-8"))
+            if not isinstance(seal, dict) or MANIFEST not in seal or _contents(path) != seal:
+                return None
         except (OSError, ValueError):
             return None
         return path
@@ -122,6 +127,7 @@ class CompileCache:
         tmp.mkdir()
         try:
             build(tmp)
+            (tmp / SEAL).write_text(json.dumps(_contents(tmp), sort_keys=True), encoding="utf-8")
             _fsync_dir(tmp)
             for _ in range(2):
                 try:
@@ -162,6 +168,16 @@ class CompileCache:
                     shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 pass
+
+
+def _contents(root: Path) -> dict[str, str]:
+    """{path relative to root: sha256} of every file under root but the seal."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel != SEAL and path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
 
 
 def _fsync_dir(path: Path) -> None:

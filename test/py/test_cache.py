@@ -117,6 +117,31 @@ def test_damaged_entry_is_rebuilt(cache_root):
     assert not leftovers(cache_root)
 
 
+@pytest.mark.parametrize("damage", [
+    lambda p: (p / next(n for n in os.listdir(p) if n.endswith(".ptx"))).write_text(
+        (p / next(n for n in os.listdir(p) if n.endswith(".ptx"))).read_text()[:100]),     # a truncated stage
+    lambda p: (p / next(n for n in os.listdir(p) if n.endswith(".llir"))).write_bytes(b""),  # an empty one
+    lambda p: (p / MANIFEST).write_text((p / MANIFEST).read_text().replace('"host_program": null',
+                                                                           '"host_program":  null')),
+    lambda p: (p / "stray.txt").write_text("left by someone"),                                # a file too many
+    lambda p: os.unlink(p / next(n for n in os.listdir(p) if n.endswith(".ttgir"))),          # one too few
+], ids=["truncated-ptx", "empty-llir", "edited-manifest", "extra-file", "missing-ttgir"])
+def test_damage_the_loader_cannot_see_is_a_miss(cache_root, tmp_path, damage):
+    """Entries are sealed (a hash of every file, written last): a stage text truncated, a manifest edited, a file
+    added or removed make the entry a miss -- never served, never copied into an artifact -- and the rebuild
+    replaces it."""
+    exe = ditron.compile(VECTOR_ADD_MLIR, target="cuda:90")
+    good = {p.name: p.read_bytes() for p in exe.path.iterdir()}
+    damage(exe.path)
+    out = tmp_path / "out"
+    again = ditron.compile(VECTOR_ADD_MLIR, target="cuda:90", out_dir=out)
+    assert again.compile_info["cache"] == "miss"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == good
+    assert {p.name: p.read_bytes() for p in exe.path.iterdir()} == good
+    assert ditron.compile(VECTOR_ADD_MLIR, target="cuda:90").compile_info["cache"] == "hit"
+    assert not leftovers(cache_root)
+
+
 def test_failed_compile_leaves_nothing(cache_root):
     with pytest.raises(ditron.CompileError, match="no kernel"):
         ditron.compile("module {\n}\n", target="cuda:90")
