@@ -11,7 +11,7 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
     torchrun --nproc-per-node W benchmarks/bench_dist.py --run DIR [--quick|--full]
         one process per GPU (ditron.World.from_torch)
 
-Cases (DESIGN.md §7; M, N, K are the whole problem, each rank holds 1/W of the sharded operand):
+Cases (docs/design.md §7; M, N, K are the whole problem, each rank holds 1/W of the sharded operand):
 AG+GEMM y[M, N] = x[M, K] @ w[K, N], x's rows and w's columns sharded, (N, K) from LLaMA-3-8B (14336, 4096) and
 LLaMA-3-70B (28672, 8192) [--full: also Qwen2-72B (29568, 8192), GPT-3 (49152, 12288)]; GEMM+RS and GEMM+AR
 with K sharded, (N, K) = (4096, 14336), (8192, 28672) [--full: (8192, 29568), (12288, 49152)]; M in {128, 1024,
@@ -26,7 +26,7 @@ overlapped) and PyTorch's symmetric-memory ops (fused_all_gather_matmul, fused_m
 for GEMM+AR: matmul into a symmetric buffer + two_shot_all_reduce_); a virtual world (one GPU, NCCL cannot run):
 the same data movement (copy_) done first and the GEMM (torch.matmul) after it, not overlapped.
 
-Ideal (DESIGN.md §7), per rank, b = 2 bytes, F = measured GEMM FLOP/s of the rank's GEMM, B = link bandwidth
+Ideal (docs/design.md §7), per rank, b = 2 bytes, F = measured GEMM FLOP/s of the rank's GEMM, B = link bandwidth
 measured in this run (real: copy-engine pull from a peer's symmetric buffer, every rank at once; virtual: the
 same-GPU copy bandwidth):
   AG+GEMM  T_comp = 2·M·K·(N/W)/F, T_comm = (W−1)/W·M·K·b/B, ideal = max(T_comp, T_comm + T_comp/W)
@@ -319,7 +319,7 @@ def measure_link(env: Env, nbytes: int = 256 << 20) -> tuple[float, str]:
 
 
 def ideal_us(case: Case, W: int, F: float, B: float, virtual: bool) -> float:
-    """DESIGN.md §7 (see the module doc), microseconds."""
+    """docs/design.md §7 (see the module doc), microseconds."""
     if virtual:
         F, B = F / W, B / W
     g = case.gemm_shape(W)
@@ -704,7 +704,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
     ax.set_ylabel("ideal time / measured time")
-    ax.set_title(f"ditron.ops vs baselines, {title} (1.0 = DESIGN.md §7 ideal)")
+    ax.set_title(f"ditron.ops vs baselines, {title} (1.0 = docs/design.md §7 ideal)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -3,7 +3,7 @@ few) at the current insertion point and location and returns its value(s), so co
 templates (ditron.kernels), the primitive lowering (ditron-lower-core-to-triton and the backends' primitives
 modules), the runtime kernels (ditron.hostprog) -- reads like the IR it emits.
 
-Triton's ``tt.*`` ops stay unregistered in ditron's context (DESIGN.md section 1): they are built with
+Triton's ``tt.*`` ops stay unregistered in ditron's context (docs/design.md §1): they are built with
 ``ir.Operation.create``, printed in generic form, and checked by Triton's parser when the module is compiled (Triton
 turns their attribute dictionaries into its properties). ``arith``/``scf`` are upstream dialects and are built
 through their Python builders (so MLIR verifies them). Enum-valued Triton attributes are i32 integers; the tables

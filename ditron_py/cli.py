@@ -1,6 +1,7 @@
 """The ``ditron`` command.
 
     ditron compile FILE.mlir --target cuda:90 -o DIR [--opt num_warps=8 ...] [--no-cache] [--no-stages]
+                   (FILE: task-level, device-level or core-level IR; the higher levels run ditron-default first)
     ditron info DIR [--json]
 
 Errors print as ``error: ...`` (or ``file:line:col: error: ...`` for IR errors) on stderr with exit code 1, never a
@@ -29,8 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ditron", description="ditron: compile MLIR to GPU artifacts, inspect artifacts, simulate programs.",
                 allow_abbrev=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    c = sub.add_parser("compile", help="compile a .mlir module into an artifact directory", allow_abbrev=False)
-    c.add_argument("input", help="input .mlir file (core level: tt.func kernels with ditron_core primitives)")
+    c = sub.add_parser("compile", help="compile a .mlir module (task, device or core level) into an artifact "
+                                       "directory", allow_abbrev=False,
+                       description="Compile a .mlir module into an artifact directory. Task-level programs (global "
+                                   "or local view) and device-level programs run the default pipeline (ditron-opt "
+                                   "--list-passes) down to core level first; core-level modules (tt.func kernels "
+                                   "with ditron_core primitives) are compiled as they are.")
+    c.add_argument("input", help="input .mlir file, or - for standard input: a task-level program (ditron_task ops "
+                                 "with shardings), a device-level program (ditron_device), or core-level kernels "
+                                 "(tt.func with ditron_core primitives)")
     c.add_argument("--target", default="cuda:90", help="cuda:80, cuda:90, hip:gfx942, hip:gfx950 (default cuda:90)")
     c.add_argument("-o", dest="output", required=True, help="artifact directory to write (replaced if it holds one)")
     c.add_argument("--opt", action="append", default=[], metavar="NAME=VALUE",
@@ -154,6 +162,8 @@ def run(argv: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+    except SystemExit as e:  # --help printed the usage
+        return e.code if isinstance(e.code, int) else 0
     except _Usage as e:
         command = next((a for a in argv if not a.startswith("-")), None)
         where = f"ditron {command} --help" if command in ("compile", "info") else "ditron --help"

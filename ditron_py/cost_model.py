@@ -1,4 +1,4 @@
-"""The performance model of DESIGN.md §7 and the peak numbers of each target.
+"""The performance model of docs/design.md §7 and the peak numbers of each target.
 
 Used by ``ditron-tile`` to pick chunk sizes, copy engines, SM splits and GEMM tile configurations, and by the
 benchmarks to report achieved time as a fraction of the ideal overlapped time. Pure Python, no MLIR, no torch.
@@ -249,7 +249,7 @@ def reduce_time(rows: int, cols: int, world: int, peaks: TargetPeaks, *, sms: in
     return t + peaks.launch_latency
 
 
-# -------------------------------------------------------------------------------- DESIGN.md §7 ideal times
+# -------------------------------------------------------------------------------- docs/design.md §7 ideal times
 
 def ag_gemm_ideal(m: int, n: int, k: int, world: int, peaks: TargetPeaks, elem_bytes: int = 2) -> float:
     """AG+GEMM, per rank: M rows gathered, N/W columns of the weight. ideal = max(Tcomp, Tcomm + Tcomp/W)."""

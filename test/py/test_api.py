@@ -263,6 +263,15 @@ def test_cli_usage_errors_point_at_the_subcommand_help():
     assert code == 1 and err.endswith("(see ditron --help)\n")
 
 
+def test_compile_help_names_every_level_it_takes(capsys):
+    """ditron compile takes task-, device- and core-level input: its help says so (it said core level only)."""
+    code, _, _ = cli("compile", "--help")
+    assert code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for level in ("task-level program", "device-level program", "core-level kernels"):
+        assert level in text, text
+
+
 def test_compile_of_an_already_lowered_module_says_so():
     from ditron.dialects import ditron_context
     from ditron.dialects.context import parse_module

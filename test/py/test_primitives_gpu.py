@@ -154,7 +154,7 @@ def _finish(events, what: str) -> None:
 
 
 def _load(directory: str):
-    """The artifact's kernels, every module loaded before any kernel spins (DESIGN.md section 4)."""
+    """The artifact's kernels, every module loaded before any kernel spins (docs/design.md §4)."""
     import os
 
     import ditron
