@@ -60,32 +60,26 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 
 def _world_size(module, requested: int | None) -> int:
-    from mlir import ir
-
+    """The world the program runs in: its mesh, every rank of it (sim.groups); without a mesh, --world-size."""
     from ..dialects.sharding import Mesh
-    from ..dialects.device import device_functions
+    from .groups import describe_mesh
 
     mesh = Mesh.of_module(module)
     if mesh is None:
         if requested is None:
             raise DitronError("the module has no ditron.mesh: pass --world-size")
         return requested
-    axis, size = None, mesh.size
-    for fn in device_functions(module):
-        if "ditron.axis" in fn.attributes:
-            axis = ir.StringAttr(fn.attributes["ditron.axis"]).value
-            size = mesh.axis_size(axis)
-            break
-    if requested is not None and requested != size:
-        where = f"axis '{axis}' of its ditron.mesh" if axis else "its ditron.mesh"
-        raise DitronError(f"--world-size {requested}: the program is written for {size} rank(s) ({where}); "
-                          f"change the mesh to simulate another world size")
-    return size
+    if requested is not None and requested != mesh.size:
+        raise DitronError(f"--world-size {requested}: the program is written for the {mesh.size} rank(s) of its "
+                          f"ditron.mesh ({describe_mesh(mesh)}), which the simulator runs whole; change the mesh to "
+                          f"simulate another world size")
+    return mesh.size
 
 
 def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from ..dialects.context import ditron_context, parse_file
-    from ..passes.registry import parse_pipeline
+    from ..dialects.verify import verify
+    from ..passes.registry import parse_pipeline, run_passes
     from . import simulate, task_reference
     from .mutate import run_mutants
     from ..dialects.device import device_functions
@@ -100,6 +94,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             text = f.read()
         with ditron_context():
             module = parse_file(args.input)
+            verify(module)  # what ditron-opt rejects, with its messages, before anything reads the module
             task_level = not device_functions(module)
             passes = parse_pipeline(args.pipeline) if task_level else []
             W = _world_size(module, args.world_size)
@@ -108,8 +103,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         def build():
             m = parse_file(args.input)
-            for p in passes:
-                p.run(m)
+            run_passes(m, passes)
             return m
 
         options = dict(calls=args.calls, function=args.function, num_sms=args.num_sms,
