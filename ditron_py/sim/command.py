@@ -5,9 +5,11 @@
 
 FILE holds a device-level program (a func.func with ditron.level = "device"), or a task-level program, which is
 first lowered with ``--pipeline`` (default ``ditron-default``) and then serves as its own numpy reference
-(ditron.reference, global or local view). Inputs are seeded random arrays. For each seed it prints the summary
-(``SimResult.summary()``); ``--mutate`` instead removes each wait and signal, shifts each copy offset and launch
-scalar in turn, and lists the mutants the simulator did not report. Exit status: 0 when every run is clean (or
+(ditron.reference, global or local view); it is verified first, and after every pass, as ditron-opt does. The
+world is the whole mesh (on a dp x tp mesh, the program's collectives run within the groups of its axis). Inputs
+are seeded random arrays that follow each argument's layout (replicas equal, padding zero). For each seed it
+prints the summary (``SimResult.summary()``); ``--mutate`` instead removes each wait and signal, shifts each copy
+offset and launch scalar in turn, and lists the mutants the simulator did not report. Exit status: 0 when every run is clean (or
 every mutant was caught), 1 otherwise; errors print as ``file:line:col: error: ...``, never a traceback.
 
 The ``ditron`` console command adds this as its ``sim`` subcommand with ``add_arguments(subparser)`` and
@@ -26,7 +28,8 @@ from ..errors import DitronError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", help="a .mlir file: a device-level program, or a task-level one (lowered first)")
     p.add_argument("-W", "--world-size", type=int, default=None,
-                   help="number of ranks (default: the size of the program's mesh axis)")
+                   help="number of ranks: the size of the program's ditron.mesh, whose every rank runs (needed "
+                        "only without a mesh)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds, each one interleaving (default 0)")
     p.add_argument("--calls", type=int, default=2, help="calls in a row, epoch 1..N (default 2)")
     p.add_argument("--function", default=None, help="the device function to run (default: the only one)")
