@@ -13,7 +13,9 @@ against a happens-before relation built from vector clocks, so a missing wait sh
 happened to arrive in time. Running ``calls`` > 1 times in a row (epoch 1, 2, ...) with fresh inputs catches bugs
 that only show when signal pads and buffers are reused. ``graph=True`` runs the calls as the runtime's CUDA graphs
 replay them (epoch 1 every call, each signal pad held once per call parity, never zeroed in between): the check of
-a program whose pads are consumed (``ditron.consumed``), i.e. cleared by their waiters.
+a program whose pads are consumed (``ditron.consumed``), i.e. cleared by their waiters. With a ``ditron.mesh``,
+W is the mesh's size: every rank of it runs, and the program's collectives run within the groups of its
+``ditron.axis`` (``sim.groups``, which also draws inputs that follow each argument's ``ditron.layout``).
 
 Findings (``SimResult.findings``): deadlock, read-before-signal, write-write and write-after-read races,
 uninitialized reads, out-of-bounds regions, unwritten outputs, mismatches against the reference, and broken rules

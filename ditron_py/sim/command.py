@@ -9,8 +9,9 @@ first lowered with ``--pipeline`` (default ``ditron-default``) and then serves a
 world is the whole mesh (on a dp x tp mesh, the program's collectives run within the groups of its axis). Inputs
 are seeded random arrays that follow each argument's layout (replicas equal, padding zero). For each seed it
 prints the summary (``SimResult.summary()``); ``--mutate`` instead removes each wait and signal, shifts each copy
-offset and launch scalar in turn, and lists the mutants the simulator did not report. Exit status: 0 when every run is clean (or
-every mutant was caught), 1 otherwise; errors print as ``file:line:col: error: ...``, never a traceback.
+offset and launch scalar in turn, and lists the mutants the simulator did not report. Exit status: 0 when every run
+is clean (or every mutant was caught), 1 otherwise; errors print as ``file:line:col: error: ...``, never a
+traceback.
 
 The ``ditron`` console command adds this as its ``sim`` subcommand with ``add_arguments(subparser)`` and
 ``run(args, stdout, stderr)``.

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dialects.sharding import Mesh, Sharding
+from ..dialects.sharding import Mesh
+from ..reference import axis_group, block_index, rank_coords
 from .memory import round_to
 from .program import ArgSpec, Program
 from .report import SimulationError
@@ -59,8 +60,6 @@ def describe_mesh(mesh: Mesh) -> str:
 
 def groups_of(program: Program, world_size: int) -> Groups:
     """The groups of ``program`` in a world of ``world_size`` ranks; with a mesh, that must be the mesh's size."""
-    from ..reference import axis_group
-
     mesh = program.mesh
     if mesh is None:
         every = tuple(range(world_size))
@@ -84,8 +83,6 @@ def groups_of(program: Program, world_size: int) -> Groups:
 def _holder(spec: ArgSpec, groups: Groups, rank: int) -> tuple[int, ...]:
     """What identifies the shard rank holds: its coordinates on the axes the layout uses (replicas share them);
     without a layout, the rank itself."""
-    from ..reference import rank_coords
-
     if spec.layout is None or groups.mesh is None:
         return (1, rank)
     coords = rank_coords(groups.mesh, rank)
@@ -122,8 +119,6 @@ def valid_region(spec: ArgSpec, groups: Groups, rank: int) -> tuple[slice, ...] 
     """The part of rank's shard of an argument that lies inside the global tensor (None: all of it)."""
     if spec.layout is None or spec.global_shape is None or groups.mesh is None:
         return None
-    from ..reference import block_index, rank_coords
-
     coords = rank_coords(groups.mesh, rank)
     out = []
     for d, size in enumerate(spec.global_shape):
