@@ -154,6 +154,10 @@ OPS: tuple[type[DeviceOp], ...] = (Rank, NumRanks, AllocSymmetric, Copy, Signal,
 
 LEVEL_ATTR = "ditron.level"    # = "device" on a device-level func.func
 IO_ATTR = "ditron.io"          # per argument: "in", "out" or "epoch"
+# per in/out argument: the task-level sharding of the tensor it holds a shard of (a ditron.sharding dictionary);
+# padded ones also keep the task argument's ditron.global_shape (passes/partition.py)
+LAYOUT_ATTR = "ditron.layout"
+AXIS_ATTR = "ditron.axis"      # on the function: the mesh axis whose groups its collectives run within
 # unit, on an alloc_symmetric: the buffer is held twice and call e uses copy e % 2 on every rank (a graph replay:
 # its parity's copy), so that a call's stores into a peer's copy never meet the peer's reads of the previous call
 ROTATE_ATTR = "ditron.rotate"

@@ -202,8 +202,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     from . import hostprog
     from .dialects.context import diagnostic_at
     from .dialects.opbase import walk_ops
-    from .dialects.verify import verify
-    from .passes.registry import PIPELINES, parse_pipeline
+    from .passes.registry import PIPELINES, parse_pipeline, run_passes
 
     higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
     if not higher:
@@ -219,9 +218,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
             raise PassError(message, [diagnostic_at(higher[0].location, message)])
         if target is not None:
             set_module_target(module, str(target))
-        for p in parse_pipeline(",".join(_passes_left(module, task_level))):
-            p.run(module)
-            verify(module)
+        run_passes(module, parse_pipeline(",".join(_passes_left(module, task_level))))
 
     def left_above_core() -> None:
         left = sorted({op.name for op in walk_ops(module.operation)

@@ -95,7 +95,8 @@ def axis_group(mesh: Mesh, rank: int, axis: str) -> list[int]:
     return [rank_of(mesh, {**coords, axis: i}) for i in range(mesh.axis_size(axis))]
 
 
-def _block_index(sharding: Sharding, dim: int, coords: Mapping[str, int], mesh: Mesh) -> int:
+def block_index(sharding: Sharding, dim: int, coords: Mapping[str, int], mesh: Mesh) -> int:
+    """Which block of dim (0 .. shards - 1) the ranks at coords hold."""
     index = 0
     for axis in sharding.dims[dim]:
         index = index * mesh.axis_size(axis) + coords[axis]
@@ -105,8 +106,8 @@ def _block_index(sharding: Sharding, dim: int, coords: Mapping[str, int], mesh: 
 def _block_slices(sharding: Sharding, shape: Sequence[int], coords, mesh: Mesh):
     """(slices into the zero-padded global array, local shape) of the block held at coords."""
     local = sharding.local_shape(tuple(shape), mesh)
-    slices = tuple(slice(_block_index(sharding, d, coords, mesh) * local[d],
-                         (_block_index(sharding, d, coords, mesh) + 1) * local[d]) for d in range(len(shape)))
+    slices = tuple(slice(block_index(sharding, d, coords, mesh) * local[d],
+                         (block_index(sharding, d, coords, mesh) + 1) * local[d]) for d in range(len(shape)))
     return slices, local
 
 

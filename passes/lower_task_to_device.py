@@ -38,21 +38,32 @@ from ..kernels import KernelRecord
 from . import device_kernels as K
 from . import lower_collectives as C
 from .device_builder import LANE_ATTR, DeviceBuilder, KernelTable, str_attr
+from .partition import GLOBAL_SHAPE_ATTR
 from .registry import Pass, option
 from .tile import (LEVEL_ATTR, OVERLAP_KINDS, TILING_ATTR, OverlapGroup, Tiling, functions, op_error,
                    overlap_groups, require_task_level, shape_of)
 
-IO_ATTR = "ditron.io"
-AXIS_ATTR = "ditron.axis"
+IO_ATTR = device.IO_ATTR
+AXIS_ATTR = device.AXIS_ATTR
 TARGET_ATTR = "ditron.target"
 EPOCH_LIMIT_ATTR = "ditron.epoch_limit"  # the last epoch whose signal values fit the i32 pads
 I32_MAX = 2 ** 31 - 1
-LAYOUT_ATTR = "ditron.layout"
+LAYOUT_ATTR = device.LAYOUT_ATTR
 END_BARRIERS = ("auto", "always")
 
 
 LOWERED = (task.Matmul, task.GroupedMatmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce,
            task.AllToAll)
+
+
+def _global_shape(fn: ir.Operation, key: str, index: int) -> ir.Attribute | None:
+    """The ditron.global_shape of a task function's argument or result (ditron-partition writes it for padded
+    shardings), kept on the device argument so that the simulator and readers know where the padding is."""
+    if key not in fn.attributes:
+        return None
+    entries = ir.ArrayAttr(fn.attributes[key])
+    d = ir.DictAttr(entries[index]) if index < len(entries) else None
+    return d[GLOBAL_SHAPE_ATTR] if d is not None and GLOBAL_SHAPE_ATTR in d else None
 
 
 def _memref_of(t: ir.Type) -> ir.MemRefType:
@@ -207,17 +218,19 @@ class _FunctionLowering:
             new.attributes[AXIS_ATTR] = ir.StringAttr.get(self.axis)
         entries = []
         for i in range(len(ftype.inputs)):
-            entries.append(self._io_attr("in", arg_sharding(old, i)))
+            entries.append(self._io_attr("in", arg_sharding(old, i), _global_shape(old, "arg_attrs", i)))
         for j in range(len(ftype.results)):
-            entries.append(self._io_attr("out", result_sharding(old, j)))
+            entries.append(self._io_attr("out", result_sharding(old, j), _global_shape(old, "res_attrs", j)))
         entries.append(ir.DictAttr.get({IO_ATTR: ir.StringAttr.get("epoch")}))
         new.attributes["arg_attrs"] = ir.ArrayAttr.get(entries)
 
     @staticmethod
-    def _io_attr(io: str, sharding) -> ir.Attribute:
+    def _io_attr(io: str, sharding, global_shape: ir.Attribute | None) -> ir.Attribute:
         d = {IO_ATTR: ir.StringAttr.get(io)}
         if sharding is not None:
             d[LAYOUT_ATTR] = sharding.to_attr()
+        if global_shape is not None:
+            d[GLOBAL_SHAPE_ATTR] = global_shape
         return ir.DictAttr.get(d)
 
     # ---- buffers

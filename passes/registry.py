@@ -251,3 +251,12 @@ def parse_pipeline(text: str, _expanding: tuple[str, ...] = ()) -> list[Pass]:
             continue
         passes.append(get_pass_class(name).from_options(options))
     return passes
+
+
+def run_passes(module: ir.Module, passes: list[Pass]) -> None:
+    """Run passes in order on module, verifying the result of each (as ditron-opt does by default), so that IR a
+    pass leaves invalid is reported after that pass, not by whatever reads it next. Raises DitronError."""
+    from ..dialects.verify import verify
+    for p in passes:
+        p.run(module)
+        verify(module)

@@ -148,6 +148,9 @@ class Executor:
         self.program = HostProgram(exe.host_program)
         self.graph = graph
         self.W, self.ranks = world.world_size, world.ranks_here
+        if self.program.world_size not in (None, self.W):  # its num_ranks and peers would be wrong
+            raise DitronRuntimeError(f"{exe.path or 'this executable'}: a world of {self.W} rank(s) cannot run "
+                                     f"@{self.program.name}: it is written for {self.program.describe_world()}")
         # graph mode is refused before anything is allocated when the program cannot be replayed
         self._graph_traces = check_graph_program(self.program, self.ranks, self.W,
                                                   not world.is_virtual) if graph else None

@@ -206,6 +206,23 @@ def _need(obj: Mapping[str, Any], key: str, kind, where: str) -> Any:
     return value
 
 
+def _mesh(value: Any, axis: Any, where: str) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+    """(axes, shape) of the host program's mesh, checked; None where it has none."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise HostProgramError(f"{where}mesh must be an object {{axes, shape}}")
+    axes, shape = value.get("axes"), value.get("shape")
+    if not isinstance(axes, list) or not all(isinstance(a, str) for a in axes):
+        raise HostProgramError(f"{where}mesh axes must be a list of names")
+    shape = _ints(shape, "mesh shape", where)
+    if len(axes) != len(shape) or any(n < 1 for n in shape):
+        raise HostProgramError(f"{where}mesh {value} needs one size >= 1 per axis")
+    if axis is not None and axis not in axes:
+        raise HostProgramError(f"{where}axis {axis!r} is not an axis of its mesh ({', '.join(axes)})")
+    return tuple(axes), shape
+
+
 def _ints(value: Any, what: str, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise HostProgramError(f"{where}{what} must be a list of integers")
@@ -222,6 +239,7 @@ class HostProgram:
         self.loc = data.get("loc")
         where = f"host program '{self.name}': "
         self.axis = data.get("axis")
+        self.mesh = _mesh(data.get("mesh"), self.axis, where)
         # how call e + 1 is ordered after the peers' call e: "barrier" (the program ends with one) or "waits" (its
         # own waits do it; its peer-written buffers rotate, see lower_task_to_device._FunctionLowering._end)
         self.fence = data.get("fence", "barrier")
@@ -283,6 +301,28 @@ class HostProgram:
         defined = set(self._arg_values)
         self.body = self._block(_need(data, "body", list, where), defined, where)
         self.num_sites = self._sites
+
+    @property
+    def world_size(self) -> int | None:
+        """The world the program is written for: the size of the mesh axis it runs over (on a mesh of several axes,
+        one group of ranks along that axis; docs/device_ir.md); None where the host program names no mesh."""
+        if self.mesh is None:
+            return None
+        axes, shape = self.mesh
+        return shape[axes.index(self.axis)] if self.axis is not None else math.prod(shape)
+
+    def describe_world(self) -> str:
+        """Which world the program needs, for messages: '2 rank(s), the size of mesh axis 'tp' (mesh dp=2 x tp=2:
+        one group of ranks along 'tp' ...)'."""
+        axes, shape = self.mesh
+        mesh = " x ".join(f"{a}={n}" for a, n in zip(axes, shape))
+        if self.axis is None:
+            return f"{self.world_size} rank(s), the size of its mesh ({mesh})"
+        text = f"{self.world_size} rank(s), the size of mesh axis '{self.axis}' (mesh {mesh}"
+        if len(axes) > 1:
+            text += (f": it runs within one group of ranks along '{self.axis}'; give each group its own world, e.g. "
+                     f"World.from_torch(group=<that group's process group>)")
+        return text + ")"
 
     # -- checking
     def _block(self, ops: list, defined: set[int], where: str) -> list[_Op]:

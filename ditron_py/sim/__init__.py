@@ -13,7 +13,9 @@ against a happens-before relation built from vector clocks, so a missing wait sh
 happened to arrive in time. Running ``calls`` > 1 times in a row (epoch 1, 2, ...) with fresh inputs catches bugs
 that only show when signal pads and buffers are reused. ``graph=True`` runs the calls as the runtime's CUDA graphs
 replay them (epoch 1 every call, each signal pad held once per call parity, never zeroed in between): the check of
-a program whose pads are consumed (``ditron.consumed``), i.e. cleared by their waiters.
+a program whose pads are consumed (``ditron.consumed``), i.e. cleared by their waiters. With a ``ditron.mesh``,
+W is the mesh's size: every rank of it runs, and the program's collectives run within the groups of its
+``ditron.axis`` (``sim.groups``, which also draws inputs that follow each argument's ``ditron.layout``).
 
 Findings (``SimResult.findings``): deadlock, read-before-signal, write-write and write-after-read races,
 uninitialized reads, out-of-bounds regions, unwritten outputs, mismatches against the reference, and broken rules
@@ -30,6 +32,7 @@ from mlir import ir
 
 from ..dialects.context import ditron_context, parse_file, parse_module
 from ..dialects.verify import verify
+from .groups import groups_of, random_inputs, valid_region
 from .memory import round_to
 from .program import Program, load
 from .report import (DEADLOCK, INVALID, KINDS, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE,
@@ -65,27 +68,6 @@ def load_program(module_or_text: Any, function: str | None = None, *, verify_ir:
         program = load(module, function)
         del module
     return program
-
-
-def random_inputs(program: Program, world_size: int, seed: int, call: int) -> list[list[np.ndarray]]:
-    """Seeded random inputs, different for every rank and call (so stale data from an earlier call shows)."""
-    out = []
-    for r in range(world_size):
-        rng = np.random.default_rng([seed, call, r])
-        per_rank = []
-        for spec in program.inputs:
-            shape = spec.type.shape
-            if any(s < 0 for s in shape):
-                raise SimulationError(f"input argument {spec.index} of @{program.name} has a dynamic shape; pass "
-                                      f"inputs= explicitly")
-            if spec.type.elem.startswith(("i", "ui")):  # integer inputs are sizes (grouped_matmul's groups)
-                x = rng.integers(0, 9, size=shape).astype(np.float64)
-            else:
-                x = rng.standard_normal(size=shape, dtype=np.float32)
-                round_to(spec.type.elem, x)
-            per_rank.append(x)
-        out.append(per_rank)
-    return out
 
 
 def default_tolerance(elem: str) -> float:
@@ -126,6 +108,7 @@ def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0
         raise SimulationError(f"world_size must be >= 1, got {world_size}")
     if calls < 1:
         raise SimulationError(f"calls must be >= 1, got {calls}")
+    groups_of(program, world_size)  # a world that is not the program's mesh: refused before anything runs
     per_call = _prepare(program, world_size, inputs, seed, calls)
     world = World(program, world_size=world_size, calls=calls, inputs_per_call=per_call, seed=seed,
                   templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls, graph=graph)
@@ -184,6 +167,12 @@ def _compare(world: World, program: Program, call: int, outs, expected, rtol, at
             g = got.astype(ftype, copy=False)
             err = np.abs(g - want)
             bad = ~(err <= a_tol + tol * np.abs(want))  # NaN counts as bad
+            inside = valid_region(spec, world.groups, r)
+            if inside is not None:  # the padding of a padded output holds f(0), whatever the fn: not compared
+                outside = np.ones(bad.shape, dtype=bool)
+                outside[inside] = False
+                bad[outside] = False
+                err[outside] = 0
             if not bad.any():
                 continue
             err = np.where(np.isnan(err), np.inf, err)
@@ -262,14 +251,18 @@ def simulate(module_or_text: Any, world_size: int, inputs=None, *, seed: int = 0
     """Run a device-level program for ``world_size`` ranks on the CPU.
 
     module_or_text: an ir.Module (in the caller's context), MLIR text, or the path of an .mlir file.
+    world_size: the number of ranks; with a ``ditron.mesh``, the mesh's size: every rank of the mesh runs, and the
+        program's collectives run within the groups of its ``ditron.axis`` (``sim.groups``).
     inputs: per rank, one array per "in" argument (in argument order); or a callable ``inputs(call)`` giving them
-        per call; or None for seeded random inputs, different for every rank and call.
+        per call; or None for seeded random inputs, different for every call and shard, equal on the replicas of
+        a shard and zero in padding, by each argument's ``ditron.layout`` (``sim.groups.random_inputs``).
     seed: chooses the interleaving (and the random inputs). Same seed, same run.
     function: the device function to run (default: the only one with ditron.level = "device").
     calls: how many times to run the program in a row (epoch 1..calls, default 2), on the same symmetric buffers
         and pads, with fresh inputs each call: bugs that show only when pads and buffers are reused need 2.
     reference: ``reference(per_rank_inputs) -> per_rank_outputs`` (numpy); outputs are compared per call with
-        tolerance ``rtol`` (default by element type: 2^-6 for bf16) and ``atol`` (default rtol x max |expected|).
+        tolerance ``rtol`` (default by element type: 2^-6 for bf16) and ``atol`` (default rtol x max |expected|),
+        outside the padding of padded outputs (by their ``ditron.layout`` and ``ditron.global_shape``).
     templates: kernel templates by name, taking precedence over ditron.kernels.<name>.
     num_sms: SMs per rank shared by all launches and SM copies (default: unlimited, only sm_budget applies).
     sync_between_calls: synchronise every rank between calls (as a device synchronize plus a barrier would).

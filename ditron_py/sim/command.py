@@ -5,10 +5,13 @@
 
 FILE holds a device-level program (a func.func with ditron.level = "device"), or a task-level program, which is
 first lowered with ``--pipeline`` (default ``ditron-default``) and then serves as its own numpy reference
-(ditron.reference, global or local view). Inputs are seeded random arrays. For each seed it prints the summary
-(``SimResult.summary()``); ``--mutate`` instead removes each wait and signal, shifts each copy offset and launch
-scalar in turn, and lists the mutants the simulator did not report. Exit status: 0 when every run is clean (or
-every mutant was caught), 1 otherwise; errors print as ``file:line:col: error: ...``, never a traceback.
+(ditron.reference, global or local view); it is verified first, and after every pass, as ditron-opt does. The
+world is the whole mesh (on a dp x tp mesh, the program's collectives run within the groups of its axis). Inputs
+are seeded random arrays that follow each argument's layout (replicas equal, padding zero). For each seed it
+prints the summary (``SimResult.summary()``); ``--mutate`` instead removes each wait and signal, shifts each copy
+offset and launch scalar in turn, and lists the mutants the simulator did not report. Exit status: 0 when every run
+is clean (or every mutant was caught), 1 otherwise; errors print as ``file:line:col: error: ...``, never a
+traceback.
 
 The ``ditron`` console command adds this as its ``sim`` subcommand with ``add_arguments(subparser)`` and
 ``run(args, stdout, stderr)``.
@@ -26,7 +29,8 @@ from ..errors import DitronError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", help="a .mlir file: a device-level program, or a task-level one (lowered first)")
     p.add_argument("-W", "--world-size", type=int, default=None,
-                   help="number of ranks (default: the size of the program's mesh axis)")
+                   help="number of ranks: the size of the program's ditron.mesh, whose every rank runs (needed "
+                        "only without a mesh)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds, each one interleaving (default 0)")
     p.add_argument("--calls", type=int, default=2, help="calls in a row, epoch 1..N (default 2)")
     p.add_argument("--function", default=None, help="the device function to run (default: the only one)")
@@ -60,32 +64,26 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 
 def _world_size(module, requested: int | None) -> int:
-    from mlir import ir
-
+    """The world the program runs in: its mesh, every rank of it (sim.groups); without a mesh, --world-size."""
     from ..dialects.sharding import Mesh
-    from ..dialects.device import device_functions
+    from .groups import describe_mesh
 
     mesh = Mesh.of_module(module)
     if mesh is None:
         if requested is None:
             raise DitronError("the module has no ditron.mesh: pass --world-size")
         return requested
-    axis, size = None, mesh.size
-    for fn in device_functions(module):
-        if "ditron.axis" in fn.attributes:
-            axis = ir.StringAttr(fn.attributes["ditron.axis"]).value
-            size = mesh.axis_size(axis)
-            break
-    if requested is not None and requested != size:
-        where = f"axis '{axis}' of its ditron.mesh" if axis else "its ditron.mesh"
-        raise DitronError(f"--world-size {requested}: the program is written for {size} rank(s) ({where}); "
-                          f"change the mesh to simulate another world size")
-    return size
+    if requested is not None and requested != mesh.size:
+        raise DitronError(f"--world-size {requested}: the program is written for the {mesh.size} rank(s) of its "
+                          f"ditron.mesh ({describe_mesh(mesh)}), which the simulator runs whole; change the mesh to "
+                          f"simulate another world size")
+    return mesh.size
 
 
 def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from ..dialects.context import ditron_context, parse_file
-    from ..passes.registry import parse_pipeline
+    from ..dialects.verify import verify
+    from ..passes.registry import parse_pipeline, run_passes
     from . import simulate, task_reference
     from .mutate import run_mutants
     from ..dialects.device import device_functions
@@ -100,6 +98,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             text = f.read()
         with ditron_context():
             module = parse_file(args.input)
+            verify(module)  # what ditron-opt rejects, with its messages, before anything reads the module
             task_level = not device_functions(module)
             passes = parse_pipeline(args.pipeline) if task_level else []
             W = _world_size(module, args.world_size)
@@ -108,8 +107,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         def build():
             m = parse_file(args.input)
-            for p in passes:
-                p.run(m)
+            run_passes(m, passes)
             return m
 
         options = dict(calls=args.calls, function=args.function, num_sms=args.num_sms,

@@ -26,7 +26,7 @@ class HostEntity(Entity):
 
     def __init__(self, world: World, rank: int):
         super().__init__(world, rank, f"rank {rank} host")
-        self.interp = HostInterpreter(world.program, rank, world.W)
+        self.interp = HostInterpreter(world.program, world.groups.local(rank), world.groups.size(rank))
         self.call = 0
         self.gen = None
         self.at_boundary = False
@@ -127,11 +127,11 @@ class StreamEntity(Entity):
             w.block(self, Blocked(loc, lambda: "waits for a free SM to run an SM copy (every SM is taken)"))
             return False
         what = f"copy ({a['engine']})"
-        if not (w.valid_rank(a["src_rank"], loc, self, call, what) and
-                w.valid_rank(a["dst_rank"], loc, self, call, what)):
+        src_rank, dst_rank = w.peer(a["src_rank"], loc, self, call, what), w.peer(a["dst_rank"], loc, self, call, what)
+        if src_rank is None or dst_rank is None:
             return True
-        src = w.buffer(a["src"], a["src_rank"], call, loc, self)
-        dst = w.buffer(a["dst"], a["dst_rank"], call, loc, self)
+        src = w.buffer(a["src"], src_rank, call, loc, self)
+        dst = w.buffer(a["dst"], dst_rank, call, loc, self)
         if src is None or dst is None:
             return True
         sbox = w.region(src, a["src_off"], a["sizes"], loc, self, call, f"{what} source")
@@ -145,13 +145,14 @@ class StreamEntity(Entity):
 
     def _signal(self, item: Item) -> bool:
         w, a, loc, call = self.world, item.args, item.loc, item.call
-        if not w.valid_rank(a["target"], loc, self, call, "signal"):
+        target = w.peer(a["target"], loc, self, call, "signal")
+        if target is None:
             return True
-        pad = w.pad(a["pad"], a["target"], call, loc, self)
+        pad = w.pad(a["pad"], target, call, loc, self)
         if pad is None or not w.valid_slot(pad, a["slot"], loc, self, call):
             return True
-        if a["scope"] == "gpu" and a["target"] != self.rank:
-            w.report(INVALID, f"{self.label} signals rank {a['target']} with scope 'gpu'; a signal to another "
+        if a["scope"] == "gpu" and target != self.rank:
+            w.report(INVALID, f"{self.label} signals rank {target} with scope 'gpu'; a signal to another "
                      f"rank needs scope 'sys' to order the writes before it", loc, self.rank, call)
         w.signal(self, pad, a["slot"], a["op"], a["value"], self.release())
         return True
@@ -165,9 +166,10 @@ class StreamEntity(Entity):
         return w.try_acquire(self, [(pad, s, a["value"]) for s in slots], loc, f"wait (call {call})")
 
     def _barrier(self, item: Item) -> bool:
-        """Every rank arrives and waits for all others, through slot 0 of the pad: arriving adds 1 to slot 0 on
-        every rank (release); the rank then waits until its own slot 0 >= W x (the number of barriers it has
-        passed on this pad, this one included) (acquire). Counts accumulate across calls: no reset is needed."""
+        """Every rank of the group arrives and waits for all others, through slot 0 of the pad: arriving adds 1 to
+        slot 0 on every member (release); the rank then waits until its own slot 0 >= W x (the number of barriers
+        it has passed on this pad, this one included) (acquire), W the group's size. Counts accumulate across
+        calls: no reset is needed."""
         w, a, loc, call = self.world, item.args, item.loc, item.call
         pad = w.pad(a["pad"], self.rank, call, loc, self)
         if pad is None or not w.valid_slot(pad, 0, loc, self, call):
@@ -176,19 +178,20 @@ class StreamEntity(Entity):
             key = (a["pad"], self.rank)
             a["_arrival"] = w.barrier_counts[key] = w.barrier_counts.get(key, 0) + 1
             snap = self.release()
-            for q in range(w.W):
+            for q in w.groups.members[self.rank]:
                 peer = w.pad(a["pad"], q, call, loc, self)
                 if peer is not None:
                     w.signal(self, peer, 0, "add", 1, snap)
         n = a["_arrival"]
-        return w.try_acquire(self, [(pad, 0, n * w.W)], loc, f"barrier #{n} (call {call})")
+        return w.try_acquire(self, [(pad, 0, n * w.groups.size(self.rank))], loc, f"barrier #{n} (call {call})")
 
     def _launch(self, item: Item) -> bool:
         w, a, loc = self.world, item.args, item.loc
         launch = a.get("_launch")
         if launch is None:
             kinfo = w.program.kernels[a["kernel"]]
-            plan = plan_launch(kinfo, a["operands"], grid=a["grid"], rank=self.rank, num_ranks=w.W, loc=loc,
+            plan = plan_launch(kinfo, a["operands"], grid=a["grid"], rank=w.groups.local(self.rank),
+                               num_ranks=w.groups.size(self.rank), loc=loc,
                                templates=w.templates)
             if len(plan.programs) != plan.grid_size:
                 w.report(INVALID, f"launch of @{plan.kernel} has a grid of {plan.grid_size} program(s) but its "
@@ -328,10 +331,9 @@ class ProgramEntity(Entity):
         return key
 
     def _target(self, rank: int | None) -> int | None:
-        r = self.rank if rank is None else rank
-        if not self.world.valid_rank(r, self.loc, self, self.call, f"@{self.launch.plan.kernel}"):
-            return None
-        return r
+        """The rank a region or slot of the template lives on (None: this one; else a member of the group)."""
+        return self.rank if rank is None else self.world.peer(rank, self.loc, self, self.call,
+                                                              f"@{self.launch.plan.kernel}")
 
     def _pad(self, arg: str, rank: int | None):
         r = self._target(rank)
@@ -345,12 +347,13 @@ class ProgramEntity(Entity):
         """Run the tile's compute on views of its declared regions: written regions are writable, regions it only
         reads are read-only (a template writing where it did not declare a write is a template bug)."""
         declared: dict[tuple[str, int], list] = {}
+        me = self.world.groups.local(self.rank)  # regions name ranks of the group
         for kind, reg, buf, box in sorted(regions, key=lambda x: x[0] != "write"):
-            declared.setdefault((reg.arg, self.rank if reg.rank is None else reg.rank), []).append((kind, buf, box))
+            declared.setdefault((reg.arg, me if reg.rank is None else reg.rank), []).append((kind, buf, box))
         template = self.launch.plan.template
 
         def view(region: Region) -> np.ndarray:
-            rank = self.rank if region.rank is None else region.rank
+            rank = me if region.rank is None else region.rank
             off = tuple(int(o) for o in region.offsets)
             end = tuple(o + int(z) for o, z in zip(off, region.sizes))
             for kind, buf, (lo, hi) in declared.get((region.arg, rank), ()):

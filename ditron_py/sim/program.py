@@ -1,9 +1,10 @@
 """Loading a device-level program out of MLIR into plain Python data.
 
 The simulator touches MLIR only here: ``load(module, function)`` reads the device function (docs/device_ir.md),
-its arguments, its symmetric allocations, the ``ditron.kernel`` records of the kernels it launches, and turns every
-op into an ``Op`` (name, operand and result value ids, attributes as Python values, location). After loading, the
-MLIR context may die; running needs none of it.
+its arguments (with their ``ditron.layout``), the module's mesh and the function's axis, its symmetric
+allocations, the ``ditron.kernel`` records of the kernels it launches, and turns every op into an ``Op`` (name,
+operand and result value ids, attributes as Python values, location). After loading, the MLIR context may die;
+running needs none of it.
 """
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from mlir import ir
 
 from ..dialects import device
 from ..dialects.context import diagnostic_at
-from ..dialects.device import HOST_OPS, IO_ATTR, LEVEL_ATTR, device_functions
+from ..dialects.device import AXIS_ATTR, HOST_OPS, IO_ATTR, LAYOUT_ATTR, LEVEL_ATTR, device_functions
 from ..dialects.opbase import memref_shape, walk_ops
+from ..dialects.sharding import Mesh, Sharding
 from ..kernels import KERNEL_ATTR
+from ..passes.partition import GLOBAL_SHAPE_ATTR
 from .report import Loc, SimulationError
 
 # Host ops the interpreter runs (HOST_OPS), device ops aside.
@@ -51,6 +54,8 @@ class ArgSpec:
     io: str                     # "in" | "out" | "epoch"
     type: MemrefType | None     # None for the epoch
     value: int
+    layout: Sharding | None = None             # ditron.layout: the task-level sharding of the tensor
+    global_shape: tuple[int, ...] | None = None  # ditron.global_shape (padded layouts)
 
 
 @dataclass
@@ -83,6 +88,8 @@ class Program:
     kernels: dict[str, KernelInfo]
     types: dict[int, MemrefType] = field(default_factory=dict)   # memref value id -> type
     late_allocs: list[AllocSpec] = field(default_factory=list)    # allocations after the first enqueued op
+    mesh: Mesh | None = None    # the module's ditron.mesh
+    axis: str | None = None     # the function's ditron.axis: the mesh axis its collectives run over
 
     @property
     def allocs_by_index(self) -> dict[int, AllocSpec]:
@@ -129,6 +136,10 @@ class _Loader:
         self.late_allocs: list[AllocSpec] = []
         self.enqueued = False
         self.kernels: dict[str, KernelInfo] = {}
+        try:
+            self.mesh = Mesh.of_module(module)
+        except ValueError as err:
+            raise SimulationError.at(loc_of(module.operation), str(err)) from None
         self.symbols = {ir.StringAttr(op.attributes["sym_name"]).value: op
                         for op in walk_ops(module.operation) if "sym_name" in op.attributes}
 
@@ -231,13 +242,46 @@ class _Loader:
             if io != "epoch" and mt is None:
                 raise SimulationError.at(floc, f"argument {i} of @{fname} is {io} but of type {v.type}, not a "
                                                f"memref")
-            args.append(ArgSpec(i, io, mt, self.vid(v)))
+            spec = ArgSpec(i, io, mt, self.vid(v))
+            if io != "epoch":
+                spec.layout, spec.global_shape = self.layout(i, mt, f"argument {i} of @{fname}", floc)
+            args.append(spec)
         epochs = [a for a in args if a.io == "epoch"]
         if len(epochs) != 1 or epochs[0].index != len(args) - 1:
             raise SimulationError.at(floc, f"@{fname}: the last argument must be the epoch (index, {IO_ATTR} = "
                                            f"\"epoch\"), and only the last")
         body = self.block(entry)
-        return Program(fname, floc, args, body, self.allocs, self.kernels, self.types, self.late_allocs)
+        axis = None
+        if AXIS_ATTR in func.attributes:
+            axis = ir.StringAttr(func.attributes[AXIS_ATTR]).value
+            if self.mesh is not None and axis not in self.mesh.axes:
+                raise SimulationError.at(floc, f"@{fname} runs over mesh axis '{axis}' ({AXIS_ATTR}), which is not "
+                                               f"in the module's mesh (axes: {', '.join(self.mesh.axes)})")
+        return Program(fname, floc, args, body, self.allocs, self.kernels, self.types, self.late_allocs, self.mesh,
+                       axis)
+
+    def layout(self, i: int, mt: MemrefType, what: str, loc: Loc) -> tuple[Sharding | None, tuple[int, ...] | None]:
+        """The ditron.layout and ditron.global_shape of argument i, checked against its type and the mesh."""
+        attrs = list(ir.ArrayAttr(self.func.attributes["arg_attrs"])) if "arg_attrs" in self.func.attributes else []
+        d = ir.DictAttr(attrs[i]) if i < len(attrs) else None
+        if d is None or LAYOUT_ATTR not in d:
+            return None, None
+        try:
+            layout = Sharding.from_attr(d[LAYOUT_ATTR])
+        except ValueError as err:
+            raise SimulationError.at(loc, f"{what}: {LAYOUT_ATTR}: {err}") from None
+        problem = layout.check((-1,) * len(mt.shape), self.mesh or Mesh((), ()))
+        if problem:
+            raise SimulationError.at(loc, f"{what}: {LAYOUT_ATTR} {problem}")
+        shape = None
+        if GLOBAL_SHAPE_ATTR in d:
+            attr = d[GLOBAL_SHAPE_ATTR]
+            shape = tuple(ir.DenseI64ArrayAttr(attr)) if isinstance(attr, ir.DenseI64ArrayAttr) else None
+            if shape is None or len(shape) != len(mt.shape) or (
+                    self.mesh is not None and layout.local_shape(shape, self.mesh) != mt.shape):
+                raise SimulationError.at(loc, f"{what}: {GLOBAL_SHAPE_ATTR} {attr} is not a global shape whose "
+                                              f"shards by {LAYOUT_ATTR} are {list(mt.shape)}")
+        return layout, shape
 
 
 def load(module: ir.Module, function: str | None = None) -> Program:

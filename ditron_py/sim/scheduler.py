@@ -19,6 +19,7 @@ import numpy as np
 
 from .memory import (CLOCK, Access, Buffer, Pad, check_and_record_write, check_read, empty_clock, join,
                      record_read)
+from .groups import groups_of
 from .program import Program
 from .report import (DEADLOCK, INVALID, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE, UNINITIALIZED, Finding,
                      Findings, Loc, SimulationError, describe_region)
@@ -84,6 +85,7 @@ class World:
         self.program = program
         self.allocs = program.allocs_by_index
         self.W = world_size
+        self.groups = groups_of(program, world_size)
         self.calls = calls
         self.inputs_per_call = inputs_per_call
         self.templates = templates
@@ -217,12 +219,14 @@ class World:
                region: str | None = None, notes=(), key: tuple | None = None) -> None:
         self.findings.add(Finding(kind, message, loc, rank, call, region, list(notes)), key)
 
-    def valid_rank(self, r: int, loc: Loc, e: Entity, call: int, what: str) -> bool:
-        if 0 <= r < self.W:
-            return True
-        self.report(OUT_OF_BOUNDS, f"{e.label}: {what} names rank {r}, outside the world of {self.W} rank(s)",
-                    loc, e.rank, call)
-        return False
+    def peer(self, r: int, loc: Loc, e: Entity, call: int, what: str) -> int | None:
+        """The rank that rank r of e's group is (device ops and kernels name ranks within the group of the
+        program's axis, sim.groups), or None, with an out-of-bounds finding, if the group has no rank r."""
+        g = self.groups.peer(e.rank, r)
+        if g is None:
+            self.report(OUT_OF_BOUNDS, f"{e.label}: {what} names rank {r}, outside {self.groups.scope()} of "
+                        f"{self.groups.size(e.rank)} rank(s)", loc, e.rank, call)
+        return g
 
     def buffer(self, key: tuple, rank: int, call: int, loc: Loc, e: Entity) -> Buffer | None:
         """The data buffer ``key`` on ``rank`` as entity e sees it (None, with a finding, if it cannot)."""

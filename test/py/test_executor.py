@@ -73,12 +73,21 @@ def const(v, out):
     (lambda p: p["body"].append({"op": "ditron_device.alloc_symmetric", "in": [], "out": [5], "alloc": 4}),
      "names symmetric buffer 4, which does not exist"),
     (lambda p: p["body"].append({"op": "scf.for", "in": [1, 1, 1], "out": [], "regions": []}), "malformed scf.for"),
+    (lambda p: p.update(mesh={"axes": ["dp", "tp"], "shape": [2, 0]}), "needs one size >= 1 per axis"),
+    (lambda p: p.update(mesh={"axes": ["tp"], "shape": [2]}, axis="dp"), "axis 'dp' is not an axis of its mesh (tp)"),
 ])
 def test_malformed_programs_are_refused(mutate, message):
     program = minimal([ALLOC])
     mutate(program)
     with pytest.raises(HostProgramError, match=message.replace("(", "\\(").replace(")", "\\)")):
         HostProgram(program)
+
+
+def test_the_world_a_program_is_written_for():
+    """The size of its mesh axis: on a dp x tp mesh, one group of ranks along the axis (docs/device_ir.md)."""
+    assert HostProgram(minimal([ALLOC])).world_size is None
+    assert HostProgram(minimal([ALLOC], mesh={"axes": ["dp", "tp"], "shape": [2, 4]}, axis="tp")).world_size == 4
+    assert HostProgram(minimal([ALLOC], mesh={"axes": ["dp", "tp"], "shape": [2, 4]}, axis="dp")).world_size == 2
 
 
 def test_a_copy_names_its_operand_count():
@@ -682,6 +691,34 @@ def test_a_cpu_world_is_refused(tmp_path_factory):
     exe = compiled(tmp_path_factory, small("all_gather", 1))
     with pytest.raises(DitronRuntimeError, match="needs a GPU; the world's device is cpu"):
         exe.run(World.virtual(1, device="cpu"), [[torch.zeros(40, 64, dtype=torch.bfloat16)]])
+
+
+GATHER_2D = """module attributes {ditron.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 2>}} {
+  func.func @gather(%x: tensor<8x4xf32> {ditron.sharding = {dims = [["tp"], []]}})
+      -> (tensor<8x4xf32> {ditron.sharding = {dims = [[], []]}}) {
+    %y = "ditron_task.elementwise"(%x) {fn = "relu"} : (tensor<8x4xf32>) -> tensor<8x4xf32>
+    return %y : tensor<8x4xf32>
+  }
+}
+"""
+
+
+def test_a_world_of_another_size_is_refused(tmp_path_factory):
+    """A program over tp on a dp=2 x tp=2 mesh runs in a world of one tp group (2 ranks): a world of the whole
+    mesh would give it num_ranks = 4 and peers outside its group. Refused before anything is allocated."""
+    import ditron
+    exe = ditron.compile(GATHER_2D, target="cuda:90", out_dir=tmp_path_factory.mktemp("gather_2d") / "a", cache=False)
+    with pytest.raises(DitronRuntimeError, match=re.escape(
+            "a world of 4 rank(s) cannot run @gather: it is written for 2 rank(s), the size of mesh axis 'tp' (mesh "
+            "dp=2 x tp=2: it runs within one group of ranks along 'tp'; give each group its own world")):
+        X.Executor(exe, World.virtual(4, device="cpu"))
+    with pytest.raises(DitronRuntimeError, match="needs a GPU"):  # the right size: refused only for the CPU
+        X.Executor(exe, World.virtual(2, device="cpu"))
+    one_axis = compiled(tmp_path_factory, small("all_gather", 3))
+    with pytest.raises(DitronRuntimeError, match=re.escape("a world of 2 rank(s) cannot run @all_gather: it is "
+                                                           "written for 3 rank(s), the size of mesh axis 'tp' (mesh "
+                                                           "tp=3)")):
+        X.Executor(one_axis, World.virtual(2, device="cpu"))
 
 
 def test_missing_kernels_are_named(monkeypatch, tmp_path_factory):

@@ -68,8 +68,8 @@ def test_errors_are_one_line_without_a_traceback(tmp_path):
     code, _, err = _run([str(tmp_path / "latin1.mlir")])
     assert code == 1 and err == f"error: cannot read '{tmp_path / 'latin1.mlir'}': not UTF-8 text (byte 8)\n"
     code, out, err = _run([str(f), "-W", "3"])  # lowered for 2 ranks: not a cascade of out-of-bounds findings
-    assert code == 1 and not out and err.startswith("error: --world-size 3: the program is written for 2 rank(s) "
-                                                    "(axis '") and "Traceback" not in err
+    assert code == 1 and not out and err.startswith("error: --world-size 3: the program is written for the 2 "
+                                                    "rank(s) of its ditron.mesh (") and "Traceback" not in err
     f.write_text("module {\n  func.func @f() {\n    \"ditron_device.nope\"() : () -> ()\n    return\n  }\n}\n")
     code, _, err = _run([str(f), "-W", "1"])
     assert code == 1 and "ag.mlir:3:5: error:" in err and "Traceback" not in err
