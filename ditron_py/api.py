@@ -191,6 +191,16 @@ def _passes_left(module: Any, task_level: bool) -> list[str]:
     return [n for n in rest if not (scheduled and n == "ditron-schedule-overlap")]
 
 
+def _task_functions(module: Any) -> list[Any]:
+    """The func.func task programs of a module with a mesh: neither device functions nor kernel declarations."""
+    from .dialects.sharding import MESH_ATTR
+    from .kernels import KERNEL_ATTR
+    if MESH_ATTR not in module.operation.attributes:
+        return []
+    return [op.operation for op in module.body.operations if op.operation.name == "func.func"
+            and "ditron.level" not in op.operation.attributes and KERNEL_ATTR not in op.operation.attributes]
+
+
 def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     """Bring a task- or device-level module to core level and return its host program (None for a core-level
     module: its kernels are launched by the caller).
@@ -205,9 +215,12 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     from .passes.registry import PIPELINES, parse_pipeline, run_passes
 
     higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
-    if not higher:
+    # a task program need not hold a task op: `return %x` with x sharded and the result replicated is an all-gather
+    task_funcs = [op for op in _task_functions(module) if not higher]
+    if not higher and not task_funcs:
         return None
-    task_level = any(op.name.split(".")[0] == "ditron_task" for op in higher)
+    higher = higher or task_funcs
+    task_level = bool(task_funcs) or any(op.name.split(".")[0] == "ditron_task" for op in higher)
     if task_level or not hostprog.device_functions(module) or not hostprog.kernels_ready(module):
         names = sorted({op.name for op in higher})
         if TO_CORE_PIPELINE not in PIPELINES:

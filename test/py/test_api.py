@@ -263,6 +263,34 @@ def test_cli_usage_errors_point_at_the_subcommand_help():
     assert code == 1 and err.endswith("(see ditron --help)\n")
 
 
+def test_task_program_without_task_ops_is_task_level(tmp_path):
+    """`return %x` with x row-sharded and the result replicated is an all-gather: ditron.compile runs the pipeline
+    on it (it took the module for core level and found no kernel)."""
+    text = """module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @ag(%x: tensor<64x32xbf16> {ditron.sharding = {dims = [["tp"], []]}})
+      -> (tensor<64x32xbf16> {ditron.sharding = {dims = [[], []]}}) {
+    return %x : tensor<64x32xbf16>
+  }
+}
+"""
+    exe = ditron.compile(text, target="cuda:90", cache=False)
+    assert exe.host_program["name"] == "ag" and [a["io"] for a in exe.host_program["args"]] == ["in", "out", "epoch"]
+    assert {op["op"] for op in _ops(exe.host_program)} >= {"ditron_device.copy", "ditron_device.barrier"}
+
+
+def _ops(program):
+    body = program["body"]
+    out = []
+
+    def walk(ops):
+        for op in ops:
+            out.append(op)
+            for region in op.get("regions", ()):
+                walk(region["body"])
+    walk(body)
+    return out
+
+
 def test_compile_help_names_every_level_it_takes(capsys):
     """ditron compile takes task-, device- and core-level input: its help says so (it said core level only)."""
     code, _, _ = cli("compile", "--help")
