@@ -74,13 +74,29 @@ def _launch_scalars(module: ir.Module) -> list[tuple[ir.Operation, int]]:
 
 
 def _kernels_with(module: ir.Module, key: str) -> list[ir.Operation]:
+    """The kernels whose record has part ``key`` and stays a record their template accepts without it (a one-launch
+    gather needs its wait: dropping it describes no kernel the compiler could emit, so it is no mutant)."""
     out = []
     for op in walk_ops(module.operation):
         if KERNEL_ATTR in op.attributes:
             rec = op.attributes[KERNEL_ATTR]
-            if isinstance(rec, ir.DictAttr) and key in rec:
+            if isinstance(rec, ir.DictAttr) and key in rec and _valid_without(rec, key):
                 out.append(op)
     return out
+
+
+def _valid_without(attr: ir.DictAttr, key: str) -> bool:
+    from ..errors import DitronError
+    from ..kernels import KernelRecord, get_template
+    try:
+        rec = KernelRecord.from_attr(attr)
+        del rec[key]
+        check = getattr(get_template(rec.template), "check", None)
+        if check is not None:
+            check(rec)
+    except (DitronError, KeyError, TypeError, ValueError):
+        return False
+    return True
 
 
 def _sym(op: ir.Operation) -> str:

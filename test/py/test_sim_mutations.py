@@ -106,3 +106,32 @@ def test_the_unmutated_programs_are_clean():
         text, records = make()
         result = P.simulate_with_kernels(text, P.path(name), records, W, seed=0, calls=2, reference=reference)
         assert result.ok, result.summary()
+
+
+def test_record_parts_a_template_needs_are_not_mutated():
+    """AG+GEMM in one launch: its gather needs its wait, so dropping the wait is no mutant (ditron sim --mutate
+    stopped with "template 'gemm' failed to describe the tiles ... KeyError: 'wait'"); what is mutated is caught."""
+    from ditron.passes.registry import parse_pipeline, run_passes
+
+    text = """module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @ag_gemm(%x: tensor<128x256xbf16> {ditron.sharding = {dims = [["tp"], []]}},
+                     %w: tensor<256x512xbf16> {ditron.sharding = {dims = [[], ["tp"]]}})
+      -> (tensor<128x512xbf16> {ditron.sharding = {dims = [[], ["tp"]]}}) {
+    %y = "ditron_task.matmul"(%x, %w) : (tensor<128x256xbf16>, tensor<256x512xbf16>) -> tensor<128x512xbf16>
+    return %y : tensor<128x512xbf16>
+  }
+}
+"""
+
+    def build():
+        from ditron.dialects.context import parse_module
+        module = parse_module(text, "ag1.mlir")
+        run_passes(module, parse_pipeline("ditron-default"))
+        return module
+
+    with ditron_context():
+        module = build()
+        assert not [m for m in mutations(module) if m.kind == "drop-kernel-wait"]
+        del module
+    results = run_mutants(build, 2, seed=0, calls=2)
+    _assert_all_caught(results, "one-launch ag_gemm")
