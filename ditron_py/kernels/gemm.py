@@ -26,7 +26,7 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     notify  (optional)      {arg, rows_per_slot, peer, value, scope}: after a tile's store, add ``value`` to each
                             slot of ``arg`` covering its rows, on rank ``peer``: 'rank' (own), 'rank+<d>'
                             ((rank+d) mod num_ranks), 'arg:<name>' (an i32 argument) or 'slot_owner'
-                            (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_counts``.
+                            (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_count``.
     reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, dst_rows, done, from_peers, scope}:
                             the reduce-scatter epilogue. A tile of the launching rank's own rows [rank*R, (rank+1)*R)
                             (R = rows_per_rank) waits until the slots of ``arg`` covering its rows are >=
@@ -675,17 +675,28 @@ def _peer(spec, slot: int, rank: int, num_ranks: int, rec, scalars) -> int:
     return (rank + _rank_shift(peer)) % num_ranks
 
 
-def notify_counts(rec) -> dict[int, int]:
-    """How much every notified slot receives from one launch (all tiles), for the consumer's expected count."""
-    counts: dict[int, int] = {}
-    if "notify" not in rec:
-        return counts
-    g = geometry(rec)
-    for pm in range(g.tiles_m):
-        m0 = pm * rec["block_m"]
-        for s in _slots(m0, min(rec["block_m"], rec["m"] - m0), rec["notify"]):
-            counts[s] = counts.get(s, 0) + g.tiles_n * rec["notify"]["value"]
-    return counts
+def notify_slots(rec) -> range:
+    """The slots of the notify pad one launch adds to: those covering rows [0, m) (none without a notify)."""
+    return range((rec["m"] - 1) // rec["notify"]["rows_per_slot"] + 1) if "notify" in rec else range(0)
+
+
+def notify_count(rec, slot: int) -> int:
+    """How much notify slot ``slot`` receives from one launch, for the consumer's expected count: ``value`` from
+    each tile of every row block meeting the slot's rows (a closed form: no walk over the tiles)."""
+    bm, rps = rec["block_m"], rec["notify"]["rows_per_slot"]
+    first, last = slot * rps, min(rec["m"], (slot + 1) * rps) - 1
+    return (last // bm - first // bm + 1) * geometry(rec).tiles_n * rec["notify"]["value"]
+
+
+def notify_count_values(rec) -> set[int]:
+    """The distinct counts of ``notify_slots``, without visiting them all: a full slot's count depends only on its
+    first row modulo block_m, which repeats every block_m / gcd(rows_per_slot, block_m) slots, so one such period
+    and the last slot (the one cut at m) give every value."""
+    slots = notify_slots(rec)
+    if not slots:
+        return set()
+    period = rec["block_m"] // math.gcd(rec["notify"]["rows_per_slot"], rec["block_m"])
+    return {notify_count(rec, s) for s in range(min(period, len(slots)))} | {notify_count(rec, slots[-1])}
 
 
 # ------------------------------------------------------------------------------------------------ tiles()

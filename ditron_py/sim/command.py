@@ -85,6 +85,7 @@ def _world_size(module, requested: int | None) -> int:
 
 def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from ..dialects.context import ditron_context, parse_file
+    from ..dialects.verify import verify
     from ..passes.registry import parse_pipeline
     from . import simulate, task_reference
     from .mutate import run_mutants
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             text = f.read()
         with ditron_context():
             module = parse_file(args.input)
+            verify(module)  # as ditron-opt and ditron compile do: a located error before any lowering or reference
             task_level = not device_functions(module)
             passes = parse_pipeline(args.pipeline) if task_level else []
             W = _world_size(module, args.world_size)
