@@ -123,12 +123,16 @@ class LowerDeviceToCorePass(Pass):
 
     def _copy_record(self, cp: device.Copy, op: ir.Operation) -> KernelRecord | None:
         """A copy-template record for an SM copy of a static-size rank-1 or rank-2 region, else None (the
-        executor then copies with its own kernel)."""
+        executor then copies with its own kernel): also where a buffer has a dim past 2**31, which the kernel's
+        i32 offset arguments could not reach."""
+        from ..kernels import I32_LIMIT
         from ..kernels import copy as copy_template
         sizes = [constant_int(s) for s in cp.sizes]
         if cp.rank not in (1, 2) or any(s is None for s in sizes):
             return None
         src_t, dst_t = ir.MemRefType(cp.src.type), ir.MemRefType(cp.dst.type)
+        if max(*src_t.shape, *dst_t.shape) >= I32_LIMIT:
+            return None
         rows, cols = (1, sizes[0]) if cp.rank == 1 else (sizes[0], sizes[1])
         src_ld = src_t.shape[-1] if cp.rank == 2 else src_t.shape[0]
         dst_ld = dst_t.shape[-1] if cp.rank == 2 else dst_t.shape[0]

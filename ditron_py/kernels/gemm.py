@@ -140,7 +140,8 @@ from mlir import ir
 from ..dialects import core
 from ..dialects import ttir as T
 from ..errors import VerificationError
-from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep, copies
+from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep, check_i32, copies
+from . import offset_type as _offset_type
 from .numerics import round_to
 
 name = "gemm"
@@ -306,6 +307,7 @@ def check(rec) -> None:
                            f"and no split-K (m={rec['m']}, slabs={spec['slabs']}, rows_per_rank={rpr}, block_m="
                            f"{rec['block_m']}, split_k={rec['split_k']})")
     g = geometry(rec)
+    _check_counts(rec, g)
     if rec.get("push", {}).get("sum_own") and not push_sum_own_resident(rec):
         rpr, bm = rec["rows_per_rank"], rec["block_m"]
         if rec["tile_order"] != "rank_rotated" or rec.get("rank_shift", 0) != 1 or (rpr // bm) % rec["group_m"]:
@@ -450,6 +452,29 @@ def _rank_shift(peer: str) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def offset_type(rec) -> str:
+    """The width of the kernel's element offsets: i64 where one can pass 2**31 -- A's, B's (and B's K step) and
+    C's, split-K's and stream-K's workspace, a push inbox of slabs of m rows -- else i32 (ordinary sizes)."""
+    m, n, k, g = rec["m"], rec["n"], rec["k"], geometry(rec)
+    largest = max(m * rec["lda"], (n if rec["b_trans"] else max(k, rec["block_k"])) * rec["ldb"], m * rec["ldc"],
+                  rec["split_k"] * m * n, g.grid * rec["block_m"] * rec["block_n"],
+                  rec["push"]["slabs"] * m * n if "push" in rec else 0)
+    return _offset_type(name, largest, max(T.DTYPE_BYTES[rec["in_dtype"]], T.DTYPE_BYTES[rec["out_dtype"]], 4))
+
+
+def _check_counts(rec, g) -> None:
+    """The kernel's tile, slot and block indices are i32; a loop's induction variable reaches its bound plus a
+    step (the grid)."""
+    check_i32(name, f"tiles ({g.tiles} of {rec['block_m']}x{rec['block_n']}, x {rec['split_k']} K splits, plus a "
+                    "grid)", g.tiles * rec["split_k"] + g.grid)
+    if "push" in rec:
+        check_i32(name, f"push slots ({rec['push']['slabs']} slabs x {g.tiles} tiles)", rec["push"]["slabs"] * g.tiles)
+    if "gather" in rec:
+        check_i32(name, f"gather counts (two calls' {gather_blocks(rec)} blocks in a slot, plus a grid)",
+                  2 * gather_blocks(rec) + g.grid)
+    offset_type(rec)
 
 
 # ------------------------------------------------------------------------------------------------ configs
@@ -1048,11 +1073,7 @@ class _Emitter:
         self.bm, self.bn, self.bk = rec["block_m"], rec["block_n"], rec["block_k"]
         self.m, self.n, self.k = rec["m"], rec["n"], rec["k"]
         self.in_t, self.out_t = T.dtype(rec["in_dtype"]), T.dtype(rec["out_dtype"])
-        sk = rec["split_k"]
-        biggest = max(self.m * rec["lda"], (self.n if rec["b_trans"] else self.k) * rec["ldb"],
-                      self.m * rec["ldc"], sk * self.m * self.n, self.g.grid * self.bm * self.bn,
-                      rec["push"]["slabs"] * self.m * self.n if "push" in rec else 0)
-        self.idx_t = T.i64() if biggest >= 2 ** 31 else T.i32()
+        self.idx_t = T.dtype(offset_type(rec))
 
     # -- arguments
     def _arg_types(self):
@@ -1355,7 +1376,7 @@ class _Emitter:
             q = T.rem(T.add(self.rank, qs.iv), num_ranks)
             slab = T.sub(T.sub(num_ranks, 1), qs.iv)
             inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
-            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(slab, self.m))
+            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, slab, self.m)
             T.store(ptrs, vals, mask)
 
     def _push_notifies(self, pid_m, pid_n):
@@ -1434,7 +1455,7 @@ class _Emitter:
         with T.For(0, slabs, 1, [own]) as js:
             token = core.Wait.build(T.addptr(pad, T.add(T.mul(t, slabs), js.iv)), value, scope=spec["scope"]).token
             inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
-            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(js.iv, self.m))
+            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, js.iv, self.m)
             part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
             js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
         ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, self.rec["ldc"])
@@ -1472,7 +1493,7 @@ class _Emitter:
                                       semantic="relaxed")
         with T.if_(T.cmp("ne", q, self.rank)):
             inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
-            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(self._owner_slab(q, num_ranks), rpr))
+            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, self._owner_slab(q, num_ranks), rpr)
             T.store(ptrs, T.cast(acc, self.out_t), mask)
 
     def _push_own_sum(self, acc, row, n0, block, pid_n):
@@ -1484,7 +1505,7 @@ class _Emitter:
             token = core.Wait.build(T.addptr(self.arg[spec["pad"]], slot), self.arg[spec["value_arg"]],
                                     scope=spec["scope"]).token
             inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
-            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(js.iv, rpr))
+            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, js.iv, rpr)
             part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
             js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
         return js.results[0]
@@ -1505,9 +1526,9 @@ class _Emitter:
                           rec["ldc"]) for j in range(1, spec["parts"] + 1)]
             else:  # staged part j at rows j * R + the row within the shard
                 src = core.ConsumeToken.build(self.arg[spec["src"]], token).result
-                parts = [(src, own, j * rpr, self.n) for j in range(spec["parts"])]
-            for base, row, shift, ld in parts:
-                ptrs, mask = self._tile_ptrs(base, row, n0, ld, row_shift=shift)
+                parts = [(src, own, j, self.n) for j in range(spec["parts"])]
+            for base, row, slab, ld in parts:
+                ptrs, mask = self._tile_ptrs(base, row, n0, ld, slab, rpr)
                 part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
                 total = T.add(total, T.cast(part, "fp32"))
             ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], m0 if spec["dst_rows"] == "global" else own, n0,
@@ -1611,15 +1632,15 @@ class _Emitter:
         return T.int_cast(x, self.idx_t)
 
     # -- epilogues
-    def _tile_ptrs(self, base, m0, n0, ld, row_shift=None):
-        """Pointers [BM, BN] to rows m0 + i (+ row_shift, after masking), columns n0 + j, and the mask of the
+    def _tile_ptrs(self, base, m0, n0, ld, slab=None, slab_rows: int = 0):
+        """Pointers [BM, BN] to rows m0 + i (+ slab * slab_rows, after masking: slab ``slab`` of a buffer of
+        slabs of slab_rows rows, the product in the offsets' width), columns n0 + j, and the mask of the
         rows/columns inside M x N (None when the tiles divide evenly)."""
         rm = T.add(m0, T.make_range(0, self.bm))
         rn = T.add(n0, T.make_range(0, self.bn))
         rows = self._wide(rm)
-        if row_shift is not None:
-            shift = row_shift if isinstance(row_shift, int) else self._wide(row_shift)
-            rows = T.add(rows, shift)
+        if slab is not None:
+            rows = T.add(rows, slab * slab_rows if isinstance(slab, int) else T.mul(self._wide(slab), slab_rows))
         off = T.add(T.mul(T.expand_dims(rows, 1), ld), T.expand_dims(self._wide(rn), 0))
         ptrs = T.addptr(T.splat(base, [self.bm, self.bn]), off)
         mask = None
@@ -1651,7 +1672,7 @@ class _Emitter:
         last = T.cmp("eq", split, S - 1)
         with T.if_(T.cmp("ne", split, S - 1)):
             ws = self.arg["workspace"]
-            ptrs, mask = self._tile_ptrs(ws, m0, n0, self.n, row_shift=T.mul(split, self.m))
+            ptrs, mask = self._tile_ptrs(ws, m0, n0, self.n, split, self.m)
             T.store(ptrs, acc, mask)
             T.barrier()
             T.atomic_rmw("add", lock, T.c(1), T.c(True), sem="release", scope="gpu")
@@ -1660,7 +1681,7 @@ class _Emitter:
             T.barrier()
             total = acc
             for j in range(S - 1):
-                ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, row_shift=j * self.m)
+                ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, j, self.m)
                 total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
             if store:
                 self.store_c(total, m0, n0)
