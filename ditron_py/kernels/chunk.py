@@ -217,6 +217,7 @@ class RegionEmitter:
         the offsets' width."""
         rec = self.rec
         bm, bn = rec["block_m"], rec["block_n"]
+        shift = T.mul(self._wide(slab), slab_rows) if slab is not None else None
         r = T.add(T.mul(tm, bm), T.make_range(0, bm))
         cc = T.add(T.mul(tn, bn), T.make_range(0, bn))
         mask = None
@@ -225,11 +226,10 @@ class RegionEmitter:
         if rec["cols"] % bn:
             cm = T.broadcast(T.expand_dims(T.lt(cc, rec["cols"]), 0), [bm, bn])
             mask = cm if mask is None else T.and_(mask, cm)
-        rows = self._wide(r)
-        if slab is not None:
-            rows = T.add(rows, T.mul(self._wide(slab), slab_rows))
-        elif rec.get(f"{side}_row", 0) != 0:
-            rows = T.add(rows, self._wide(self.value(rec[f"{side}_row"])))
+        if shift is not None:
+            rows = T.add(self._wide(r), shift)
+        else:  # a row of the side's region: below its buffer's rows, an i32 (MAX_DIM) like the row argument
+            rows = self._wide(T.add(r, self.value(rec[f"{side}_row"])) if rec.get(f"{side}_row", 0) != 0 else r)
         cols = T.add(cc, self.value(rec.get(f"{side}_col", 0))) if rec.get(f"{side}_col", 0) != 0 else cc
         off = T.add(T.mul(T.expand_dims(rows, 1), rec[f"{side}_ld"]), T.expand_dims(self._wide(cols), 0))
         return off, mask

@@ -1636,11 +1636,13 @@ class _Emitter:
         """Pointers [BM, BN] to rows m0 + i (+ slab * slab_rows, after masking: slab ``slab`` of a buffer of
         slabs of slab_rows rows, the product in the offsets' width), columns n0 + j, and the mask of the
         rows/columns inside M x N (None when the tiles divide evenly)."""
+        shift = None if slab is None else slab * slab_rows if isinstance(slab, int) else \
+            T.mul(self._wide(slab), slab_rows)
         rm = T.add(m0, T.make_range(0, self.bm))
         rn = T.add(n0, T.make_range(0, self.bn))
         rows = self._wide(rm)
-        if slab is not None:
-            rows = T.add(rows, slab * slab_rows if isinstance(slab, int) else T.mul(self._wide(slab), slab_rows))
+        if shift is not None:
+            rows = T.add(rows, shift)
         off = T.add(T.mul(T.expand_dims(rows, 1), ld), T.expand_dims(self._wide(rn), 0))
         ptrs = T.addptr(T.splat(base, [self.bm, self.bn]), off)
         mask = None
