@@ -94,6 +94,11 @@ def check_region(template: str, rec, sides=("src", "dst")) -> None:
             raise err(template, "'notify' needs 'arg' (the signal pad) and 'slot' (int or 'arg:<name>')")
     check_i32(template, f"tiles ({num_tiles(rec)} of {rec['block_m']}x{rec['block_n']}, plus a grid)",
               num_tiles(rec) + rec["grid"])
+    for side in sides:  # a constant first row or column is an i32 constant, and so is the tile past the end
+        for f, size, block in (("row", "rows", "block_m"), ("col", "cols", "block_n")):
+            if isinstance(rec.get(f"{side}_{f}", 0), int):
+                check_i32(template, f"{side}'s {f}s ({side}_{f} {rec.get(f'{side}_{f}', 0)} + {rec[size]} + a tile)",
+                          rec.get(f"{side}_{f}", 0) + rec[size] + rec[block])
     offset_type(template, rec)
 
 

@@ -158,6 +158,8 @@ def test_chunk_templates_refuse_more_tiles_than_i32_counts():
         reduce.make_record(MAX_DIM, MAX_DIM, block_m=16, block_n=16)
     with pytest.raises(VerificationError, match="copy template: tiles .* 32-bit"):
         copy.make_record(MAX_DIM, MAX_DIM, block_m=16, block_n=16)
+    with pytest.raises(VerificationError, match=r"reduce template: src's rows \(src_row 3221225472 \+ 16 \+ a tile\)"):
+        reduce.make_record(16, 16, src_row=3 * MAX_DIM)
 
 
 # ---------------------------------------------------------------------------------------------------- copy
