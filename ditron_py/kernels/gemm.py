@@ -307,7 +307,6 @@ def check(rec) -> None:
                            f"and no split-K (m={rec['m']}, slabs={spec['slabs']}, rows_per_rank={rpr}, block_m="
                            f"{rec['block_m']}, split_k={rec['split_k']})")
     g = geometry(rec)
-    _check_counts(rec, g)
     if rec.get("push", {}).get("sum_own") and not push_sum_own_resident(rec):
         rpr, bm = rec["rows_per_rank"], rec["block_m"]
         if rec["tile_order"] != "rank_rotated" or rec.get("rank_shift", 0) != 1 or (rpr // bm) % rec["group_m"]:
@@ -331,6 +330,7 @@ def check(rec) -> None:
                        f"{rec['block_k']}); lower split_k")
     if rec.get("stream_k", 0):
         _check_stream_k(rec, g)
+    _check_counts(rec, g)
     if len(set(rec["args"])) != len(rec["args"]):
         raise _err(f"argument names collide: {rec['args']}")
 
