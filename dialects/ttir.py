@@ -212,9 +212,18 @@ def c(value: Num, type_: ir.Type | str | None = None) -> Value:
     if is_float(e):
         scalar = ir.FloatAttr.get(e, float(value))
     else:
+        if isinstance(e, ir.IntegerType) and ir.IntegerType(e).width > 1 and \
+                not fits(int(value), ir.IntegerType(e).width):
+            # IntegerAttr would wrap it silently (2**40 as i32 is 0): a kernel's bound or offset gone wrong
+            raise OverflowError(f"constant {int(value)} does not fit in {e}")
         scalar = ir.IntegerAttr.get(e, int(value))
     attr = ir.DenseElementsAttr.get_splat(type_, scalar) if isinstance(type_, ir.RankedTensorType) else scalar
     return arith.constant(type_, attr)
+
+
+def fits(value: int, width: int = 32) -> bool:
+    """Whether ``value`` is a signed integer of ``width`` bits (default 32: Triton's index type)."""
+    return -(1 << (width - 1)) <= value < (1 << (width - 1))
 
 
 def zeros(shape_: Sequence[int], elem_type: ir.Type | str) -> Value:

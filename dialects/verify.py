@@ -89,9 +89,32 @@ class _Checker:
                     self.error(op, problem)
                 if problems:
                     continue
+            if dialect == "ditron_task":
+                self.check_task_sizes(op)
             rule = _RULES.get(op.name)
             if rule is not None:
                 rule(self, op)
+
+    def check_task_sizes(self, op: ir.Operation) -> None:
+        """Every static dim of a task op's tensors is between 1 and the kernels' MAX_DIM: an empty tensor has no
+        tile to compute (and the cost model would divide by zero), and a larger dim would not fit the kernels'
+        32-bit row, column and K indices (with room for a tile past the end)."""
+        from ..kernels import MAX_DIM
+        values = [("operand", i, v) for i, v in enumerate(op.operands)] + \
+                 [("result", i, v) for i, v in enumerate(op.results)]
+        for what, i, v in values:
+            t = _tensor(v.type)
+            if t is None:
+                continue
+            for d, size in enumerate(t.shape):
+                if size == ir.ShapedType.get_dynamic_size():
+                    continue
+                if size < 1:
+                    self.error(op, f"{what} {i} ({t}) has size {size} in dim {d}; ditron computes on non-empty "
+                                   "tensors only (every dim >= 1)")
+                elif size > MAX_DIM:
+                    self.error(op, f"{what} {i} ({t}) has size {size} in dim {d}; ditron's kernels index a dim in "
+                                   f"32 bits: at most {MAX_DIM} (2^{MAX_DIM.bit_length() - 1}) per dim")
 
     def check_attribute_kinds(self, op: ir.Operation, skip=()) -> None:
         """The passes' own attributes have the kinds their readers expect (a string lane or role, an integer

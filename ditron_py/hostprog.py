@@ -54,7 +54,7 @@ from .dialects.context import diagnostic_at
 from .dialects.device import HOST_ARITH_CASTS, HOST_OPS, IO_ATTR, LEVEL_ATTR, device_functions
 from .dialects.opbase import attr_to_py, memref_shape, walk_ops
 from .errors import CompileError, PassError
-from .kernels import KERNEL_ATTR
+from .kernels import I32_LIMIT, KERNEL_ATTR
 from .runtime.program import FENCES
 
 FORMAT_VERSION = 1
@@ -124,6 +124,7 @@ class _Serializer:
         self.fname = _sym_name(func)
         self.ids: dict[ir.Value, int] = {}
         self.allocs: list[dict[str, Any]] = []
+        self.pad_slots = 0
         self.streams: set[int] = set()
         self.kernels: dict[str, dict[str, Any]] = {}
         self.symbols = {_sym_name(op.operation): op.operation for op in module.body.operations
@@ -225,6 +226,11 @@ class _Serializer:
                 raise _error(op, f"alloc_symmetric '{al.name}' must have a static memref shape")
             if any(a["name"] == al.name for a in self.allocs):
                 raise _error(op, f"two symmetric buffers are named '{al.name}'")
+            if mt[1] == "i32" and len(mt[0]) == 1:  # a signal pad: the executor's pads lie side by side
+                self.pad_slots += mt[0][0]
+                if self.pad_slots + WAIT_LANES >= I32_LIMIT:  # the barrier kernel clears them with i32 indices
+                    raise _error(op, f"the signal pads up to '{al.name}' hold {self.pad_slots} slots; the runtime "
+                                     f"kernels index them in 32 bits (at most {I32_LIMIT - WAIT_LANES - 1})")
             out["alloc"] = len(self.allocs)
             self.allocs.append({"name": al.name, "shape": mt[0], "dtype": mt[1], "loc": _loc(op),
                                 **({"rotate": True} if device.ROTATE_ATTR in op.attributes else {}),

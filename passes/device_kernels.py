@@ -1,6 +1,7 @@
 """Kernel records for the device-level lowering: from a ``Tiling`` (ditron-tile's choices) and task-level shapes to
 the ``KernelRecord`` of a core template (ditron.kernels). The one place where ditron-lower-task-to-device meets
-the templates' record fields, so a change of a template's fields is a change here only.
+the templates' record fields, so a change of a template's fields is a change here only. A record the template
+refuses raises its VerificationError, which ditron-lower-task-to-device reports at the op it was lowering.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from ..errors import PassError, VerificationError
+from ..errors import PassError
 from ..kernels import KernelRecord
 from .tile import Tiling
 
@@ -31,10 +32,6 @@ def dtype_name(t: ir.Type) -> str:
     if isinstance(t, ir.IntegerType):
         return f"i{ir.IntegerType(t).width}"
     raise PassError(f"element type {t} has no kernel template support (use bf16, fp16, fp32 or fp8)")
-
-
-def _template_error(err: VerificationError) -> PassError:
-    return PassError(f"ditron-lower-task-to-device: {err}")
 
 
 # ------------------------------------------------------------------------------------------------------ GEMM
@@ -63,13 +60,10 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         # push keeps its GROUP_M: the group's programs share B in L2 (2xH200, GEMM+RS LLaMA-70B M = 128, 64-row
         # tiles: 96-102 us with GROUP_M 1 against 66-70 with 2; results/ablation_rs_push_sum.csv)
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
-    try:
-        return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
-                                tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift,
-                                wait=wait, notify=notify, reduce_own=reduce_own, push=push, gather=gather,
-                                target=t.target, **config)
-    except VerificationError as err:
-        raise _template_error(err) from None
+    return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
+                            tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift, wait=wait,
+                            notify=notify, reduce_own=reduce_own, push=push, gather=gather, target=t.target,
+                            **config)
 
 
 def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,
@@ -100,23 +94,16 @@ def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_ty
                         c_type: ir.Type, t: Tiling) -> KernelRecord:
     from ..kernels import grouped_gemm
     (rows, k), (groups, _, n) = a_shape, b_shape
-    try:
-        return grouped_gemm.make_record(rows, k, n, groups, dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
-                                        sizes_dtype=dtype_name(sizes_type), block_m=t.block_m or 64,
-                                        block_n=t.block_n or 128, block_k=t.block_k or 64,
-                                        num_warps=t.num_warps or 4, num_stages=t.num_stages or 3,
-                                        num_sms=t.sm_budget or 132)
-    except VerificationError as err:
-        raise _template_error(err) from None
+    return grouped_gemm.make_record(rows, k, n, groups, dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
+                                    sizes_dtype=dtype_name(sizes_type), block_m=t.block_m or 64,
+                                    block_n=t.block_n or 128, block_k=t.block_k or 64, num_warps=t.num_warps or 4,
+                                    num_stages=t.num_stages or 3, num_sms=t.sm_budget or 132)
 
 
 def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling) -> KernelRecord:
     from ..kernels import elementwise
-    try:
-        return elementwise.make_record(fn, arity, list(shape), dtype_name(t_type), block=t.block or 1024,
-                                       num_warps=t.num_warps or 4, num_sms=t.sm_budget or 132)
-    except VerificationError as err:
-        raise _template_error(err) from None
+    return elementwise.make_record(fn, arity, list(shape), dtype_name(t_type), block=t.block or 1024,
+                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or 132)
 
 
 # ------------------------------------------------------------------------------------------- launch geometry

@@ -526,7 +526,7 @@ def _fused_gemm(lw, g: OverlapGroup, t: Tiling, p: ir.Value, *, notify_rows: int
     lw.launch(rec, args, lane="compute", role="rs.gemm", group=g.group)
     if notify is None:
         return 0
-    per_slot = set(gemm.notify_counts(rec).values())
+    per_slot = gemm.notify_count_values(rec)
     return per_slot.pop() if len(per_slot) == 1 else -1
 
 
@@ -624,7 +624,7 @@ def _epilogue_rs(lw, g: OverlapGroup, t: Tiling, p: ir.Value, ch: Chunking, coun
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
                         notify={"arg": "counts", "rows_per_slot": ch.rows, "peer": "slot_owner"},
                         reduce_own=reduce_own, rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1)
-    per_slot = set(gemm.notify_counts(rec).values())
+    per_slot = gemm.notify_count_values(rec)
     if len(per_slot) != 1:
         raise lw.error(g.consumer, "the GEMM's tiles do not count every chunk the same; use chunk rows that are a "
                                    "multiple of BLOCK_M")

@@ -130,9 +130,11 @@ class LowerDeviceToCorePass(Pass):
             op.attributes[COPY_KERNEL_ATTR] = ir.FlatSymbolRefAttr.get(name)
 
     def _copy_record(self, cp: device.Copy, op: ir.Operation) -> KernelRecord:
-        """A copy-template record for an SM copy: a static-size rank-1 or rank-2 region, pulled (the destination
-        on the executing rank; peer = src_rank) or pushed (the source on the executing rank; peer = dst_rank).
-        Anything else cannot run on SMs: a located error that says to use the copy engine."""
+        """A copy-template record for an SM copy: a static-size rank-1 or rank-2 region of buffers whose dims fit
+        the kernel's i32 offsets, pulled (the destination on the executing rank; peer = src_rank) or pushed (the
+        source on the executing rank; peer = dst_rank). Anything else cannot run on SMs: a located error that says
+        to use the copy engine."""
+        from ..kernels import I32_LIMIT
         from ..kernels import copy as copy_template
         sizes = [constant_int(s) for s in cp.sizes]
         if cp.rank not in (1, 2) or any(s is None for s in sizes):
@@ -148,6 +150,10 @@ class LowerDeviceToCorePass(Pass):
                                           "executing one (ditron_device.rank); an SM copy pulls into or pushes "
                                           "from the executing rank's memory")
         src_t, dst_t = ir.MemRefType(cp.src.type), ir.MemRefType(cp.dst.type)
+        if max(*src_t.shape, *dst_t.shape) >= I32_LIMIT:
+            raise op_error(self.name, op, f"copies with engine = \"sm\" a region of a buffer with a dim of "
+                                          f"{max(*src_t.shape, *dst_t.shape)}, past the i32 offsets of the SM copy "
+                                          "kernel; use engine = \"copy_engine\"")
         rows, cols = (1, sizes[0]) if cp.rank == 1 else (sizes[0], sizes[1])
         src_ld = src_t.shape[-1] if cp.rank == 2 else src_t.shape[0]
         dst_ld = dst_t.shape[-1] if cp.rank == 2 else dst_t.shape[0]

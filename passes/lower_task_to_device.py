@@ -33,7 +33,7 @@ from mlir.dialects import func
 from ..dialects import device, task
 from ..dialects.opbase import walk_ops
 from ..dialects.sharding import Mesh, arg_sharding, result_sharding
-from ..errors import PassError
+from ..errors import PassError, VerificationError
 from ..kernels import KernelRecord
 from . import device_kernels as K
 from . import lower_collectives as C
@@ -255,6 +255,12 @@ class _FunctionLowering:
     # ---- dispatch
 
     def _lower(self, op: ir.Operation) -> None:
+        try:
+            self._dispatch(op)
+        except VerificationError as err:  # a kernel template refused its record: say where
+            raise self.error(op, f"cannot be lowered: {err}") from None
+
+    def _dispatch(self, op: ir.Operation) -> None:
         g = self.groups.get(op)
         with self.b.located(op.location):
             if g is not None:

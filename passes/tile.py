@@ -499,7 +499,7 @@ class _Planner:
                     raise op_error(self.o.name, op, f"chunk-rows={self.o.chunk_rows} does not divide the "
                                                     f"{shard_rows} rows of a shard; choose a divisor of "
                                                     f"{shard_rows}")
-                want = min(d for d in range(want, shard_rows + 1) if shard_rows % d == 0)
+                want = divisor_at_least(shard_rows, want)
             return [want]
         if divisor:
             found = [d for d in _divisors(shard_rows)
@@ -937,3 +937,9 @@ class _Planner:
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def divisor_at_least(n: int, want: int) -> int:
+    """The smallest divisor of n that is >= want (n itself at worst), from n's divisors (sqrt(n) trial divisions,
+    not a walk from want to n)."""
+    return min(d for d in _divisors(n) if d >= want)

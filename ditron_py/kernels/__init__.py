@@ -30,6 +30,33 @@ import numpy as np
 
 KERNEL_ATTR = "ditron.kernel"
 
+# The largest size of one dim of a tensor the kernels take (the task-level verifier refuses larger ones). Rows,
+# columns and K steps are i32 in the kernels, with room for a tile past the end and for sums of two such indices;
+# element offsets (a row times a row stride) are i64 where they can pass 2**31 (``offset_type``); counts of tiles,
+# slots and blocks are i32, checked by each template (``check_i32``).
+MAX_DIM = 1 << 30
+I32_LIMIT = 1 << 31  # i32 holds [-I32_LIMIT, I32_LIMIT)
+
+
+def offset_type(template: str, largest: int, elem_bytes: int) -> str:
+    """The integer type of a kernel's element offsets, the largest of which is ``largest``: 'i32' where it fits
+    (the fast path of ordinary sizes), else 'i64'. A VerificationError where even the byte offset would not fit
+    64 bits."""
+    from ..errors import VerificationError
+    if largest * elem_bytes >= 1 << 63:
+        raise VerificationError(f"{template} template: element offsets up to {largest} ({elem_bytes}-byte "
+                                "elements) do not fit a 64-bit address")
+    return "i64" if largest >= I32_LIMIT else "i32"
+
+
+def check_i32(template: str, what: str, value: int) -> None:
+    """A VerificationError unless ``value`` -- an index the kernel computes in i32, or a loop's bound plus its step
+    (the value its induction variable reaches) -- fits i32."""
+    from ..errors import VerificationError
+    if value >= I32_LIMIT:
+        raise VerificationError(f"{template} template: {what} reach {value}, past the kernel's 32-bit indices "
+                                f"(at most {I32_LIMIT - 1})")
+
 
 @dataclass(frozen=True)
 class Region:

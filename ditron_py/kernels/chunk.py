@@ -23,7 +23,8 @@ from mlir import ir
 from ..dialects import core
 from ..dialects import ttir as T
 from ..errors import VerificationError
-from . import KERNEL_ATTR, SlotNotify
+from . import I32_LIMIT, KERNEL_ATTR, SlotNotify, check_i32
+from . import offset_type as _offset_type
 
 
 def err(template: str, message: str) -> VerificationError:
@@ -91,18 +92,28 @@ def check_region(template: str, rec, sides=("src", "dst")) -> None:
         n = rec["notify"]
         if not isinstance(n.get("arg"), str) or not (isinstance(n.get("slot"), int) or arg_of(n.get("slot"))):
             raise err(template, "'notify' needs 'arg' (the signal pad) and 'slot' (int or 'arg:<name>')")
+    check_i32(template, f"tiles ({num_tiles(rec)} of {rec['block_m']}x{rec['block_n']}, plus a grid)",
+              num_tiles(rec) + rec["grid"])
+    for side in sides:  # a constant first row or column is an i32 constant, and so is the tile past the end
+        for f, size, block in (("row", "rows", "block_m"), ("col", "cols", "block_n")):
+            if isinstance(rec.get(f"{side}_{f}", 0), int):
+                check_i32(template, f"{side}'s {f}s ({side}_{f} {rec.get(f'{side}_{f}', 0)} + {rec[size]} + a tile)",
+                          rec.get(f"{side}_{f}", 0) + rec[size] + rec[block])
+    offset_type(template, rec)
 
 
-def needs_i64(rec) -> bool:
-    """Whether element offsets may pass 2**31: a run-time row offset, or a last row * ld that large ({side}_extent:
-    the buffer's rows where a kernel addresses more of it than its region, e.g. an inbox of several slabs)."""
+def offset_type(template: str, rec) -> str:
+    """The width of the element offsets: i64 where they may pass 2**31 -- a run-time row offset (its bound is not in
+    the record), or a last row * ld that large ({side}_extent: the buffer's rows where a kernel addresses more of it
+    than its region, e.g. an inbox of several slabs) -- else i32."""
+    largest = 0
     for side in ("src", "dst"):
         if f"{side}_ld" not in rec:
             continue
         row = rec.get(f"{side}_row", 0)
-        if arg_of(row) or max(row + rec["rows"], rec.get(f"{side}_extent", 0)) * rec[f"{side}_ld"] >= 2 ** 31:
-            return True
-    return False
+        rows = I32_LIMIT if arg_of(row) else max(row + rec["rows"], rec.get(f"{side}_extent", 0))
+        largest = max(largest, rows * rec[f"{side}_ld"])
+    return _offset_type(template, largest, 8)
 
 
 def tiles_n(rec) -> int:
@@ -167,7 +178,7 @@ class RegionEmitter:
         self.rec, self.args = rec, args
         self._rank = None
         self._num_ranks = None
-        self.idx_t = T.i64() if needs_i64(rec) else T.i32()
+        self.idx_t = T.dtype(offset_type(rec["template"], rec))
 
     def rank(self):
         if self._rank is None:
@@ -205,11 +216,13 @@ class RegionEmitter:
     def _wide(self, x):
         return T.int_cast(x, self.idx_t)
 
-    def tile_offsets(self, side: str, tm, tn, row0=None):
-        """(element offsets [BM, BN] into buffer side, mask or None, row index vector [BM] in side coordinates).
-        ``row0``: a value taking the place of the side's first row (else the record's {side}_row)."""
+    def tile_offsets(self, side: str, tm, tn, slab=None, slab_rows: int = 0):
+        """(element offsets [BM, BN] into buffer side, mask or None). ``slab`` (a value): the region's rows start at
+        slab * slab_rows instead of the record's {side}_row (slab ``slab`` of a buffer of slabs), the product in
+        the offsets' width."""
         rec = self.rec
         bm, bn = rec["block_m"], rec["block_n"]
+        shift = T.mul(self._wide(slab), slab_rows) if slab is not None else None
         r = T.add(T.mul(tm, bm), T.make_range(0, bm))
         cc = T.add(T.mul(tn, bn), T.make_range(0, bn))
         mask = None
@@ -218,13 +231,13 @@ class RegionEmitter:
         if rec["cols"] % bn:
             cm = T.broadcast(T.expand_dims(T.lt(cc, rec["cols"]), 0), [bm, bn])
             mask = cm if mask is None else T.and_(mask, cm)
-        if row0 is not None:
-            rows = T.add(r, row0)
-        else:
-            rows = T.add(r, self.value(rec.get(f"{side}_row", 0))) if rec.get(f"{side}_row", 0) != 0 else r
+        if shift is not None:
+            rows = T.add(self._wide(r), shift)
+        else:  # a row of the side's region: below its buffer's rows, an i32 (MAX_DIM) like the row argument
+            rows = self._wide(T.add(r, self.value(rec[f"{side}_row"])) if rec.get(f"{side}_row", 0) != 0 else r)
         cols = T.add(cc, self.value(rec.get(f"{side}_col", 0))) if rec.get(f"{side}_col", 0) != 0 else cc
-        off = T.add(T.mul(T.expand_dims(self._wide(rows), 1), rec[f"{side}_ld"]), T.expand_dims(self._wide(cols), 0))
-        return off, mask, rows
+        off = T.add(T.mul(T.expand_dims(rows, 1), rec[f"{side}_ld"]), T.expand_dims(self._wide(cols), 0))
+        return off, mask
 
     def notify(self, dst_peer=None):
         """The end-of-program notify (its lowering puts a CTA barrier first: every thread's stores are ordered

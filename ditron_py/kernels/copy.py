@@ -118,8 +118,8 @@ def _emit(rec, args):
     bm, bn = rec["block_m"], rec["block_n"]
     with e.for_tiles() as loop:
         tm, tn = e.tile_coords(loop.iv)
-        src_off, mask, _ = e.tile_offsets("src", tm, tn)
-        dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+        src_off, mask = e.tile_offsets("src", tm, tn)
+        dst_off, _ = e.tile_offsets("dst", tm, tn)
         vals = T.load(T.addptr(T.splat(src, [bm, bn]), src_off), mask)
         T.store(T.addptr(T.splat(dst, [bm, bn]), dst_off), vals, mask)
     e.notify(dst_peer=peer if rec["direction"] == "push" else e.rank())

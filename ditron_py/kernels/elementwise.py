@@ -22,7 +22,8 @@ from mlir.dialects import arith, math as math_d
 
 from ..dialects import ttir as T
 from ..errors import VerificationError
-from . import KERNEL_ATTR, KernelRecord, Region, TileStep
+from . import KERNEL_ATTR, KernelRecord, Region, TileStep, check_i32
+from . import offset_type as _offset_type
 from .numerics import round_to
 
 name = "elementwise"
@@ -79,6 +80,19 @@ def check(rec) -> None:
             raise _err(f"field '{key}' must be a positive integer, got {v!r}")
     if rec["block_m"] & (rec["block_m"] - 1) or rec["block_n"] & (rec["block_n"] - 1):
         raise _err("block_m and block_n must be powers of two")
+    check_i32(name, f"tiles ({_num_tiles(rec)} of {rec['block_m']}x{rec['block_n']}, plus a grid)",
+              _num_tiles(rec) + rec["grid"])
+    offset_type(rec)
+
+
+def offset_type(rec) -> str:
+    """The width of the element offsets (row * cols + col): i64 once the tensor holds 2**31 elements."""
+    rows, cols = _dims(rec)
+    return _offset_type(name, rows * cols, T.DTYPE_BYTES[rec["dtype"]])
+
+
+def grid(rec) -> tuple[int, int, int]:
+    return rec["grid"], 1, 1
 
 
 def _dims(rec) -> tuple[int, int]:
@@ -209,7 +223,7 @@ def _emit(rec):
     ptrs = dict(zip(rec["args"], values))
     with ir.InsertionPoint(f.regions[0].blocks[0]):
         tn, total = _tiles_n(rec), _num_tiles(rec)
-        idx = T.i64() if rows * cols >= 2 ** 31 else T.i32()
+        idx = T.dtype(offset_type(rec))
         with T.For(T.program_id(0), total, rec["grid"]) as loop:
             t = loop.iv
             r = T.add(T.expand_dims(T.make_range(0, bm), 1), T.mul(T.div(t, tn), bm))

@@ -26,7 +26,7 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     notify  (optional)      {arg, rows_per_slot, peer, value, scope}: after a tile's store, add ``value`` to each
                             slot of ``arg`` covering its rows, on rank ``peer``: 'rank' (own), 'rank+<d>'
                             ((rank+d) mod num_ranks), 'arg:<name>' (an i32 argument) or 'slot_owner'
-                            (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_counts``.
+                            (slot*rows_per_slot // rows_per_rank). Counts per slot: ``notify_count``.
     reduce_own (optional)   {arg, value_arg, rows_per_slot, src, parts, dst, dst_rows, done, from_peers, scope}:
                             the reduce-scatter epilogue. A tile of the launching rank's own rows [rank*R, (rank+1)*R)
                             (R = rows_per_rank) waits until the slots of ``arg`` covering its rows are >=
@@ -140,7 +140,8 @@ from mlir import ir
 from ..dialects import core
 from ..dialects import ttir as T
 from ..errors import VerificationError
-from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep, copies
+from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep, check_i32, copies
+from . import offset_type as _offset_type
 from .numerics import round_to
 
 name = "gemm"
@@ -329,6 +330,7 @@ def check(rec) -> None:
                        f"{rec['block_k']}); lower split_k")
     if rec.get("stream_k", 0):
         _check_stream_k(rec, g)
+    _check_counts(rec, g)
     if len(set(rec["args"])) != len(rec["args"]):
         raise _err(f"argument names collide: {rec['args']}")
 
@@ -450,6 +452,29 @@ def _rank_shift(peer: str) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def offset_type(rec) -> str:
+    """The width of the kernel's element offsets: i64 where one can pass 2**31 -- A's, B's (and B's K step) and
+    C's, split-K's and stream-K's workspace, a push inbox of slabs of m rows -- else i32 (ordinary sizes)."""
+    m, n, k, g = rec["m"], rec["n"], rec["k"], geometry(rec)
+    largest = max(m * rec["lda"], (n if rec["b_trans"] else max(k, rec["block_k"])) * rec["ldb"], m * rec["ldc"],
+                  rec["split_k"] * m * n, g.grid * rec["block_m"] * rec["block_n"],
+                  rec["push"]["slabs"] * m * n if "push" in rec else 0)
+    return _offset_type(name, largest, max(T.DTYPE_BYTES[rec["in_dtype"]], T.DTYPE_BYTES[rec["out_dtype"]], 4))
+
+
+def _check_counts(rec, g) -> None:
+    """The kernel's tile, slot and block indices are i32; a loop's induction variable reaches its bound plus a
+    step (the grid)."""
+    check_i32(name, f"tiles ({g.tiles} of {rec['block_m']}x{rec['block_n']}, x {rec['split_k']} K splits, plus a "
+                    "grid)", g.tiles * rec["split_k"] + g.grid)
+    if "push" in rec:
+        check_i32(name, f"push slots ({rec['push']['slabs']} slabs x {g.tiles} tiles)", rec["push"]["slabs"] * g.tiles)
+    if "gather" in rec:
+        check_i32(name, f"gather counts (two calls' {gather_blocks(rec)} blocks in a slot, plus a grid)",
+                  2 * gather_blocks(rec) + g.grid)
+    offset_type(rec)
 
 
 # ------------------------------------------------------------------------------------------------ configs
@@ -675,17 +700,28 @@ def _peer(spec, slot: int, rank: int, num_ranks: int, rec, scalars) -> int:
     return (rank + _rank_shift(peer)) % num_ranks
 
 
-def notify_counts(rec) -> dict[int, int]:
-    """How much every notified slot receives from one launch (all tiles), for the consumer's expected count."""
-    counts: dict[int, int] = {}
-    if "notify" not in rec:
-        return counts
-    g = geometry(rec)
-    for pm in range(g.tiles_m):
-        m0 = pm * rec["block_m"]
-        for s in _slots(m0, min(rec["block_m"], rec["m"] - m0), rec["notify"]):
-            counts[s] = counts.get(s, 0) + g.tiles_n * rec["notify"]["value"]
-    return counts
+def notify_slots(rec) -> range:
+    """The slots of the notify pad one launch adds to: those covering rows [0, m) (none without a notify)."""
+    return range((rec["m"] - 1) // rec["notify"]["rows_per_slot"] + 1) if "notify" in rec else range(0)
+
+
+def notify_count(rec, slot: int) -> int:
+    """How much notify slot ``slot`` receives from one launch, for the consumer's expected count: ``value`` from
+    each tile of every row block meeting the slot's rows (a closed form: no walk over the tiles)."""
+    bm, rps = rec["block_m"], rec["notify"]["rows_per_slot"]
+    first, last = slot * rps, min(rec["m"], (slot + 1) * rps) - 1
+    return (last // bm - first // bm + 1) * geometry(rec).tiles_n * rec["notify"]["value"]
+
+
+def notify_count_values(rec) -> set[int]:
+    """The distinct counts of ``notify_slots``, without visiting them all: a full slot's count depends only on its
+    first row modulo block_m, which repeats every block_m / gcd(rows_per_slot, block_m) slots, so one such period
+    and the last slot (the one cut at m) give every value."""
+    slots = notify_slots(rec)
+    if not slots:
+        return set()
+    period = rec["block_m"] // math.gcd(rec["notify"]["rows_per_slot"], rec["block_m"])
+    return {notify_count(rec, s) for s in range(min(period, len(slots)))} | {notify_count(rec, slots[-1])}
 
 
 # ------------------------------------------------------------------------------------------------ tiles()
@@ -1037,11 +1073,7 @@ class _Emitter:
         self.bm, self.bn, self.bk = rec["block_m"], rec["block_n"], rec["block_k"]
         self.m, self.n, self.k = rec["m"], rec["n"], rec["k"]
         self.in_t, self.out_t = T.dtype(rec["in_dtype"]), T.dtype(rec["out_dtype"])
-        sk = rec["split_k"]
-        biggest = max(self.m * rec["lda"], (self.n if rec["b_trans"] else self.k) * rec["ldb"],
-                      self.m * rec["ldc"], sk * self.m * self.n, self.g.grid * self.bm * self.bn,
-                      rec["push"]["slabs"] * self.m * self.n if "push" in rec else 0)
-        self.idx_t = T.i64() if biggest >= 2 ** 31 else T.i32()
+        self.idx_t = T.dtype(offset_type(rec))
 
     # -- arguments
     def _arg_types(self):
@@ -1344,7 +1376,7 @@ class _Emitter:
             q = T.rem(T.add(self.rank, qs.iv), num_ranks)
             slab = T.sub(T.sub(num_ranks, 1), qs.iv)
             inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
-            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(slab, self.m))
+            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, slab, self.m)
             T.store(ptrs, vals, mask)
 
     def _push_notifies(self, pid_m, pid_n):
@@ -1423,7 +1455,7 @@ class _Emitter:
         with T.For(0, slabs, 1, [own]) as js:
             token = core.Wait.build(T.addptr(pad, T.add(T.mul(t, slabs), js.iv)), value, scope=spec["scope"]).token
             inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
-            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, row_shift=T.mul(js.iv, self.m))
+            ptrs, mask = self._tile_ptrs(inbox, m0, n0, self.n, js.iv, self.m)
             part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
             js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
         ptrs, mask = self._tile_ptrs(self.arg["c"], m0, n0, self.rec["ldc"])
@@ -1461,7 +1493,7 @@ class _Emitter:
                                       semantic="relaxed")
         with T.if_(T.cmp("ne", q, self.rank)):
             inbox = core.SymmAt.build(self.arg[spec["arg"]], q).result
-            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(self._owner_slab(q, num_ranks), rpr))
+            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, self._owner_slab(q, num_ranks), rpr)
             T.store(ptrs, T.cast(acc, self.out_t), mask)
 
     def _push_own_sum(self, acc, row, n0, block, pid_n):
@@ -1473,7 +1505,7 @@ class _Emitter:
             token = core.Wait.build(T.addptr(self.arg[spec["pad"]], slot), self.arg[spec["value_arg"]],
                                     scope=spec["scope"]).token
             inbox = core.ConsumeToken.build(self.arg[spec["arg"]], token).result
-            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, row_shift=T.mul(js.iv, rpr))
+            ptrs, mask = self._tile_ptrs(inbox, row, n0, self.n, js.iv, rpr)
             part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
             js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
         return js.results[0]
@@ -1494,9 +1526,9 @@ class _Emitter:
                           rec["ldc"]) for j in range(1, spec["parts"] + 1)]
             else:  # staged part j at rows j * R + the row within the shard
                 src = core.ConsumeToken.build(self.arg[spec["src"]], token).result
-                parts = [(src, own, j * rpr, self.n) for j in range(spec["parts"])]
-            for base, row, shift, ld in parts:
-                ptrs, mask = self._tile_ptrs(base, row, n0, ld, row_shift=shift)
+                parts = [(src, own, j, self.n) for j in range(spec["parts"])]
+            for base, row, slab, ld in parts:
+                ptrs, mask = self._tile_ptrs(base, row, n0, ld, slab, rpr)
                 part = T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg")
                 total = T.add(total, T.cast(part, "fp32"))
             ptrs, mask = self._tile_ptrs(self.arg[spec["dst"]], m0 if spec["dst_rows"] == "global" else own, n0,
@@ -1600,14 +1632,16 @@ class _Emitter:
         return T.int_cast(x, self.idx_t)
 
     # -- epilogues
-    def _tile_ptrs(self, base, m0, n0, ld, row_shift=None):
-        """Pointers [BM, BN] to rows m0 + i (+ row_shift, after masking), columns n0 + j, and the mask of the
+    def _tile_ptrs(self, base, m0, n0, ld, slab=None, slab_rows: int = 0):
+        """Pointers [BM, BN] to rows m0 + i (+ slab * slab_rows, after masking: slab ``slab`` of a buffer of
+        slabs of slab_rows rows, the product in the offsets' width), columns n0 + j, and the mask of the
         rows/columns inside M x N (None when the tiles divide evenly)."""
+        shift = None if slab is None else slab * slab_rows if isinstance(slab, int) else \
+            T.mul(self._wide(slab), slab_rows)
         rm = T.add(m0, T.make_range(0, self.bm))
         rn = T.add(n0, T.make_range(0, self.bn))
         rows = self._wide(rm)
-        if row_shift is not None:
-            shift = row_shift if isinstance(row_shift, int) else self._wide(row_shift)
+        if shift is not None:
             rows = T.add(rows, shift)
         off = T.add(T.mul(T.expand_dims(rows, 1), ld), T.expand_dims(self._wide(rn), 0))
         ptrs = T.addptr(T.splat(base, [self.bm, self.bn]), off)
@@ -1640,7 +1674,7 @@ class _Emitter:
         last = T.cmp("eq", split, S - 1)
         with T.if_(T.cmp("ne", split, S - 1)):
             ws = self.arg["workspace"]
-            ptrs, mask = self._tile_ptrs(ws, m0, n0, self.n, row_shift=T.mul(split, self.m))
+            ptrs, mask = self._tile_ptrs(ws, m0, n0, self.n, split, self.m)
             T.store(ptrs, acc, mask)
             T.barrier()
             T.atomic_rmw("add", lock, T.c(1), T.c(True), sem="release", scope="gpu")
@@ -1649,7 +1683,7 @@ class _Emitter:
             T.barrier()
             total = acc
             for j in range(S - 1):
-                ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, row_shift=j * self.m)
+                ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, j, self.m)
                 total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
             if store:
                 self.store_c(total, m0, n0)

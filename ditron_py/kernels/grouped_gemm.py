@@ -32,7 +32,8 @@ from mlir import ir
 
 from ..dialects import ttir as T
 from ..errors import VerificationError
-from . import KERNEL_ATTR, KernelRecord, Region, TileStep
+from . import I32_LIMIT, KERNEL_ATTR, KernelRecord, Region, TileStep, check_i32
+from . import offset_type as _offset_type
 from .gemm import TILE_ORDER_FNS, Geometry, IrOps, PyOps
 from .numerics import round_to
 
@@ -56,7 +57,8 @@ def make_record(t: int, k: int, n: int, e: int, *, name: str = "grouped_gemm", d
     """A checked record: at most ``waves`` programs per SM, each looping over its tiles; TMA loads where the row
     strides allow them (``loads``: force one)."""
     if loads is None:
-        loads = "tma" if (k * _BYTES.get(dtype, 2)) % 16 == 0 and (n * _BYTES.get(dtype, 2)) % 16 == 0 else "pointer"
+        aligned = (k * _BYTES.get(dtype, 2)) % 16 == 0 and (n * _BYTES.get(dtype, 2)) % 16 == 0
+        loads = "tma" if aligned and _b_rows_fit_a_descriptor(e, k, block_k) else "pointer"
     rec = KernelRecord(template="grouped_gemm", name=name, t=t, k=k, n=n, e=e, dtype=dtype,
                        out_dtype=out_dtype or dtype, sizes_dtype=sizes_dtype, block_m=block_m, block_n=block_n,
                        block_k=block_k, group_m=group_m, num_warps=num_warps, num_stages=num_stages, loads=loads,
@@ -88,8 +90,23 @@ def check(rec) -> None:
         raise _err("TMA boxes are at most 256 elements a side")
     if rec.get("args") != ARGS:
         raise _err(f"args must be {ARGS}, got {rec.get('args')}")
-    if rec["t"] * rec["n"] >= 2 ** 31 - 1 or rec["t"] >= 2 ** 31 - rec["block_m"]:
-        raise _err(f"{rec['t']} x {rec['n']} outputs: tile indices would overflow 32 bits")
+    if rec["loads"] == "tma" and not _b_rows_fit_a_descriptor(rec["e"], rec["k"], rec["block_k"]):
+        raise _err(f"TMA loads read b as one descriptor of e * k = {rec['e'] * rec['k']} rows, past its 32-bit "
+                   "shape; use loads 'pointer'")
+    check_i32(name, f"tiles ({_num_tiles(rec)} of {rec['block_m']}x{rec['block_n']}, plus a grid)",
+              _num_tiles(rec) + rec["grid"])
+    offset_type(rec)
+
+
+def offset_type(rec) -> str:
+    """The width of the element offsets into a, b and c: i64 where one can pass 2**31, else i32."""
+    t, k, n, e = rec["t"], rec["k"], rec["n"], rec["e"]
+    return _offset_type(name, max(t * k, e * k * n, t * n), 4)
+
+
+def _b_rows_fit_a_descriptor(e: int, k: int, block_k: int) -> bool:
+    """Whether b's e * k rows (and a K step past them) can be the i32 shape and coordinates of a descriptor."""
+    return e * k + block_k < I32_LIMIT
 
 
 def grid(rec) -> tuple[int, int, int]:
@@ -173,7 +190,7 @@ def _emit(rec):
             ("sizes", T.ptr(rec["sizes_dtype"]), {}), ("c", T.ptr(out_elem), {"tt.divisibility": 16})]
     f, values = T.func(rec["name"], args, attrs={KERNEL_ATTR: rec.to_attr()})
     a_ptr, b_ptr, sizes_ptr, c_ptr = values
-    idx = T.i64() if max(t_rows * k, e * k * n, t_rows * n) >= 2 ** 31 else T.i32()
+    idx = T.dtype(offset_type(rec))
     precision = "ieee" if rec["dtype"] == "fp32" else "tf32"
     with ir.InsertionPoint(f.regions[0].blocks[0]):
         k_tiles = math.ceil(k / bk)

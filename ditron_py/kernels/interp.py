@@ -4,7 +4,9 @@ It exists to check the templates on a machine without a GPU: it runs the *emitte
 can compare its numbers with numpy and its trace of memory accesses, waits and notifies with what the template's
 ``tiles()`` claims. It covers the subset the templates use (arith, scf.for/if/while, tt.make_range/splat/
 broadcast/expand_dims/reshape/trans/split/addptr/load/store/dot/atomic_rmw, tensor descriptors, ditron_core);
-anything else raises ``NotImplementedError`` naming the op.
+anything else raises ``NotImplementedError`` naming the op. Integer results wrap to their type's width as on the GPU
+(``wrap``: an i32 offset past 2**31 turns negative, and the load it addresses fails), and an ``scf.for`` whose
+induction variable would overflow on its last step raises ``OverflowError``.
 
 Memory is a dict ``{(arg name, rank): flat numpy array}`` (storage dtypes of ``numerics``). Pointer arguments
 point at ``(name, rank)``; ``ditron_core.symm_at`` moves a pointer to the same buffer name on the peer. Programs
@@ -104,6 +106,23 @@ def _scalar(x):
     return x.item() if isinstance(x, np.ndarray) and x.ndim == 0 else x
 
 
+def wrap(x, t: ir.Type):
+    """x as a value of integer type t holds it on a GPU: two's complement, wrapped to t's width (an i32 offset
+    past 2**31 turns negative, as it does in the kernel). Booleans (i1) and non-integers pass unchanged."""
+    e = T.elem(t)
+    if not isinstance(e, ir.IntegerType) or ir.IntegerType(e).width < 2:
+        return x
+    width = ir.IntegerType(e).width
+    half, mask = 1 << (width - 1), (1 << width) - 1
+    if isinstance(x, np.ndarray):
+        if x.dtype == np.bool_ or width == 64:  # int64 arithmetic wraps by itself
+            return x
+        return ((x.astype(np.int64) + half) & mask) - half
+    if isinstance(x, (bool, np.bool_)):
+        return x
+    return ((int(x) + half) & mask) - half
+
+
 class Program:
     """Runs one tt.func for one program id."""
 
@@ -168,6 +187,8 @@ class Program:
             out = _BINARY[name](np.asarray(x[0]), np.asarray(x[1]))
             if name.endswith("f"):
                 out = round_to(dtype_name(op.results[0].type), out)
+            else:
+                out = wrap(out, op.results[0].type)
             return [_scalar(out)]
         if name == "arith.constant":
             a = op.attributes["value"]
@@ -182,8 +203,10 @@ class Program:
             return [_scalar(_CMPI[_int_attr(op, "predicate")](np.asarray(x[0]), np.asarray(x[1])))]
         if name == "arith.select":
             return [_scalar(np.where(x[0], x[1], x[2]))]
-        if name in ("arith.extsi", "arith.trunci", "arith.index_cast"):
+        if name in ("arith.extsi", "arith.index_cast"):
             return [x[0]]
+        if name == "arith.trunci":
+            return [_scalar(wrap(np.asarray(x[0]), op.results[0].type))]
         if name in ("arith.truncf", "arith.extf"):
             return [round_to(dtype_name(op.results[0].type), np.asarray(x[0], np.float32))]
         if name == "tt.get_program_id":
@@ -245,6 +268,10 @@ class Program:
         if name == "scf.for":
             lb, ub, st, carried = int(x[0]), int(x[1]), int(x[2]), list(x[3:])
             body = op.regions[0].blocks[0]
+            if ub > lb and wrap(lb + (ub - lb - 1) // st * st + st, body.arguments[0].type) < ub:
+                # the GPU's loop steps past its last iteration to iv + step, which wraps and keeps it running
+                raise OverflowError(f"interp: scf.for at {op.location} from {lb} to {ub} step {st}: the induction "
+                                    f"variable's last step overflows {body.arguments[0].type}")
             for i in range(lb, ub, st):
                 inner = dict(env)
                 inner[body.arguments[0]] = i
@@ -352,9 +379,10 @@ class Program:
 
 
 def run(func_op, memory: dict, *, grid: int, rank: int = 0, num_ranks: int = 1, scalars: dict | None = None,
-        arg_names: list[str] | None = None) -> list[list[Event]]:
-    """Run programs 0..grid-1 of one rank in order; returns each program's events. Pointer arguments point at
-    ``(name, rank)`` in memory; scalar arguments come from scalars."""
+        arg_names: list[str] | None = None, programs=None) -> list[list[Event]]:
+    """Run programs 0..grid-1 of one rank in order (``programs``: only those program ids, e.g. the last of a large
+    grid); returns each program's events. Pointer arguments point at ``(name, rank)`` in memory; scalar arguments
+    come from scalars."""
     func = func_op.operation if hasattr(func_op, "operation") else func_op
     block = func.regions[0].blocks[0]
     if arg_names is None:
@@ -369,7 +397,7 @@ def run(func_op, memory: dict, *, grid: int, rank: int = 0, num_ranks: int = 1, 
                 raise KeyError(f"interp: scalar argument '{n}' needs a value")
             args[n] = int(scalars[n])
     out = []
-    for pid in range(grid):
+    for pid in range(grid) if programs is None else programs:
         out.append(Program(func, memory, pid=pid, grid=grid, rank=rank, num_ranks=num_ranks, args=args).run())
     return out
 

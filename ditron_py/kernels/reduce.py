@@ -56,7 +56,7 @@ import numpy as np
 
 from ..dialects import core
 from ..dialects import ttir as T
-from . import KernelRecord, Region, SlotNotify, SlotWait, TileStep, copies
+from . import KernelRecord, Region, SlotNotify, SlotWait, TileStep, check_i32, copies
 from . import chunk
 from .numerics import round_to
 
@@ -179,6 +179,11 @@ def check(rec) -> None:
                 raise chunk.err(_TEMPLATE, "'publish.consume' clears each slot after its one wait: only a push "
                                            "without 'pushed' waits once per slot (a producer's row-block counts "
                                            "are awaited by every tile of the row block)")
+    if "publish" in rec:  # slot indices are i32: a tile's per slab, or a producer's row blocks per slab
+        p, tiles = rec["publish"], chunk.num_tiles(rec)
+        slabs = p.get("push") or 1
+        per_slab = -(-rec["rows"] // p["pushed"]) if p.get("pushed") else tiles
+        check_i32(_TEMPLATE, f"publish slots ({slabs} slabs x {per_slab})", slabs * per_slab)
     if len(set(rec["args"])) != len(rec["args"]):
         raise chunk.err(_TEMPLATE, f"argument names collide: {rec['args']}")
 
@@ -401,8 +406,8 @@ def _emit(rec, args):
         tm, tn = e.tile_coords(loop.iv)
         if pub and _interleaved(rec):
             _emit_publish_copy(rec, args, e, loop.iv, tm, tn)
-        src_off, mask, _ = e.tile_offsets("src", tm, tn)
-        dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+        src_off, mask = e.tile_offsets("src", tm, tn)
+        dst_off, _ = e.tile_offsets("dst", tm, tn)
         acc = _emit_sum(rec, args, e, loop.iv, tm, src_off, mask)
         T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(acc, rec["out_dtype"]), mask)
     e.notify()
@@ -432,8 +437,8 @@ def _emit_scatter_tile(rec, args, e, t, owned: bool):
     pub, bm, bn = rec["publish"], rec["block_m"], rec["block_n"]
     rank, num_ranks = e.rank(), e.num_ranks()
     tm, tn = e.tile_coords(t)
-    src_off, mask, _ = e.tile_offsets("src", tm, tn)
-    dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+    src_off, mask = e.tile_offsets("src", tm, tn)
+    dst_off, _ = e.tile_offsets("dst", tm, tn)
     owner = T.rem(T.div(t, rec["grid"]), num_ranks)
     dst = T.addptr(T.splat(args["dst"], [bm, bn]), dst_off)
     with T.if_(T.cmp("eq" if owned else "ne", owner, rank)):
@@ -471,11 +476,11 @@ def _emit_push(rec, args, e):
         return
     with e.for_tiles() as loop:
         tm, tn = e.tile_coords(loop.iv)
-        off, mask, _ = e.tile_offsets("src", tm, tn)
+        off, mask = e.tile_offsets("src", tm, tn)
         vals = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask, _other(mask))
         with T.For(1, num_ranks, 1) as qs:
             slab = T.sub(slabs, qs.iv)
-            inbox, _, _ = e.tile_offsets("src", tm, tn, row0=T.mul(slab, rows))
+            inbox, _ = e.tile_offsets("src", tm, tn, slab, rows)
             peer = core.SymmAt.build(args["src"], T.rem(T.add(rank, qs.iv), num_ranks)).result
             T.store(T.addptr(T.splat(peer, [bm, bn]), inbox), vals, mask)
         with T.if_(T.ge(loop.iv, T.add(T.program_id(0), grid))):
@@ -494,15 +499,15 @@ def _emit_push_sum(rec, args, e, t, slabs):
     from this rank on) in fp32, store dst."""
     pub, bm, bn, rows = rec["publish"], rec["block_m"], rec["block_n"], rec["rows"]
     tm, tn = e.tile_coords(t)
-    off, mask, _ = e.tile_offsets("src", tm, tn)
+    off, mask = e.tile_offsets("src", tm, tn)
     own = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask, _other(mask))
     with T.For(0, slabs, 1, [T.cast(own, "fp32")]) as js:
         token = _emit_push_wait(rec, args, e, t, tm, js.iv, slabs)
-        inbox, _, _ = e.tile_offsets("src", tm, tn, row0=T.mul(js.iv, rows))
+        inbox, _ = e.tile_offsets("src", tm, tn, js.iv, rows)
         src = core.ConsumeToken.build(args["src"], token).result
         part = T.load(T.addptr(T.splat(src, [bm, bn]), inbox), mask, _other(mask))
         js.yield_(T.add(js.args[0], T.cast(part, "fp32")))
-    dst_off, _, _ = e.tile_offsets("dst", tm, tn)
+    dst_off, _ = e.tile_offsets("dst", tm, tn)
     T.store(T.addptr(T.splat(args["dst"], [bm, bn]), dst_off), T.cast(js.results[0], rec["out_dtype"]), mask)
     if pub.get("consume"):  # the tile's one waiter: its slots back to zero (a newer signal stays)
         with T.For(0, slabs, 1) as js:
@@ -541,14 +546,14 @@ def _emit_publish_copy(rec, args, e, t, tm, tn):
     puts a CTA barrier before the release: every thread's copies are ordered before it)."""
     pub, bm, bn = rec["publish"], rec["block_m"], rec["block_n"]
 
-    def copy(row0):
-        off, mask, _ = e.tile_offsets("src", tm, tn, row0=row0)
+    def copy(slab):
+        off, mask = e.tile_offsets("src", tm, tn, slab, rec["rows"])
         vals = T.load(T.addptr(T.splat(args[pub["copy_from"]], [bm, bn]), off), mask,
                       0.0 if mask is not None else None)
         T.store(T.addptr(T.splat(args["src"], [bm, bn]), off), vals, mask)
     if chunk.arg_of(rec["src_row"]):  # every rank's rows: q * rows + the tile's
         with T.For(0, e.num_ranks(), 1) as regions:
-            copy(T.mul(regions.iv, rec["rows"]))
+            copy(regions.iv)
     else:
         copy(None)
     _emit_set_slot(rec, args, e, t)

@@ -578,9 +578,9 @@ class Executor:
                                    f"{list(sizes)} is outside its buffer of shape {list(t.shape)}")
         return t[tuple(slice(o, o + s) for o, s in zip(off, sizes))]
 
-    def _value(self, v: int, rank: int, a, what: str) -> int:
+    def _value(self, v: int, rank: int, a, what: str, into: str = "a 32-bit signal slot") -> int:
         if not -(1 << 31) <= v < (1 << 31):
-            raise HostProgramError(f"{self._where(rank, a)}{what} {v} does not fit in a 32-bit signal slot")
+            raise HostProgramError(f"{self._where(rank, a)}{what} {v} does not fit in {into}")
         return v
 
     def _slot(self, pad: Buf, slot: int, rank: int, a) -> int:
@@ -740,7 +740,8 @@ class Executor:
                 if isinstance(v, Buf):
                     values.append(self._tensor(v, rank, rank, tensors, a))
                 elif ty == "i32":
-                    values.append(self._value(v, rank, a, f"@{a.kernel} argument {k - 1} ="))
+                    values.append(self._value(v, rank, a, f"@{a.kernel} argument {k - 1} =",
+                                              "the kernel's i32 argument"))
                 else:
                     values.append(v)
             elif kind == "rank":

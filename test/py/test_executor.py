@@ -681,6 +681,28 @@ def test_region_errors_are_raised_before_anything_is_enqueued(monkeypatch, tmp_p
     assert ex.epoch == 0 and not any(s.q for s in gpu.entities)
 
 
+def test_a_kernel_argument_past_i32_is_refused_before_anything_is_enqueued(monkeypatch, tmp_path_factory):
+    """Index operands reach kernels as i32 arguments: one that does not fit (the reduce's first row, rank * 40 with
+    the 40 made 2^31) is refused, not truncated."""
+    case = small("reduce_scatter", 2)
+    exe = compiled(tmp_path_factory, case)
+    program = json.loads(json.dumps(exe.host_program))
+    (launch,) = [op for op in program["body"] if op["op"] == "ditron_device.launch"]
+    (row,) = [op for op in program["body"] if op["out"] == [launch["in"][2]]]  # arith.muli rank, 40
+    (rows,) = [op for op in program["body"] if op["out"] == [row["in"][1]]]
+    assert (row["op"], rows["value"]) == ("arith.muli", 40)
+    rows["value"] = 1 << 31
+    gpu = FakeGPU(monkeypatch)
+    fake = gpu.executable(exe)
+    fake.host_program = program
+    ex = X.Executor(fake, World.virtual(2, device="cpu"))
+    gpu.ex = ex
+    with pytest.raises(HostProgramError, match="rank 1: .*@reduce_scatter_kernel argument 2 = 2147483648 does not "
+                                               "fit in the kernel's i32 argument"):
+        ex.run(EP.make_inputs(case, 1, device="cpu"))
+    assert ex.epoch == 0 and not any(s.q for s in gpu.entities)
+
+
 def test_an_executable_without_host_program_is_refused():
     exe = SimpleNamespace(host_program=None, path="some/artifact")
     with pytest.raises(DitronRuntimeError, match="some/artifact has no host program"):

@@ -198,6 +198,16 @@ def test_alloc_in_a_loop_is_refused():
         serialize(_program(body))
 
 
+def test_signal_pads_past_the_runtime_kernels_i32_indices_are_refused():
+    body = ('    %s = "ditron_device.alloc_symmetric"() {name = "a"} : () -> memref<1073741824xi32>\n'
+            '    %t = "ditron_device.alloc_symmetric"() {name = "b"} : () -> memref<1073741824xi32>')
+    with pytest.raises(PassError) as err:
+        serialize(_program(body), "pads.mlir")
+    assert "the signal pads up to 'b' hold 2147483648 slots" in str(err.value)
+    assert err.value.render().startswith("pads.mlir:4:10: error:")
+    serialize(_program(body.replace("1073741824xi32", "1073741824xf32")))  # data buffers of any size
+
+
 def test_duplicate_buffer_names_are_refused():
     body = ('    %s = "ditron_device.alloc_symmetric"() {name = "a"} : () -> memref<2xi32>\n'
             '    %t = "ditron_device.alloc_symmetric"() {name = "a"} : () -> memref<4xi32>')

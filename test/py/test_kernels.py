@@ -216,7 +216,7 @@ def test_gemm_wait_notify_rank_rotated_matches_tiles(loads):
     for r in range(W):
         close(mem_ir[("c", r)].reshape(rec["m"], -1), round_to("bf16", ref))
         np.testing.assert_array_equal(mem_ir[("c_sig", r)], mem_tiles[("c_sig", r)])
-    counts = gemm.notify_counts(rec)
+    counts = {slot: gemm.notify_count(rec, slot) for slot in gemm.notify_slots(rec)}
     total = sum(mem_ir[("c_sig", r)] for r in range(W))  # every rank's launch notified slot owners
     for slot, expected in counts.items():
         assert total[slot] == W * expected
@@ -660,8 +660,8 @@ def test_gemm_reduce_own_epilogue_matches_tiles(W, dst_rows, from_peers):
         np.testing.assert_array_equal(mem_ir[("counts", r)], mem_tiles[("counts", r)])
     # every slot of rank q's rows got one count per tile from each of the W-1 other ranks, none from q itself
     total = sum(mem_ir[("counts", r)] for r in range(W)) - (5 * W if from_peers else 0)
-    for slot, expected in gemm.notify_counts(rec).items():
-        assert total[slot] == (W - 1) * expected
+    for slot in gemm.notify_slots(rec):
+        assert total[slot] == (W - 1) * gemm.notify_count(rec, slot)
     # own tiles come last in every program
     for r in range(W):
         for prog in gemm.tiles(rec, rank=r, num_ranks=W, scalars={"own_value": 5}):
@@ -734,7 +734,33 @@ def test_gemm_notify_counts_cover_every_row():
                            store="pointer", persistent=False, epilogue_split=1, flatten=False,
                            **dict(SMALL, block_m=32))
     # m-blocks [0,32) [32,64) [64,96) [96,100) x 2 n-blocks; slots of 24 rows: 0..4
-    assert gemm.notify_counts(rec) == {0: 2, 1: 4, 2: 4, 3: 2, 4: 2}
+    assert {slot: gemm.notify_count(rec, slot) for slot in gemm.notify_slots(rec)} == {0: 2, 1: 4, 2: 4, 3: 2, 4: 2}
+    assert gemm.notify_count_values(rec) == {2, 4}
+
+
+def _notify_counts_by_walking_tiles(rec) -> dict[int, int]:
+    """What the closed forms replace: every tile adds value to each slot its rows meet."""
+    counts: dict[int, int] = {}
+    g, bm, rps = gemm.geometry(rec), rec["block_m"], rec["notify"]["rows_per_slot"]
+    for pm in range(g.tiles_m):
+        m0 = pm * bm
+        for slot in range(m0 // rps, (m0 + min(bm, rec["m"] - m0) - 1) // rps + 1):
+            counts[slot] = counts.get(slot, 0) + g.tiles_n * rec["notify"]["value"]
+    return counts
+
+
+def test_gemm_notify_count_closed_forms_match_walking_the_tiles():
+    rng = np.random.default_rng(RNG_SEED)
+    for _ in range(300):
+        m, n = int(rng.integers(1, 700)), int(rng.integers(1, 200))
+        rec = gemm.make_record(m, n, 32, notify={"arg": "sig", "rows_per_slot": int(rng.integers(1, 90)),
+                                                  "value": int(rng.integers(1, 4))},
+                               loads="pointer", store="pointer", persistent=False, epilogue_split=1, flatten=False,
+                               **dict(SMALL, block_m=int(rng.choice([16, 32, 64, 128])), block_n=32))
+        walked = _notify_counts_by_walking_tiles(rec)
+        assert list(gemm.notify_slots(rec)) == sorted(walked)
+        assert {slot: gemm.notify_count(rec, slot) for slot in gemm.notify_slots(rec)} == walked
+        assert gemm.notify_count_values(rec) == set(walked.values())
 
 
 def test_gemm_large_problem_uses_64_bit_offsets():

@@ -506,3 +506,52 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
     return %0 : tensor<?x8xf32>
   }
 }
+
+// -----
+
+// Zero-size tensors (issue 25: the cost model divided by zero, the GEMM template refused 'k' without a location).
+func.func @matmul_zero_k(%x: tensor<128x0xbf16>, %w: tensor<0x64xbf16>) -> tensor<128x64xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 2]]:8: error: 'ditron_task.matmul' op operand 0 (tensor<128x0xbf16>) has size 0 in dim 1; ditron computes on non-empty tensors only (every dim >= 1)
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.matmul' op operand 1 (tensor<0x64xbf16>) has size 0 in dim 0; ditron computes on non-empty tensors only (every dim >= 1)
+  %0 = "ditron_task.matmul"(%x, %w) : (tensor<128x0xbf16>, tensor<0x64xbf16>) -> tensor<128x64xbf16>
+  return %0 : tensor<128x64xbf16>
+}
+
+// -----
+
+func.func @matmul_zero_n(%x: tensor<128x64xbf16>, %w: tensor<64x0xbf16>) -> tensor<128x0xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 2]]:8: error: 'ditron_task.matmul' op operand 1 (tensor<64x0xbf16>) has size 0 in dim 1; ditron computes on non-empty tensors only (every dim >= 1)
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.matmul' op result 0 (tensor<128x0xbf16>) has size 0 in dim 1; ditron computes on non-empty tensors only (every dim >= 1)
+  %0 = "ditron_task.matmul"(%x, %w) : (tensor<128x64xbf16>, tensor<64x0xbf16>) -> tensor<128x0xbf16>
+  return %0 : tensor<128x0xbf16>
+}
+
+// -----
+
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
+  func.func @all_gather_zero_rows(%x: tensor<0x8xf32>) -> tensor<0x8xf32> {
+    // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 2]]:10: error: 'ditron_task.all_gather' op operand 0 (tensor<0x8xf32>) has size 0 in dim 0; ditron computes on non-empty tensors only (every dim >= 1)
+    // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:10: error: 'ditron_task.all_gather' op result 0 (tensor<0x8xf32>) has size 0 in dim 0; ditron computes on non-empty tensors only (every dim >= 1)
+    %0 = "ditron_task.all_gather"(%x) {axis = "tp", dim = 0 : i64} : (tensor<0x8xf32>) -> tensor<0x8xf32>
+    return %0 : tensor<0x8xf32>
+  }
+}
+
+// -----
+
+// A dim the kernels cannot index in 32 bits (issue 25: K = 2^40 compiled to a GEMM whose K loop never ran).
+func.func @matmul_k_2_40(%x: tensor<128x1099511627776xbf16>, %w: tensor<1099511627776x128xbf16>) -> tensor<128x128xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 2]]:8: error: 'ditron_task.matmul' op operand 0 (tensor<128x1099511627776xbf16>) has size 1099511627776 in dim 1; ditron's kernels index a dim in 32 bits: at most 1073741824 (2^30) per dim
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.matmul' op operand 1 (tensor<1099511627776x128xbf16>) has size 1099511627776 in dim 0; ditron's kernels index a dim in 32 bits: at most 1073741824 (2^30) per dim
+  %0 = "ditron_task.matmul"(%x, %w) : (tensor<128x1099511627776xbf16>, tensor<1099511627776x128xbf16>) -> tensor<128x128xbf16>
+  return %0 : tensor<128x128xbf16>
+}
+
+// -----
+
+func.func @elementwise_rows_2_31(%x: tensor<2147483648x2xbf16>) -> tensor<2147483648x2xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 2]]:8: error: 'ditron_task.elementwise' op operand 0 (tensor<2147483648x2xbf16>) has size 2147483648 in dim 0; ditron's kernels index a dim in 32 bits: at most 1073741824 (2^30) per dim
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op result 0 (tensor<2147483648x2xbf16>) has size 2147483648 in dim 0; ditron's kernels index a dim in 32 bits: at most 1073741824 (2^30) per dim
+  %0 = "ditron_task.elementwise"(%x) {fn = "relu"} : (tensor<2147483648x2xbf16>) -> tensor<2147483648x2xbf16>
+  return %0 : tensor<2147483648x2xbf16>
+}

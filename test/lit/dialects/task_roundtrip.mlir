@@ -28,6 +28,15 @@ module attributes {ditron.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}
     return %c, %d, %e : tensor<128x32xbf16>, tensor<?x?xf32>, tensor<8x8xi32>
   }
 
+  // The largest dims the kernels take (kernels.MAX_DIM = 2^30) and the smallest.
+  // CHECK-LABEL: func.func @matmul_extreme_dims
+  // CHECK: "ditron_task.matmul"(%arg0, %arg1) : (tensor<1073741824x1xbf16>, tensor<1x1073741824xbf16>) -> tensor<1073741824x1073741824xbf16>
+  func.func @matmul_extreme_dims(%a: tensor<1073741824x1xbf16>, %b: tensor<1x1073741824xbf16>)
+      -> tensor<1073741824x1073741824xbf16> {
+    %c = "ditron_task.matmul"(%a, %b) : (tensor<1073741824x1xbf16>, tensor<1x1073741824xbf16>) -> tensor<1073741824x1073741824xbf16>
+    return %c : tensor<1073741824x1073741824xbf16>
+  }
+
   // CHECK-LABEL: func.func @grouped_matmul
   // CHECK: "ditron_task.grouped_matmul"(%arg0, %arg1, %arg2) : (tensor<256x64xbf16>, tensor<8x64x128xbf16>, tensor<8xi32>) -> tensor<256x128xbf16>
   // CHECK: "ditron_task.grouped_matmul"(%arg3, %arg1, %arg4) : (tensor<?x64xbf16>, tensor<8x64x128xbf16>, tensor<?xi64>) -> tensor<?x128xbf16>

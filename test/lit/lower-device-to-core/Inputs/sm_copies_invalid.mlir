@@ -45,3 +45,20 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
     return
   }
 }
+
+// -----
+
+// a buffer of 2^32 rows: the copy kernel's i32 offsets cannot reach its far rows
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @big(%big: memref<4294967296x64xbf16> {ditron.io = "in"}, %out: memref<1024x64xbf16> {ditron.io = "out"},
+                 %e: index {ditron.io = "epoch"}) attributes {ditron.level = "device"} {
+    %me = "ditron_device.rank"() : () -> index
+    %c0 = arith.constant 0 : index
+    %c64 = arith.constant 64 : index
+    %c1024 = arith.constant 1024 : index
+    %row = arith.constant 4294966272 : index
+    // ERR: sm_copies_invalid.mlir:[[# @LINE + 1]]:5: error: ditron-lower-device-to-core: 'ditron_device.copy' op copies with engine = "sm" a region of a buffer with a dim of 4294967296, past the i32 offsets of the SM copy kernel; use engine = "copy_engine"
+    "ditron_device.copy"(%big, %out, %me, %me, %row, %c0, %c0, %c0, %c1024, %c64) {engine = "sm"} : (memref<4294967296x64xbf16>, memref<1024x64xbf16>, index, index, index, index, index, index, index, index) -> ()
+    return
+  }
+}
