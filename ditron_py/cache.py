@@ -29,7 +29,7 @@ from .artifact import FORMAT_VERSION, MANIFEST
 from .errors import DitronError
 
 # packages whose source decides what ditron emits; folders mapped into `ditron` outside ditron_py are listed
-SOURCE_PACKAGES = ("ditron", "ditron.dialects", "ditron.passes", "ditron.backends", "ditron.tools")
+SOURCE_PACKAGES = ("ditron", "ditron.dialects", "ditron.kernels", "ditron.passes", "ditron.backends", "ditron.tools")
 SOURCE_SUFFIXES = (".py", ".mlir")
 TMP_PREFIX = ".tmp-"
 SEAL = "contents.sha256"  # {relative path: sha256} of every other file of an entry, written last
