@@ -23,6 +23,20 @@ name = "copy"
 _TEMPLATE = "copy"
 
 
+def sm_copy_refusal(rank: int, sizes: list, buffer_dims: list[int]) -> str | None:
+    """Why a copy of a ``rank``-dim region of ``sizes`` (None: a run-time size) between buffers with dims
+    ``buffer_dims`` cannot run on SMs with this template, or None when it can. The one place that says which copies
+    have an SM kernel: ditron-tile offers engine "sm" only for these, ditron-lower-device-to-core refuses the rest."""
+    from . import I32_LIMIT
+    if rank not in (1, 2) or any(s is None for s in sizes):
+        return (f"copies a {'dynamic-size ' if rank in (1, 2) else ''}rank-{rank} region with engine = \"sm\", which "
+                "has no SM copy kernel (static rank-1 and rank-2 regions only)")
+    if buffer_dims and max(buffer_dims) >= I32_LIMIT:
+        return (f"copies with engine = \"sm\" a region of a buffer with a dim of {max(buffer_dims)}, past the i32 "
+                "offsets of the SM copy kernel")
+    return None
+
+
 def make_record(rows: int, cols: int, *, name: str = "copy", dtype: str = "bf16", direction: str = "pull",
                 peer: str = "arg:peer", src_ld: int | None = None, dst_ld: int | None = None, src_row=0, src_col=0,
                 dst_row=0, dst_col=0, block_m: int | None = None, block_n: int | None = None, grid: int = 16,

@@ -134,13 +134,12 @@ class LowerDeviceToCorePass(Pass):
         the kernel's i32 offsets, pulled (the destination on the executing rank; peer = src_rank) or pushed (the
         source on the executing rank; peer = dst_rank). Anything else cannot run on SMs: a located error that says
         to use the copy engine."""
-        from ..kernels import I32_LIMIT
         from ..kernels import copy as copy_template
         sizes = [constant_int(s) for s in cp.sizes]
-        if cp.rank not in (1, 2) or any(s is None for s in sizes):
-            raise op_error(self.name, op, f"copies a {'dynamic-size ' if cp.rank in (1, 2) else ''}rank-{cp.rank} "
-                                          "region with engine = \"sm\", which has no SM copy kernel (static rank-1 "
-                                          "and rank-2 regions only); use engine = \"copy_engine\"")
+        src_t, dst_t = ir.MemRefType(cp.src.type), ir.MemRefType(cp.dst.type)
+        refusal = copy_template.sm_copy_refusal(cp.rank, sizes, [*src_t.shape, *dst_t.shape])
+        if refusal:
+            raise op_error(self.name, op, f"{refusal}; use engine = \"copy_engine\"")
         if _is_rank(cp.dst_rank):
             direction = "pull"
         elif _is_rank(cp.src_rank):
@@ -149,11 +148,6 @@ class LowerDeviceToCorePass(Pass):
             raise op_error(self.name, op, "copies with engine = \"sm\" between two ranks neither of which is the "
                                           "executing one (ditron_device.rank); an SM copy pulls into or pushes "
                                           "from the executing rank's memory")
-        src_t, dst_t = ir.MemRefType(cp.src.type), ir.MemRefType(cp.dst.type)
-        if max(*src_t.shape, *dst_t.shape) >= I32_LIMIT:
-            raise op_error(self.name, op, f"copies with engine = \"sm\" a region of a buffer with a dim of "
-                                          f"{max(*src_t.shape, *dst_t.shape)}, past the i32 offsets of the SM copy "
-                                          "kernel; use engine = \"copy_engine\"")
         rows, cols = (1, sizes[0]) if cp.rank == 1 else (sizes[0], sizes[1])
         src_ld = src_t.shape[-1] if cp.rank == 2 else src_t.shape[0]
         dst_ld = dst_t.shape[-1] if cp.rank == 2 else dst_t.shape[0]

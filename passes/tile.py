@@ -31,6 +31,7 @@ from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_
                           gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time,
                           peaks_for, reduce_scatter_estimates, stream_k_tiles)
 from ..dialects import device, task
+from ..kernels.copy import sm_copy_refusal
 from ..dialects.context import diagnostic_at
 from ..dialects.opbase import walk_ops
 from ..dialects.sharding import MESH_ATTR, Mesh, arg_sharding, result_sharding
@@ -514,8 +515,14 @@ class _Planner:
         out.append(shard_rows)
         return out[::-1]  # fewest chunks first: on a tie the model keeps the cheaper schedule
 
-    def engines(self) -> list[str]:
-        return [self.o.engine] if self.o.engine else list(ENGINES)
+    def engines(self, region: list[int] | None = None, buffers: list[int] | None = None) -> list[str]:
+        """The engines to model: the one asked for, else every engine that can run the copies -- "sm" only where
+        the SM copy kernel takes a ``region`` of that shape over buffers of dims ``buffers`` (kernels.copy)."""
+        if self.o.engine:
+            return [self.o.engine]
+        if region is not None and sm_copy_refusal(len(region), region, buffers or list(region)):
+            return ["copy_engine"]
+        return list(ENGINES)
 
     def comm_sm_options(self, engine: str) -> list[int]:
         if self.o.comm_sms is not None:
@@ -799,8 +806,9 @@ class _Planner:
         w, shape, eb = self.world(op), shape_of(ag.input), elem_bytes(ag.input)
         shard_rows = shape[ag.dim]
         row_bytes = math.prod(shape) // max(shard_rows, 1) * eb
+        gathered = [d * w if i == ag.dim else d for i, d in enumerate(shape)]
         best = None
-        for engine in self.engines():
+        for engine in self.engines(list(shape), [*shape, *gathered]):
             for comm in self.comm_sm_options(engine):
                 for rows in self.chunk_options(op, shard_rows, 64, divisor=False):
                     chunks = math.ceil(shard_rows / rows)
@@ -839,8 +847,9 @@ class _Planner:
         w, shape, eb = self.world(op), shape_of(a2a.input), elem_bytes(a2a.input)
         nbytes = math.prod(shape) * eb
         part = nbytes // max(w, 1)
+        out = shape_of(op.results[0])
         best = None
-        for engine in self.engines():
+        for engine in self.engines(list(shape), [*shape, *out]):
             for comm in self.comm_sm_options(engine):
                 t = local_copy_time(part, self.peaks) + copy_time(
                     (w - 1) * part, self.peaks, engine=engine, peers=w - 1, chunks=w - 1,
