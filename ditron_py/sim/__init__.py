@@ -37,6 +37,7 @@ from .memory import round_to
 from .program import Program, load
 from .report import (DEADLOCK, INVALID, KINDS, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE,
                      UNINITIALIZED, UNWRITTEN_OUTPUT, Finding, Loc, SimResult, SimulationError, describe_region)
+from .entities import new_world
 from .scheduler import World, check_call_inputs
 
 __all__ = ["simulate", "task_reference", "SimResult", "Finding", "Loc", "SimulationError", "load_program",
@@ -110,7 +111,7 @@ def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0
         raise SimulationError(f"calls must be >= 1, got {calls}")
     groups_of(program, world_size)  # a world that is not the program's mesh: refused before anything runs
     per_call = _prepare(program, world_size, inputs, seed, calls)
-    world = World(program, world_size=world_size, calls=calls, inputs_per_call=per_call, seed=seed,
+    world = new_world(program, world_size=world_size, calls=calls, inputs_per_call=per_call, seed=seed,
                   templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls, graph=graph)
     for spec in program.late_allocs:
         world.report(INVALID, f"alloc_symmetric '{spec.name}' comes after device work was enqueued; allocate "

@@ -21,6 +21,23 @@ from .report import INVALID, Loc, SimulationError
 from .scheduler import Blocked, Entity, World
 
 
+def new_world(program, **options) -> World:
+    """A World (scheduler.World's options) with one host entity per rank, each runnable."""
+    world = World(program, **options)
+    world.hosts = [HostEntity(world, r) for r in range(world.W)]
+    for h in world.hosts:
+        world.wake(h)
+    return world
+
+
+def stream_of(world: World, rank: int, index: int) -> "StreamEntity":
+    """Stream ``index`` of ``rank`` (created at its first use)."""
+    s = world.streams.get((rank, index))
+    if s is None:
+        s = world.streams[(rank, index)] = StreamEntity(world, rank, index)
+    return s
+
+
 class HostEntity(Entity):
     kind = "host"
 
@@ -63,7 +80,7 @@ class HostEntity(Entity):
             if self.call > w.calls:
                 w.finish(self)
                 for s in self.streams_used:
-                    stream = w.stream(self.rank, s)
+                    stream = stream_of(w, self.rank, s)
                     if stream.waiting_for == "work":
                         w.wake(stream)
                 return
@@ -80,7 +97,7 @@ class HostEntity(Entity):
             return
         item.clock = self.release()
         self.streams_used.add(item.stream)
-        stream = w.stream(self.rank, item.stream)
+        stream = stream_of(w, self.rank, item.stream)
         stream.queue.append(item)
         if stream.blocked is None or stream.waiting_for == "work":
             w.wake(stream)

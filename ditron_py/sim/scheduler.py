@@ -80,8 +80,6 @@ class World:
     def __init__(self, program: Program, *, world_size: int, calls: int, inputs_per_call, seed: int,
                  templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
                  sync_between_calls: bool = False, graph: bool = False):
-        from .entities import HostEntity  # entities import this module
-
         self.program = program
         self.allocs = program.allocs_by_index
         self.W = world_size
@@ -107,9 +105,7 @@ class World:
         self.steps = 0
         self.schedule: list[int] = []     # the entity run at each step (for schedule_digest)
         self.deadlocked = False
-        self.hosts = [HostEntity(self, r) for r in range(world_size)]
-        for h in self.hosts:
-            self.wake(h)
+        self.hosts: list[Entity] = []   # one host program per rank: entities.new_world creates them
 
     # ------------------------------------------------------------------------------------------ scheduling
 
@@ -184,14 +180,6 @@ class World:
             h.at_boundary = False
             self.wake(h)
         return True
-
-    def stream(self, rank: int, index: int) -> Entity:
-        from .entities import StreamEntity
-
-        s = self.streams.get((rank, index))
-        if s is None:
-            s = self.streams[(rank, index)] = StreamEntity(self, rank, index)
-        return s
 
     # ------------------------------------------------------------------------------------------------ SMs
 
