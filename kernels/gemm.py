@@ -142,7 +142,7 @@ from ..dialects import ttir as T
 from ..errors import VerificationError
 from . import KERNEL_ATTR, KernelRecord, Region, SlotNotify, SlotWait, TileStep, check_i32, copies
 from . import offset_type as _offset_type
-from .numerics import round_to
+from .numerics import matmul, round_to
 
 name = "gemm"
 
@@ -988,7 +988,7 @@ def _push_own_sum_steps(step: TileStep, rec, m0: int, n0: int, rows: int, cols: 
 
     def k_loop(view):
         a, b = np.asarray(view(a_reg), np.float32), np.asarray(view(b_reg), np.float32)
-        acc["tile"] = a @ (b.T if rec["b_trans"] else b)
+        acc["tile"] = matmul(a, b.T if rec["b_trans"] else b)
 
     parts = [Region(spec["arg"], (j * rpr + row, n0), (rows, cols)) for j in range(spec["slabs"])]
     c_reg = Region("c", (row, n0), (rows, cols))
@@ -1048,7 +1048,7 @@ def _gemm_compute(a_reg, b_reg, c_reg, parts, rec, out_dtype=None):
     def compute(view):
         a = np.asarray(view(a_reg), dtype=np.float32)
         b = np.asarray(view(b_reg), dtype=np.float32)
-        acc = a @ (b.T if rec["b_trans"] else b)
+        acc = matmul(a, b.T if rec["b_trans"] else b)
         for p in parts:
             acc = acc + np.asarray(view(p), dtype=np.float32)
         view(c_reg)[...] = round_to(out_dtype, acc)

@@ -6,6 +6,7 @@ them (round to nearest even; fp8 e4m3fn saturates to +-448 as ``cvt.rn.satfinite
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -60,6 +61,25 @@ def _round_fp8(x: np.ndarray, dtype: str) -> np.ndarray:
     pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & even_hi)
     out = np.where(pick_hi, table[hi], table[lo]) * np.sign(x)
     return out.astype(np.float32)
+
+
+_PRODUCTS: list = []  # providers installed by ``products``, innermost last
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for the tile products of ``tiles()`` computes; a simulator may serve them from products it
+    computes in larger blocks (``products``, ditron.sim.products), which hold the same values."""
+    return _PRODUCTS[-1](a, b) if _PRODUCTS else a @ b
+
+
+@contextlib.contextmanager
+def products(provider):
+    """Within the block, ``matmul(a, b)`` is ``provider(a, b)``."""
+    _PRODUCTS.append(provider)
+    try:
+        yield
+    finally:
+        _PRODUCTS.remove(provider)
 
 
 def round_to(dtype: str, x) -> np.ndarray:

@@ -12,6 +12,7 @@ before it retires that access; what stays is what a later access may still race 
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -155,7 +156,12 @@ class AccessLog:
 
 
 class Buffer:
-    """One rank's instance of a buffer: a function argument of one call, or a symmetric allocation."""
+    """One rank's instance of a buffer: a function argument of one call, or a symmetric allocation.
+
+    ``changes`` lists the boxes written so far, in order (``version`` of them), for what keeps values computed from
+    the buffer's data (sim.products)."""
+
+    _uids = itertools.count()
 
     def __init__(self, label: str, rank: int, shape: Sequence[int], elem: str, *, symmetric: bool, kind: str):
         self.label = label          # e.g. "'ag_buf'" or "argument 0 (in)"
@@ -169,6 +175,23 @@ class Buffer:
         ndim = max(len(self.shape), 1)
         self.writes = AccessLog(ndim)
         self.reads = AccessLog(ndim)
+        self.uid = next(Buffer._uids)
+        self.changes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    @property
+    def version(self) -> int:
+        return len(self.changes)
+
+    def changed(self, lo: Sequence[int], hi: Sequence[int]) -> None:
+        """Its data in [lo, hi) was written."""
+        self.changes.append((tuple(lo), tuple(hi)))
+
+    def changed_since(self, version: int, lo: Sequence[int], hi: Sequence[int]) -> bool:
+        """Was a box overlapping [lo, hi) written after the first ``version`` changes?"""
+        for clo, chi in self.changes[version:]:
+            if all(a < d and c < b for a, b, c, d in zip(lo, hi, clo, chi)):
+                return True
+        return False
 
     def name(self) -> str:
         return f"{self.label} on rank {self.rank}"

@@ -19,7 +19,9 @@ import numpy as np
 
 from .memory import (CLOCK, Access, Buffer, Pad, check_and_record_write, check_read, empty_clock, join,
                      record_read)
+from ..kernels.numerics import products
 from .groups import groups_of
+from .products import Products
 from .program import Program
 from .report import (DEADLOCK, INVALID, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE, UNINITIALIZED, Finding,
                      Findings, Loc, SimulationError, describe_region)
@@ -97,6 +99,7 @@ class World:
         self.runnable: list[Entity] = []
         self.last: Entity | None = None
         self.memory: dict[tuple, Buffer | Pad] = {}
+        self.products = Products(self.memory.values())  # the GEMM tiles' products, batched per row block
         self.streams: dict[tuple[int, int], Entity] = {}
         self.sm_free = [num_sms if num_sms is not None else 1 << 62 for _ in range(world_size)]
         self.sm_launches: list[deque] = [deque() for _ in range(world_size)]   # launches with programs to start
@@ -147,6 +150,11 @@ class World:
         return e
 
     def run(self) -> None:
+        with products(self.products):
+            self._run()
+        self.products.clear()
+
+    def _run(self) -> None:
         while True:
             while self.runnable:
                 e = self.pick()
@@ -294,6 +302,7 @@ class World:
         lo, hi = box
         if any(b <= a for a, b in zip(lo, hi)):
             return
+        buf.changed(lo, hi)
         for race in check_and_record_write(buf, lo, hi, e.clock, e.id, e.stamp, e.access(loc, call, what)):
             kind = RACE_WRITE if race.kind == "write" else RACE_WAR
             self._race(kind, e, buf, race, loc, call, what)

@@ -1,0 +1,128 @@
+"""Batched tile products: the GEMM tiles of a launch computed a block of rows at a time, with the same values.
+
+A GEMM template's tile computes ``matmul(a, b)`` (``ditron.kernels.numerics.matmul``) on views of its regions:
+``a`` rows [r, r + m) x K steps [k0, k1) of buffer A, ``b`` the same K steps x columns [n, n + w) of buffer B (or
+a transposed view of B stored [N, K]). One such product per tile is a small matrix product (128 x K x 256 for the
+usual tiles), which BLAS runs far below its speed, and a launch runs thousands of them. While a simulation runs,
+``Products`` serves them instead: at the first tile of a row block (``rows`` rows of A, aligned) it multiplies the
+whole block by every column of B over the tile's K steps in one call, keeps the result, and hands each later tile
+of the block its part.
+
+A kept block is only served while what it was computed from is unchanged: every write to a buffer (``World.write``:
+copies, tile writes, a call's inputs) is recorded in ``Buffer.changes``, and an entry computed at change ``v`` of
+A and ``u`` of B is dropped once a later change overlaps its rows of A or its K steps of B. A served product is
+therefore the product of the data the tile reads at the step it runs, computed in a larger block (BLAS may sum in
+another order: float32 rounding differences only). The scheduler, the happens-before checks and every finding are
+unchanged: only the arithmetic is shared.
+
+Products that are not views of simulator buffers (a copy, fancy-indexed rows, a 3-d operand) are computed as they
+are. The kept blocks are bounded (``max_bytes``, least recently used first out).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from .memory import Buffer
+
+
+class Products:
+    """The ``matmul`` provider of one simulation (``numerics.products(provider)``)."""
+
+    def __init__(self, buffers: Iterable[Buffer], *, rows: int = 1024, max_bytes: int = 512 << 20):
+        self._buffers = buffers          # a live view of the world's buffers (World.memory.values())
+        self._owners: dict[int, Buffer] = {}
+        self.rows = rows
+        self.max_bytes = max_bytes
+        self._cache: dict[tuple, tuple[np.ndarray, int, int]] = {}
+        self._bytes = 0
+        self.served = 0                  # products served from a kept block
+        self.computed = 0                # blocks computed
+        self.direct = 0                  # products computed as given
+
+    # ------------------------------------------------------------------------------------------ operands
+
+    def _owner(self, x: np.ndarray) -> Buffer | None:
+        base = x.base if x.base is not None else x
+        buf = self._owners.get(id(base))
+        if buf is None or buf.data is not base:
+            self._owners = {id(b.data): b for b in self._buffers if isinstance(b, Buffer)}
+            buf = self._owners.get(id(base))
+        if buf is None or buf.data is not base or base.ndim != 2 or not base.flags.c_contiguous:
+            return None
+        return buf
+
+    def _locate(self, x: np.ndarray):
+        """(buffer, first row, first column, transposed) of a 2-d float32 view of a buffer, else None. A
+        transposed view x is buffer rows [row, row + x.shape[1]) x columns [col, col + x.shape[0]), transposed."""
+        if x.ndim != 2 or x.dtype != np.float32 or 0 in x.shape:
+            return None
+        buf = self._owner(x)
+        if buf is None:
+            return None
+        cols = buf.data.shape[1]
+        off, rem = divmod(x.__array_interface__["data"][0] - buf.data.__array_interface__["data"][0], 4)
+        if rem:
+            return None
+        row, col = divmod(off, cols)
+        if x.strides == (cols * 4, 4):
+            return buf, row, col, False
+        if x.strides == (4, cols * 4):
+            return buf, row, col, True
+        return None
+
+    # -------------------------------------------------------------------------------------------- serving
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        la, lb = self._locate(a), self._locate(b)
+        if la is None or lb is None or la[3] or a.shape[1] != b.shape[0]:
+            self.direct += 1
+            return a @ b
+        abuf, ar, ak, _ = la
+        bbuf, br, bc, bt = lb
+        m, k = a.shape
+        n = b.shape[1]
+        r0 = ar - ar % self.rows
+        r1 = min(r0 + self.rows, abuf.data.shape[0])
+        if ar + m > r1:  # the tile straddles two blocks: computed alone
+            self.direct += 1
+            return a @ b
+        # B's block: its K steps, every column (stored [K, N]) or every row (stored [N, K], bt)
+        if bt:
+            b_lo, b_hi = (0, bc), (bbuf.data.shape[0], bc + k)
+        else:
+            b_lo, b_hi = (br, 0), (br + k, bbuf.data.shape[1])
+        key = (abuf.uid, r0, r1, ak, ak + k, bbuf.uid, bt, b_lo, b_hi)
+        entry = self._cache.get(key)
+        if entry is not None:
+            block, av, bv = entry
+            if abuf.changed_since(av, (r0, ak), (r1, ak + k)) or bbuf.changed_since(bv, b_lo, b_hi):
+                self._drop(key)
+                entry = None
+            else:
+                self._cache[key] = self._cache.pop(key)  # most recently used last
+        if entry is None:
+            a_block = abuf.data[r0:r1, ak:ak + k]
+            b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
+            block = a_block @ b_block
+            self.computed += 1
+            self._keep(key, (block, abuf.version, bbuf.version))
+        self.served += 1
+        first = br if bt else bc  # the tile's columns of the block
+        return block[ar - r0:ar - r0 + m, first:first + n].copy()
+
+    def _keep(self, key: tuple, entry) -> None:
+        size = entry[0].nbytes
+        while self._cache and self._bytes + size > self.max_bytes:
+            self._drop(next(iter(self._cache)))
+        self._cache[key] = entry
+        self._bytes += size
+
+    def _drop(self, key: tuple) -> None:
+        block, _, _ = self._cache.pop(key)
+        self._bytes -= block.nbytes
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._bytes = 0
