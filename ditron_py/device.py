@@ -661,9 +661,10 @@ class Program:
                 gc.collect()
 
     def compile(self, target: str | None = None, **options: Any) -> Any:
-        """``ditron.compile`` of the program: its kernels and host program as an artifact; the Executable."""
+        """``ditron.compile(self, target, **options)``: its kernels and host program as an artifact (``out_dir=``
+        to keep it, e.g. for a GPU box without the compiler: ``ditron.load(dir)`` runs it); the Executable."""
         from .api import compile as ditron_compile
-        return ditron_compile(self.to_mlir(), target or self.target, **options)
+        return ditron_compile(self, target or self.target, **options)
 
     def executable(self, target: str | None = None, **options: Any) -> Any:
         """The Executable of ``compile(target, **options)``, compiled once per program and options."""
@@ -673,17 +674,22 @@ class Program:
             exe = self._executables[key] = self.compile(*key[:1], **options)
         return exe
 
-    def run(self, world: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None = None, *, sync: bool = True,
-            graph: bool = False, target: str | None = None) -> Any:
-        """Run the program in ``world`` (a ditron.World of ``world_size`` ranks): inputs per rank in a virtual
-        world (``[[x0, w0], [x1, w1], ...]``), this rank's in a real one; the outputs in the same shape."""
+    def executor(self, world: Any, *, graph: bool = False, target: str | None = None, **options: Any) -> Any:
+        """The runtime executor of the program in ``world`` (a ditron.World of ``world_size`` ranks), compiled for
+        ``target`` (default: this GPU's); ``options`` go to the executor (``timeout_s``, ``wait_via``, ...)."""
         if getattr(world, "world_size", None) != self.world_size:
             raise _error(f"program '{self.name}' is built for {self.world_size} rank(s); the world has "
                          f"{getattr(world, 'world_size', '?')}")
         if target is None:
             from .runtime.loader import device_target_name
             target = device_target_name()
-        return self.executable(target).run(world, inputs, outputs, sync=sync, graph=graph)
+        return self.executable(target).executor(world, graph=graph, **options)
+
+    def run(self, world: Any, inputs: Sequence[Any], outputs: Sequence[Any] | None = None, *, sync: bool = True,
+            graph: bool = False, target: str | None = None) -> Any:
+        """Run the program in ``world``: inputs per rank in a virtual world (``[[x0, w0], [x1, w1], ...]``), this
+        rank's in a real one; the outputs in the same shape. ``graph``: replay a CUDA graph per set of tensors."""
+        return self.executor(world, graph=graph, target=target).run(inputs, outputs, sync=sync)
 
     def simulate(self, inputs: Any = None, *, reference: Callable | None = None, **options: Any) -> Any:
         """Run the program on the CPU for its ``world_size`` ranks (``ditron.sim.simulate``: deadlocks, races,
