@@ -59,13 +59,11 @@ class Case:
         return f"user_ag_gemm_w{W}{'v' if virtual else 'r'}_{self.M}x{self.N}x{self.K}"
 
     def user_program(self, W: int, virtual: bool):
-        m = self.M // W
-        chunk = m // CHUNKS if m % CHUNKS == 0 else m
-        budget = None
+        budget = NUM_SMS
         if virtual and W > 1:
             from ditron.runtime.world import World
             budget = World(W, None, None).cta_budget(NUM_SMS)
-        return ag_gemm_user.program(W, m, self.K, self.N // W, chunk=chunk, num_sms=budget, target=TARGET)
+        return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=budget, target=TARGET, chunks=CHUNKS)
 
     def signature(self, W: int, virtual: bool):
         from ditron import ops

@@ -14,6 +14,9 @@ The schedule, per rank:
 
 Rows per rank need not be a multiple of the GEMM's tile: a tile may straddle two ranks' rows and wait for both.
 
+It is also an op on torch tensors (``op()``, a ``ditron.user_ops.UserOp``): ``op()([x0, x1], [w0, w1],
+world=ditron.World.virtual(2))`` builds the program for the call's shapes and world, compiles it once and runs it.
+
     python examples/ag_gemm_user.py [W] [m] [K] [n]      # prints the device IR
 """
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import sys
 
 import ditron.device as dd
+from ditron.user_ops import UserOp
 
 
 def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: str = "bf16",
@@ -58,6 +62,18 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
     p.wait(sync, 1, stream=0)
     p.barrier()
     return p
+
+
+def build(W: int, shapes, dtype: str, *, sm_budget: int, target: str, chunks: int = 4) -> dd.Program:
+    """The program for a call on tensors x [m, K], w [K, n] of ``dtype`` (the builder of ``op``)."""
+    (m, K), (_, n) = shapes
+    chunk = m // chunks if m % chunks == 0 else m
+    return program(W, m, K, n, dtype=dtype, chunk=chunk, num_sms=sm_budget, target=target)
+
+
+def op(directory=None, target=None) -> UserOp:
+    """AG+GEMM as an op on torch tensors, like ``ditron.ops.ag_gemm``: ``op()(xs, ws, world=world)``."""
+    return UserOp("ag_gemm_user", build, arity=2, directory=directory, target=target)
 
 
 def reference(per_rank_inputs):

@@ -265,3 +265,42 @@ def test_index_arithmetic_folds_constants_and_runs_per_rank():
     result = p.simulate(reference=reference)
     assert result.ok, result.summary()
     assert "ditron.epoch_limit = 715827882" in p.to_mlir()
+
+
+# ------------------------------------------------------------------------------------- as an op on tensors
+
+def test_user_op_builds_the_program_of_a_call_and_checks_its_tensors(tmp_path):
+    import torch
+
+    import ditron
+    from ditron.user_ops import UserOpError
+    op = example.op(directory=tmp_path, target="cuda:90")
+    p = op.program(3, True, [(40, 64), (64, 48)], "bf16", "cuda:90")
+    assert [b.shape for b in p.inputs] == [(40, 64), (64, 48)] and p.world_size == 3
+    assert op.key(3, True, [(40, 64), (64, 48)], "bf16", "cuda:90", {}) != \
+        op.key(3, False, [(40, 64), (64, 48)], "bf16", "cuda:90", {})
+    world = ditron.World(2, None, torch.device("cpu"))  # virtual: one tensor per rank
+    a = [torch.zeros(8, 16, dtype=torch.bfloat16) for _ in range(2)]
+    b = [torch.zeros(16, 8, dtype=torch.bfloat16) for _ in range(2)]
+    with pytest.raises(UserOpError, match="takes 2 tensor"):
+        op(a, world=world)
+    with pytest.raises(UserOpError, match="argument 0 is a list of one tensor per rank"):
+        op(a[0], b, world=world)
+    with pytest.raises(UserOpError, match="argument 1 of rank 1 is \\(8, 16\\)"):
+        op(a, [b[0], a[1]], world=world)
+    with pytest.raises(UserOpError, match="must share one of"):
+        op(a, [x.float() for x in b], world=world)
+    bad = dd.Program("bad", 2)
+    with pytest.raises(UserOpError, match="its program takes"):
+        ditron.user_ops.UserOp("bad", lambda *a, **k: bad, target="cuda:90").program(2, True, [(8, 16)], "bf16",
+                                                                                     "cuda:90")
+
+
+@pytest.mark.slow
+def test_user_op_prebuilds_its_artifact(tmp_path):
+    import ditron
+    op = example.op(directory=tmp_path)
+    path = op.prebuild(2, True, [(40, 64), (64, 48)], "bf16", "cuda:90")
+    assert path.parent == tmp_path and (path / "manifest.json").exists()
+    assert "gemm" in ditron.load(path).kernels
+    assert op.prebuild(2, True, [(40, 64), (64, 48)], "bf16", "cuda:90") == path  # kept

@@ -72,10 +72,17 @@ def cases(real: bool = False) -> dict[str, dd.Program]:
     return out
 
 
+OP_CASES = [(2, 1000), (4, 128)]  # (W, m) of the user-op calls (virtual worlds)
+
+
 def build(directory: str) -> None:
     for name, p in {**cases(), **cases(real=True)}.items():
         p.compile(TARGET, out_dir=Path(directory) / name, cache=False)
         print(f"built {name}", flush=True)
+    op = example.op(directory=Path(directory) / "ops")
+    for W, m in OP_CASES:
+        op.prebuild(W, True, [(m, K), (K, N)], "bf16", TARGET)
+        print(f"built the user op at W={W} m={m}", flush=True)
 
 
 def load(name: str):
@@ -131,6 +138,24 @@ def test_ag_gemm_user_virtual_world_matches_torch(gpu, W, m, graph):
                 assert close(got[0], want), f"rank {r} call {call}: max error {(got[0].float() - want).abs().max()}"
     finally:
         exe.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("W,m", OP_CASES)
+def test_ag_gemm_user_as_an_op_on_torch_tensors(gpu, W, m):
+    """The program called like ditron.ops.ag_gemm (ditron.user_ops.UserOp): lists of one tensor per rank."""
+    from ditron.runtime.world import World
+    given = os.environ.get("DITRON_DEVICE_ARTS")
+    op = example.op(directory=Path(given) / "ops" if given else None)
+    world = World.virtual(W)
+    try:
+        for call in range(1, CALLS + 1):
+            xs = inputs(W, m, call)
+            ys = op([x[0] for x in xs], [x[1] for x in xs], world=world, graph=call > 1)
+            for r, (got, want) in enumerate(zip(ys, expected(xs))):
+                assert close(got, want), f"rank {r} call {call}"
+    finally:
+        op.close()
 
 
 @pytest.mark.gpu
