@@ -1,0 +1,8 @@
+"""placeholder"""
+import threading
+
+_ACTIVE = threading.local()
+
+
+def active():
+    return getattr(_ACTIVE, "agent", None)
