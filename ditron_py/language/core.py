@@ -70,7 +70,7 @@ def rank(_semantic=None, _generator=None):
     """This rank's index in the world, an int32 scalar (0 <= rank < num_ranks)."""
     world = _sim()
     if world is not None:
-        return world.rank()
+        return world.rank_value()
     return tracing.hidden(_generator, "dl.rank()")["rank"]
 
 
