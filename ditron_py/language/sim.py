@@ -597,6 +597,30 @@ def _patch_builder(world: _World) -> list[str]:
     return patched
 
 
+def _patch_language(world: _World, kernel_fn):
+    """Triton's interpreter patches (undone by the returned scope's restore()): triton.language and its core
+    module as the interpreter runs them, and @triton.jit functions the kernel calls (Triton's standard library:
+    tl.zeros, tl.sum, ...; the user's helpers) run interpreted while an agent runs."""
+    import types
+
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+    ti = world.ti
+    scope = ti._patch_lang(kernel_fn)
+    both = types.FunctionType((lambda: None).__code__, {"tl": tl, "core": tl.core})
+    for change in ti._patch_lang(both)._changes:
+        scope._changes.append(change)
+    original = JITFunction.__call__
+
+    def call(self, *args, **kwargs):
+        if active() is None:
+            return original(self, *args, **kwargs)
+        return ti.InterpretedFunction(self.fn).rewrite()(*args, **kwargs)
+
+    scope.set_attr(JITFunction, "__call__", call)
+    return scope
+
+
 # ------------------------------------------------------------------------------------------------ the API
 
 def _grid(grid) -> tuple[int, int, int]:
@@ -670,9 +694,8 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
     rows = _per_rank(kernel, args_per_rank, world)
     inputs = [{n: v.copy() for n, v in row.items() if isinstance(v, np.ndarray)} for row in rows]
     w = _World(kernel, g, rows, world, seed)
-    from triton.runtime.interpreter import InterpretedFunction, _patch_lang
-    fn = InterpretedFunction(kernel.fn).rewrite()
-    scope = _patch_lang(kernel.fn)
+    fn = w.ti.InterpretedFunction(kernel.fn).rewrite()
+    scope = _patch_language(w, kernel.fn)
     patched = _patch_builder(w)
     try:
         w.run(fn)
