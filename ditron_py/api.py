@@ -137,6 +137,7 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
                    cache_key: str | None = None, keep_stages: bool = True) -> None:
     """Parse, verify, bring to core level, lower and compile; write the artifact into ``directory``."""
     from .compiler import lower_and_compile
+    from .device import compile_jit_kernels, jit_declarations
     from .dialects import ditron_context, parse_module
     from .dialects.verify import verify
 
@@ -146,12 +147,16 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
             verify(module)
             host_program = _to_core_level(module, target)
             arg_names = kernel_arg_names(module)
+            jit = jit_declarations(module)  # user @ditron.jit kernels a ditron.device Program launches
             # a host program of copies alone (e.g. a one-rank all_gather) needs no kernel
             copies_only = host_program is not None and not arg_names
             kernels = [] if copies_only else list(lower_and_compile(module, target, options))
         finally:
             del module
             gc.collect()
+    for kernel, params in compile_jit_kernels(jit, target):
+        kernels.append(kernel)
+        arg_names[kernel.name] = params
     if not kernels and host_program is None:
         raise CompileError(f"{source_name}: no kernel to compile (the module has no tt.func)")
     entries = [(k, kernel_signature(k), kernel_abi(k, arg_names.get(k.name))) for k in kernels]

@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .errors import Diagnostic, DitronError
 
-__all__ = ["Program", "Buffer", "Pad", "Index", "Kernel", "DeviceBuildError", "minimum", "maximum", "ENGINES",
-           "DTYPES"]
+__all__ = ["Program", "Buffer", "Pad", "Index", "Kernel", "JitKernel", "DeviceBuildError", "minimum", "maximum",
+           "ENGINES", "DTYPES", "jit_declarations", "compile_jit_kernels"]
 
 ENGINES = ("copy_engine", "sm")           # dialects.device.ENGINES (not imported: this module loads without MLIR)
 SIGNAL_OPS = ("set", "add")
@@ -245,6 +245,50 @@ class Kernel:
             raise _error(f"{self.template} kernel: {err}", where) from None
         except TypeError as err:  # an unknown field or a missing one
             raise _error(f"{self.template} kernel: {err}", where) from None
+
+
+# Triton's pointer and scalar type strings of a @ditron.jit kernel's parameters -> the buffers' element types
+_POINTER_DTYPES = {"*bf16": "bf16", "*fp16": "f16", "*fp32": "f32", "*i32": "i32"}
+_SCALAR_TYPES = ("i32", "i64", "u32", "u64")
+# @ditron.jit kernels of the programs built in this process, by key (their declaration's ditron.jit attribute):
+# ditron.compile finds the Python function of a launched kernel here (the IR cannot hold it)
+JIT_KERNELS: dict[str, "JitKernel"] = {}
+
+
+@dataclass
+class JitKernel:
+    """A user ``@ditron.jit`` kernel specialised for a program (``Program.jit``): the types of its parameters,
+    the values of its constexprs, its compile options. Launched with the non-constexpr parameters in order."""
+
+    fn: Any
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+    options: dict[str, Any]
+    where: tuple[str, int, int]
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    @property
+    def params(self) -> list[str]:
+        return [n for n in self.fn.arg_names if n not in self.constexprs]
+
+    def key(self, target: str) -> str:
+        """What decides the compiled kernel: its source, types, constexprs, options and target (a hash)."""
+        import hashlib
+        import json
+        try:
+            source = inspect.getsource(self.fn.fn)
+        except (OSError, TypeError):
+            source = repr(self.fn.fn.__code__.co_code)
+        spec = json.dumps([self.fn.fn.__module__, self.fn.fn.__qualname__, source, self.signature,
+                           sorted(self.constexprs.items(), key=lambda kv: kv[0]), sorted(self.options.items()),
+                           target], default=repr)
+        return hashlib.sha256(spec.encode()).hexdigest()[:20]
+
+    def compile(self, target: str) -> Any:
+        return self.fn.compile(signature=self.signature, constexprs=self.constexprs, target=target, **self.options)
 
 
 # ------------------------------------------------------------------------------------------------ the recorded ops
@@ -575,6 +619,30 @@ class Program:
             raise _error(f"there is no kernel template '{name}'; templates: {', '.join(TEMPLATES)}")
         return Kernel(name, args, fields, _call_site())
 
+    def jit(self, fn: Any, *, signature: dict[str, str], constexprs: dict[str, Any] | None = None,
+            **options: Any) -> JitKernel:
+        """A user ``@ditron.jit`` kernel for this program: ``signature`` gives the Triton type of each parameter
+        ("*bf16", "*fp32", "*i32", "i32", ...), ``constexprs`` the values of its ``tl.constexpr`` ones; ``options``
+        are its compile options (num_warps, ...). Launch it with a grid; its hidden arguments (rank, heap bases,
+        wait bounds) are bound by the executor."""
+        where = _call_site()
+        if not (hasattr(fn, "arg_names") and hasattr(fn, "constexpr_names") and callable(getattr(fn, "compile", None))):
+            raise _error(f"jit takes a @ditron.jit kernel, got {type(fn).__name__}", where)
+        constexprs = dict(constexprs or {})
+        try:
+            fn._source(dict(signature), constexprs)  # the kernel's own checks of names and constexprs
+        except DitronError as err:
+            raise _error(str(err.diagnostics[0].message), where) from None
+        for name in fn.arg_names:
+            ty = signature.get(name)
+            if name in constexprs:
+                continue
+            if ty not in _POINTER_DTYPES and ty not in _SCALAR_TYPES:
+                raise _error(f"kernel '{fn.__name__}': parameter '{name}' has type {ty!r}; a device program passes "
+                             f"buffers ({', '.join(_POINTER_DTYPES)}) and index values ({', '.join(_SCALAR_TYPES)})",
+                             where)
+        return JitKernel(fn, dict(signature), constexprs, dict(options), where)
+
     def launch(self, kernel: Kernel, args: Sequence[Any], *, grid: Sequence[int] | int | None = None,
                sm_budget: int | None = None, stream: int = 0, tile_order: str | None = None) -> None:
         """Launch ``kernel`` on ``stream`` with ``args`` (buffers of the program and index values, in the
@@ -582,8 +650,11 @@ class Program:
         given, it must match). ``sm_budget``: the SMs it may hold (a template's num_sms). ``tile_order``:
         row_major, grouped or rank_rotated (templates with a tile order)."""
         where = _call_site()
+        if isinstance(kernel, JitKernel):
+            self._launch_jit(kernel, args, grid, sm_budget, stream, tile_order, where)
+            return
         if not isinstance(kernel, Kernel):
-            raise _error(f"launch takes a kernel (Program.gemm(...), Program.template(...)), got "
+            raise _error(f"launch takes a kernel (Program.gemm(...), Program.template(...), Program.jit(...)), got "
                          f"{type(kernel).__name__}", where)
         if tile_order is not None and tile_order not in TILE_ORDERS:
             raise _error(f"launch: tile_order must be one of {', '.join(TILE_ORDERS)}, got {tile_order!r}", where)
@@ -610,6 +681,55 @@ class Program:
                                                  "sm_budget": K.sm_budget_of(rec), "scratch": scratch,
                                                  "tile_order": rec.get("tile_order", "grouped"),
                                                  "stream": self._stream(stream, where)}))
+
+    def _launch_jit(self, kernel: JitKernel, args, grid, sm_budget, stream, tile_order, where) -> None:
+        if grid is None:
+            raise _error(f"launch of @ditron.jit kernel '{kernel.name}': give its grid (programs to launch)", where)
+        g = [grid] if isinstance(grid, int) else list(grid)
+        if not 1 <= len(g) <= 3 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in g):
+            raise _error(f"launch: grid is 1 to 3 positive ints, got {grid!r}", where)
+        g = g + [1] * (3 - len(g))
+        if tile_order not in (None, "row_major"):
+            raise _error(f"launch: a @ditron.jit kernel visits its programs as it is written; tile_order "
+                         f"{tile_order!r} applies to templates only", where)
+        for other in self._jit_launches():
+            if other.name == kernel.name and other.key(self.target) != kernel.key(self.target):
+                raise _error(f"launch: kernel '{kernel.name}' is launched with two specialisations in one program "
+                             "(one compiled kernel per name): give both launches the same signature and constexprs",
+                             where)
+        params = kernel.params
+        args = list(args)
+        if len(args) != len(params):
+            raise _error(f"launch of kernel '{kernel.name}': {len(args)} argument(s) given, it takes {len(params)}: "
+                         f"{', '.join(params)}", where)
+        checked = []
+        for name, a in zip(params, args):
+            ty = kernel.signature[name]
+            if ty in _SCALAR_TYPES:
+                if isinstance(a, Buffer):
+                    raise _error(f"launch: argument '{name}' of kernel '{kernel.name}' is {ty}, got buffer "
+                                 f"'{a.name}'", where)
+                checked.append(_as_index(a, self, f"launch argument '{name}'"))
+                continue
+            buf = self._buffer(a, f"launch argument '{name}'")
+            if buf.dtype != _POINTER_DTYPES[ty]:
+                raise _error(f"launch: argument '{name}' of kernel '{kernel.name}' is {ty}, got '{buf.name}' of "
+                             f"{buf.dtype}", where)
+            checked.append(buf)
+        budget = math.prod(g) if sm_budget is None else sm_budget
+        self._scope.append(_Op("launch", where, {"jit": kernel, "args": checked, "grid": g, "sm_budget": budget,
+                                                 "tile_order": "row_major", "stream": self._stream(stream, where)}))
+
+    def _jit_launches(self) -> list[JitKernel]:
+        out = []
+
+        def visit(ops):
+            for op in ops:
+                if op.kind == "launch" and "jit" in op.fields:
+                    out.append(op.fields["jit"])
+                visit(op.body)
+        visit(self._ops)
+        return out
 
     def _launch_arg(self, rec, name: str, a: Any, where):
         """Check one launch argument against what the template expects of it (shapes and dtypes of a GEMM's
@@ -697,6 +817,11 @@ class Program:
         import gc
         from .dialects import ditron_context
         from .sim import simulate
+        jit = self._jit_launches()
+        if jit:
+            raise _error(f"program '{self.name}' launches @ditron.jit kernel(s) ({', '.join(k.name for k in jit)}), "
+                         "which the device-level simulator cannot run yet (it runs template kernels tile by tile): "
+                         "check the kernel alone with ditron.language.simulate", jit[0].where)
         with ditron_context():
             module = self.build()
             try:
@@ -925,6 +1050,11 @@ class _Emitter:
     def op_launch(self, f, op: _Op) -> None:
         from mlir import ir
         args = [self.values[id(a)] if isinstance(a, Buffer) else self.index(a) for a in f["args"]]
+        if "jit" in f:
+            ln = self.b.launch(self.declare_jit(f["jit"], [a.type for a in args]), args, grid=f["grid"],
+                               sm_budget=f["sm_budget"], tile_order="row_major", lane=self.lane(f["stream"]))
+            self.stream(ln, f["stream"])
+            return
         if f["scratch"]:  # a split-K / stream-K GEMM's workspace and locks: the kernel's own, zero at allocation
             (ws_shape, _), ((locks,), _) = f["scratch"]["workspace"], f["scratch"]["locks"]
             args += [self.b.alloc(ws_shape, ir.F32Type.get(), "gemm_workspace"), self.b.pad(locks, "gemm_locks")]
@@ -933,6 +1063,61 @@ class _Emitter:
         ln = self.b.launch(name, args, grid=f["grid"], sm_budget=f["sm_budget"], tile_order=f["tile_order"],
                            lane=self.lane(f["stream"]))
         self.stream(ln, f["stream"])
+
+
+    def declare_jit(self, k: JitKernel, types: list) -> str:
+        """The private declaration standing for a @ditron.jit kernel (schema.JIT_ATTR: its key in JIT_KERNELS and
+        its parameters); ditron.compile compiles the kernel from its Python function under the same name."""
+        from mlir import ir
+        from mlir.dialects import func
+        from . import schema
+        key = k.key(self.p.target)
+        JIT_KERNELS[key] = k
+        for op in self.kernels.module.body.operations:
+            op = op.operation
+            if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == k.name:
+                if schema.JIT_ATTR not in op.attributes:
+                    raise _error(f"kernel '{k.name}' clashes with another symbol of the program", k.where)
+                return k.name
+        with self.loc(k.where):
+            decl = func.FuncOp(k.name, ir.FunctionType.get(types, []), visibility="private",
+                               ip=ir.InsertionPoint(self.kernels.module.body))
+        decl.attributes[schema.JIT_ATTR] = ir.DictAttr.get({
+            "key": ir.StringAttr.get(key), "params": ir.ArrayAttr.get([ir.StringAttr.get(n) for n in k.params])})
+        self.kernels.names.add(k.name)
+        return k.name
+
+
+def jit_declarations(module: Any) -> dict[str, tuple[str, list[str]]]:
+    """The @ditron.jit kernels a module's device program launches: name -> (key, parameter names)."""
+    from mlir import ir
+    from . import schema
+    out = {}
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and schema.JIT_ATTR in op.attributes:
+            d = ir.DictAttr(op.attributes[schema.JIT_ATTR])
+            out[ir.StringAttr(op.attributes["sym_name"]).value] = (
+                ir.StringAttr(d["key"]).value, [ir.StringAttr(a).value for a in ir.ArrayAttr(d["params"])])
+    return out
+
+
+def compile_jit_kernels(declared: dict[str, tuple[str, list[str]]], target: Any) -> list[tuple[Any, list[str]]]:
+    """The compiled kernels (ditron.backends.CompiledKernel) of declared @ditron.jit kernels, with their parameter
+    names; a CompileError for one whose Python function this process does not hold."""
+    from .errors import CompileError
+    out = []
+    for name, (key, params) in declared.items():
+        k = JIT_KERNELS.get(key)
+        if k is None:
+            raise CompileError(f"the program launches @{name}, a @ditron.jit kernel whose Python function is not in "
+                               "this process (the IR names it only): compile the ditron.device Program itself "
+                               "(ditron.compile(program) or program.compile())")
+        compiled = k.compile(str(target))
+        if compiled.name != name:
+            raise CompileError(f"@ditron.jit kernel '{name}' compiled as '{compiled.name}'")
+        out.append((compiled, params))
+    return out
 
 
 def _epoch_limit(p: Program) -> int | None:

@@ -304,3 +304,70 @@ def test_user_op_prebuilds_its_artifact(tmp_path):
     assert path.parent == tmp_path and (path / "manifest.json").exists()
     assert "gemm" in ditron.load(path).kernels
     assert op.prebuild(2, True, [(40, 64), (64, 48)], "bf16", "cuda:90") == path  # kept
+
+
+# ------------------------------------------------------------------------------- user @ditron.jit kernels
+
+def jit_program(W: int = 2, n: int = 1000, *, grid=(4,)):
+    """Rank r pushes x into g on rank r + 1 and sets its ready slot; a user kernel waits for it in-kernel and
+    writes 2 * g into y (examples/jit_kernels.py)."""
+    import jit_kernels
+    p = dd.Program("jit_scale", W)
+    x = p.input("x", (n,), "f32")
+    y = p.output("y", (n,), "f32")
+    g = p.symmetric("g", (n,), "f32")
+    ready = p.signal_pad("ready", 1)
+    nxt = (p.rank + 1) % p.num_ranks
+    p.copy(x, g, dst_rank=nxt)
+    p.signal(ready, rank=nxt, slot=0)
+    k = p.jit(jit_kernels.scale_after_wait, signature=jit_kernels.SIGNATURE, constexprs={"BLOCK": 256})
+    p.launch(k, [g, y, ready, n, p.epoch], grid=grid)
+    p.barrier()
+    return p
+
+
+@pytest.mark.slow
+def test_a_jit_kernel_launch_compiles_into_the_artifact(tmp_path):
+    import ditron
+    p = jit_program()
+    text = p.to_mlir()
+    assert "ditron.jit = {key = " in text and "@scale_after_wait" in text
+    exe = ditron.compile(p, "cuda:90", out_dir=tmp_path / "art", cache=False)
+    kinds = [a.kind for a in exe.kernels["scale_after_wait"].entry.args]
+    assert kinds == ["pointer", "pointer", "pointer", "scalar", "scalar", "rank", "num_ranks", "heap_bases",
+                     "wait_bound", "wait_err", "wait_tag"]
+    assert exe.host_program["kernels"]["scale_after_wait"]["args"] == ["x_ptr", "y_ptr", "pad_ptr", "n", "epoch"]
+
+
+def test_a_jit_kernel_from_ir_alone_is_a_clear_compile_error():
+    import ditron
+    from ditron.device import JIT_KERNELS
+    text = jit_program().to_mlir()
+    JIT_KERNELS.clear()
+    with pytest.raises(ditron.CompileError, match="whose Python function is not in this process"):
+        ditron.compile(text, "cuda:90", cache=False)
+
+
+def test_jit_launch_errors():
+    import jit_kernels
+    p = dd.Program("t", 2)
+    x = p.input("x", (64,), "f32")
+    xb = p.input("xb", (64,), "bf16")
+    pad = p.signal_pad("ready", 1)
+    sig = jit_kernels.SIGNATURE
+    k = p.jit(jit_kernels.scale_after_wait, signature=sig, constexprs={"BLOCK": 64})
+    _raises_here(lambda: p.launch(k, [x, x, pad, 64], grid=1), "4 argument\\(s\\) given, it takes 5: x_ptr, y_ptr, pad_ptr, "
+                                                      "n, epoch")
+    _raises_here(lambda: p.launch(k, [x, x, pad, 64, p.epoch]), "give its grid")
+    _raises_here(lambda: p.launch(k, [xb, x, pad, 64, p.epoch], grid=1), "'x_ptr' of kernel 'scale_after_wait' is "
+                                                                       "\\*fp32, got 'xb' of bf16")
+    _raises_here(lambda: p.launch(k, [x, x, pad, x, p.epoch], grid=1), "'n' of kernel 'scale_after_wait' is i32")
+    _raises_here(lambda: p.launch(k, [x, x, pad, 64, p.epoch], grid=1, tile_order="grouped"), "templates only")
+    _raises_here(lambda: p.jit(jit_kernels.scale_after_wait, signature=sig), "give the type of 'BLOCK'")
+    _raises_here(lambda: p.jit(jit_kernels.scale_after_wait, signature={**sig, "n": "fp32"},
+                               constexprs={"BLOCK": 64}), "parameter 'n' has type 'fp32'")
+    _raises_here(lambda: p.jit(len, signature={}), "jit takes a @ditron.jit kernel")
+    p.launch(k, [x, x, pad, 64, p.epoch], grid=1)
+    other = p.jit(jit_kernels.scale_after_wait, signature=sig, constexprs={"BLOCK": 32})
+    _raises_here(lambda: p.launch(other, [x, x, pad, 64, p.epoch], grid=1), "two specialisations")
+    _raises_here(lambda: p.simulate(), "cannot run yet")
