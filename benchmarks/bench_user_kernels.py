@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """User-written distributed kernels against ditron's built-ins, same shapes, same run: AG+GEMM written with the
-device builder (examples/ag_gemm_user.py: copy-engine chunk pushes + the GEMM template with per-tile waits)
-beside the built-in ``ditron.ops.ag_gemm`` (compiled through ditron-default, its algorithm chosen by the cost
+device builder (examples/ag_gemm_user.py: copy-engine chunk pushes + a GEMM with per-tile waits, either the GEMM
+template or the user @ditron.jit kernel ag_gemm_tiles: columns user_us and user_jit_us) beside the built-in ``ditron.ops.ag_gemm`` (compiled through ditron-default, its algorithm chosen by the cost
 model) and ``torch.matmul`` of the gathered rows (the GEMM alone: the floor of any AG+GEMM).
 
 Two steps, because the GPU box has torch + triton but not the MLIR bindings:
@@ -40,6 +40,7 @@ import bench_dist  # noqa: E402
 TARGET = "cuda:90"
 CHUNKS = 4
 NUM_SMS = 132
+GEMMS = ("template", "jit")  # the user program's GEMM: the built-in template with per-tile waits, or a user kernel
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,17 @@ class Case:
     def shapes(self, W: int) -> tuple[tuple[int, int], tuple[int, int]]:
         return (self.M // W, self.K), (self.K, self.N // W)
 
-    def user_name(self, W: int, virtual: bool) -> str:
-        return f"user_ag_gemm_w{W}{'v' if virtual else 'r'}_{self.M}x{self.N}x{self.K}"
+    def user_name(self, W: int, virtual: bool, gemm: str = "template") -> str:
+        kind = "" if gemm == "template" else f"_{gemm}"
+        return f"user_ag_gemm{kind}_w{W}{'v' if virtual else 'r'}_{self.M}x{self.N}x{self.K}"
 
-    def user_program(self, W: int, virtual: bool):
+    def user_program(self, W: int, virtual: bool, gemm: str = "template"):
         budget = NUM_SMS
         if virtual and W > 1:
             from ditron.runtime.world import World
             budget = World(W, None, None).cta_budget(NUM_SMS)
-        return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=budget, target=TARGET, chunks=CHUNKS)
+        return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=budget, target=TARGET, chunks=CHUNKS,
+                                  gemm=gemm)
 
     def signature(self, W: int, virtual: bool):
         from ditron import ops
@@ -85,9 +88,11 @@ def build(directory: Path, worlds: list[int], modes: list[str], quick: bool) -> 
             if not virtual and W == 1:
                 continue
             for case in cases(quick):
-                out = directory / case.user_name(W, virtual)
-                if not out.exists():
-                    case.user_program(W, virtual).compile(TARGET, out_dir=out, cache=False, keep_stages=False)
+                for gemm in GEMMS:
+                    out = directory / case.user_name(W, virtual, gemm)
+                    if not out.exists():
+                        case.user_program(W, virtual, gemm).compile(TARGET, out_dir=out, cache=False,
+                                                                    keep_stages=False)
                 ops.build([case.signature(W, virtual)], directory)
                 print(f"built {case.label} W={W} {mode}", flush=True)
 
@@ -107,6 +112,8 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         xs = [[bench_dist.rand((m, k), 1 + r, 0.5), bench_dist.rand((k, n), 101 + r, 0.05)] for r in ranks]
         exe = ditron.load(directory / case.user_name(W, v))
         ex = exe.executor(env.world, graph=graph)
+        jit_exe = ditron.load(directory / case.user_name(W, v, "jit"))
+        jit_ex = jit_exe.executor(env.world, graph=graph)
         user_in = xs if v else xs[0]
         builtin_a = [x[0] for x in xs] if v else xs[0][0]
         builtin_b = [x[1] for x in xs] if v else xs[0][1]
@@ -115,11 +122,16 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         mine = got_user[0][0] if v else got_user[0]
         theirs = got_builtin[0] if v else got_builtin
         err = bench_dist.rel_err(mine, theirs)
+        got_jit = jit_ex.run(user_in)
+        err_jit = bench_dist.rel_err(got_jit[0][0] if v else got_jit[0], theirs)
         gathered = torch.empty(case.M, k, dtype=torch.bfloat16, device="cuda")
         n_iter = iters or max(10, min(300, int(2e-2 / max(2.0 * case.M * case.K * case.N / W / 7e14, 1e-6))))
 
         def user_call():
             ex.run(user_in, sync=False)
+
+        def jit_call():
+            jit_ex.run(user_in, sync=False)
 
         def builtin_call():
             ops.ag_gemm(builtin_a, builtin_b, env.world, library=lib, graph=graph, sync=False)
@@ -130,20 +142,26 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
 
         t_builtin = bench_dist.timed(env, builtin_call, n_iter)
         t_user = bench_dist.timed(env, user_call, n_iter)
+        t_jit = bench_dist.timed(env, jit_call, n_iter)
         t_builtin2 = bench_dist.timed(env, builtin_call, n_iter)  # again: a drift of the GPU shows as a spread
         t_gemm = bench_dist.timed(env, gemm_call, n_iter)
         lib.synchronize(env.world)
         ex.synchronize()
+        jit_ex.synchronize()
         builtin = min(t_builtin, t_builtin2)
         row = {"case": case.label, "W": W, "world": "virtual" if v else "real", "graph": graph, "iters": n_iter,
                "user_us": round(t_user, 2), "builtin_us": round(builtin, 2),
                "builtin_spread_us": round(abs(t_builtin - t_builtin2), 2), "gemm_us": round(t_gemm, 2),
                "user_over_builtin": round(t_user / builtin, 4), "rel_err_vs_builtin": f"{err:.2e}",
+               "user_jit_us": round(t_jit, 2), "user_jit_over_builtin": round(t_jit / builtin, 4),
+               "jit_rel_err_vs_builtin": f"{err_jit:.2e}",
                "builtin_choice": bench_dist.summarize_choices(lib.path(case.signature(W, v)))}
         rows.append(row)
-        env.log(f"{case.label:36s} W={W} user {t_user:9.1f} us  built-in {builtin:9.1f} us  "
-                f"(x{t_user / builtin:.3f})  gemm {t_gemm:9.1f} us  err {err:.1e}")
+        env.log(f"{case.label:36s} W={W} user {t_user:9.1f} us  user-jit {t_jit:9.1f} us  built-in "
+                f"{builtin:9.1f} us  (x{t_user / builtin:.3f}, jit x{t_jit / builtin:.3f})  gemm {t_gemm:9.1f} us  "
+                f"err {err:.1e} / {err_jit:.1e}")
         exe.close()
+        jit_exe.close()
     lib.close()
     if env.rank == 0 and rows:
         out = HERE / "results" / f"user_kernels_{'virtual' if v else 'real'}_w{W}{'' if graph else '_eager'}.csv"

@@ -371,3 +371,43 @@ def test_jit_launch_errors():
     other = p.jit(jit_kernels.scale_after_wait, signature=sig, constexprs={"BLOCK": 32})
     _raises_here(lambda: p.launch(other, [x, x, pad, 64, p.epoch], grid=1), "two specialisations")
     _raises_here(lambda: p.simulate(), "cannot run yet")
+
+
+def _tiles_args(W: int, m: int, K: int, n: int, chunk: int, ready: int = 1):
+    rng = np.random.default_rng(W)
+    xs = [rng.standard_normal((m, K)).astype(np.float32) for _ in range(W)]
+    ws = [rng.standard_normal((K, n)).astype(np.float32) for _ in range(W)]
+    g = np.concatenate(xs, 0)
+    args = [dict(a_ptr=g.copy(), b_ptr=ws[r], c_ptr=np.zeros((W * m, n), np.float32),
+                 ready_ptr=np.full(W * (m // chunk), ready, np.int32), M=W * m, N=n, K=K, m=m, epoch=1, CHUNK=chunk,
+                 BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=2) for r in range(W)]
+    return args, [{"c_ptr": g @ ws[r]} for r in range(W)]
+
+
+@pytest.mark.parametrize("W,m,chunk", [(1, 40, 20), (3, 40, 20)])
+def test_the_user_gemm_kernel_is_right_on_the_cpu(W, m, chunk):
+    """examples/ag_gemm_user.ag_gemm_tiles (gemm="jit") through ditron.language.simulate, its chunks already
+    there: the persistent grouped, rank-rotated tile loop with 32-row tiles over 40-row shards."""
+    import ditron.language as dl
+    args, want = _tiles_args(W, m, 48, 40, chunk)
+    result = dl.simulate(example.ag_gemm_tiles, (3,), args, world=W, reference=want, rtol=1e-4, atol=1e-4)
+    assert result.ok, result.summary()
+
+
+def test_the_user_gemm_kernel_waits_for_a_chunk_that_never_comes():
+    import ditron.language as dl
+    args, want = _tiles_args(2, 40, 48, 40, 20)
+    args[1]["ready_ptr"][2] = 0  # rank 1: rows 40..59 (rank 1's first chunk) never arrive
+    result = dl.simulate(example.ag_gemm_tiles, (2,), args, world=2, reference=want, rtol=1e-4, atol=1e-4)
+    assert not result.ok and "deadlock" in result.summary().lower(), result.summary()
+    assert "ag_gemm_user.py" in result.summary()
+
+
+@pytest.mark.slow
+def test_ag_gemm_user_with_the_user_gemm_compiles(tmp_path):
+    import ditron
+    p = example.program(2, 40, 64, 48, chunk=20, num_sms=4, gemm="jit")
+    exe = ditron.compile(p, "cuda:90", cache=False)
+    assert "ag_gemm_tiles" in exe.kernels
+    launch = exe.host_program["kernels"]["ag_gemm_tiles"]
+    assert launch["args"] == ["a_ptr", "b_ptr", "c_ptr", "ready_ptr", "M", "N", "K", "m", "epoch"]

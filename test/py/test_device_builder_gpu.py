@@ -1,7 +1,8 @@
 """ditron.device programs on a real GPU: examples/ag_gemm_user.py (AG+GEMM written with the device builder) against
 torch in virtual worlds W in {1, 2, 4} on one GPU (rows per rank 128 and 1000: the tiles straddle ranks' rows),
-eager and CUDA-graph mode, several calls; a program whose signal is missing ends in WaitTimeoutError naming rank
-and slot, not a hang; and a real two-process world on the same GPU.
+eager and CUDA-graph mode, several calls, with the built-in GEMM template or the user @ditron.jit GEMM; a user
+kernel waiting in-kernel for a copy; a program whose signal is missing ends in WaitTimeoutError naming rank and
+pad, not a hang; the example as a user op on torch tensors; and a real two-process world on the same GPU.
 
 The GPU machine needs torch + triton only. Build the artifacts where the compiler is, then run there:
 
@@ -59,6 +60,24 @@ def stuck(W: int = 2) -> dd.Program:
     return p
 
 
+def jit_scale(W: int, n: int = 5000) -> dd.Program:
+    """Rank r pushes x into g on rank r + 1; a user kernel (examples/jit_kernels.py) waits in-kernel for it and
+    writes 2 * g into y."""
+    import jit_kernels
+    p = dd.Program("jit_scale", W)
+    x = p.input("x", (n,), "f32")
+    y = p.output("y", (n,), "f32")
+    g = p.symmetric("g", (n,), "f32")
+    ready = p.signal_pad("ready", 1)
+    nxt = (p.rank + 1) % p.num_ranks
+    p.copy(x, g, dst_rank=nxt, stream=1)
+    p.signal(ready, rank=nxt, slot=0, stream=1)
+    k = p.jit(jit_kernels.scale_after_wait, signature=jit_kernels.SIGNATURE, constexprs={"BLOCK": 512})
+    p.launch(k, [g, y, ready, n, p.epoch], grid=4, stream=0)
+    p.barrier()
+    return p
+
+
 def cases(real: bool = False) -> dict[str, dd.Program]:
     out = {}
     if real:
@@ -68,7 +87,10 @@ def cases(real: bool = False) -> dict[str, dd.Program]:
     for W in (1, 2, 4):
         for m in (128, 1000):
             out[f"ag_gemm_user_w{W}_m{m}"] = example.program(W, m, K, N, chunk=m // 2, num_sms=budget(W))
+            out[f"ag_gemm_user_jit_w{W}_m{m}"] = example.program(W, m, K, N, chunk=m // 2, num_sms=budget(W),
+                                                                 gemm="jit")
     out["stuck_w2"] = stuck(2)
+    out["jit_scale_w2"] = jit_scale(2)
     return out
 
 
@@ -125,10 +147,12 @@ VIRTUAL = [(W, m) for W in (1, 2, 4) for m in (128, 1000)]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("gemm", ["template", "jit"])
 @pytest.mark.parametrize("W,m", VIRTUAL)
-def test_ag_gemm_user_virtual_world_matches_torch(gpu, W, m, graph):
+def test_ag_gemm_user_virtual_world_matches_torch(gpu, W, m, gemm, graph):
+    """The built-in GEMM template with per-tile waits, or the user @ditron.jit GEMM (examples/ag_gemm_user.py)."""
     from ditron.runtime.world import World
-    exe = load(f"ag_gemm_user_w{W}_m{m}")
+    exe = load(f"ag_gemm_user{'_jit' if gemm == 'jit' else ''}_w{W}_m{m}")
     world = World.virtual(W)
     try:
         for call in range(1, CALLS + 1):
@@ -156,6 +180,22 @@ def test_ag_gemm_user_as_an_op_on_torch_tensors(gpu, W, m):
                 assert close(got, want), f"rank {r} call {call}"
     finally:
         op.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_a_user_kernel_waiting_in_kernel_for_a_copy(gpu, graph):
+    from ditron.runtime.world import World
+    exe = load("jit_scale_w2")
+    world = World.virtual(2)
+    try:
+        for call in range(1, CALLS + 1):
+            xs = [[gpu.randn(5000, device="cuda") + 10 * r + call] for r in range(2)]
+            ys = exe.run(world, xs, graph=graph)
+            for r in range(2):
+                gpu.testing.assert_close(ys[r][0], 2 * xs[(r - 1) % 2][0])
+    finally:
+        exe.close()
 
 
 @pytest.mark.gpu
