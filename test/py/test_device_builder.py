@@ -308,22 +308,9 @@ def test_user_op_prebuilds_its_artifact(tmp_path):
 
 # ------------------------------------------------------------------------------- user @ditron.jit kernels
 
-def jit_program(W: int = 2, n: int = 1000, *, grid=(4,)):
-    """Rank r pushes x into g on rank r + 1 and sets its ready slot; a user kernel waits for it in-kernel and
-    writes 2 * g into y (examples/jit_kernels.py)."""
+def jit_program(W: int = 2, n: int = 1000):
     import jit_kernels
-    p = dd.Program("jit_scale", W)
-    x = p.input("x", (n,), "f32")
-    y = p.output("y", (n,), "f32")
-    g = p.symmetric("g", (n,), "f32")
-    ready = p.signal_pad("ready", 1)
-    nxt = (p.rank + 1) % p.num_ranks
-    p.copy(x, g, dst_rank=nxt)
-    p.signal(ready, rank=nxt, slot=0)
-    k = p.jit(jit_kernels.scale_after_wait, signature=jit_kernels.SIGNATURE, constexprs={"BLOCK": 256})
-    p.launch(k, [g, y, ready, n, p.epoch], grid=grid)
-    p.barrier()
-    return p
+    return jit_kernels.scale_program(W, n)
 
 
 @pytest.mark.slow

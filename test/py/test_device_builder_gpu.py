@@ -61,21 +61,9 @@ def stuck(W: int = 2) -> dd.Program:
 
 
 def jit_scale(W: int, n: int = 5000) -> dd.Program:
-    """Rank r pushes x into g on rank r + 1; a user kernel (examples/jit_kernels.py) waits in-kernel for it and
-    writes 2 * g into y."""
+    """A user kernel (examples/jit_kernels.py) waiting in-kernel for a peer's copy on another stream."""
     import jit_kernels
-    p = dd.Program("jit_scale", W)
-    x = p.input("x", (n,), "f32")
-    y = p.output("y", (n,), "f32")
-    g = p.symmetric("g", (n,), "f32")
-    ready = p.signal_pad("ready", 1)
-    nxt = (p.rank + 1) % p.num_ranks
-    p.copy(x, g, dst_rank=nxt, stream=1)
-    p.signal(ready, rank=nxt, slot=0, stream=1)
-    k = p.jit(jit_kernels.scale_after_wait, signature=jit_kernels.SIGNATURE, constexprs={"BLOCK": 512})
-    p.launch(k, [g, y, ready, n, p.epoch], grid=4, stream=0)
-    p.barrier()
-    return p
+    return jit_kernels.scale_program(W, n, block=512, copy_stream=1)
 
 
 def cases(real: bool = False) -> dict[str, dd.Program]:
