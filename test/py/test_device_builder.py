@@ -398,3 +398,15 @@ def test_ag_gemm_user_with_the_user_gemm_compiles(tmp_path):
     assert "ag_gemm_tiles" in exe.kernels
     launch = exe.host_program["kernels"]["ag_gemm_tiles"]
     assert launch["args"] == ["a_ptr", "b_ptr", "c_ptr", "ready_ptr", "M", "N", "K", "m", "epoch"]
+
+
+def test_host_program_checks_a_jit_launch_against_its_parameters():
+    """Hand-written IR: a launch of a ditron.jit declaration with too few operands is a located error."""
+    import ditron
+    text = (HERE.parents[1] / "lit" / "lower-device-to-core" / "jit_kernels.mlir").read_text()
+    bad = text.replace('"ditron_device.launch"(%x, %t, %n)', '"ditron_device.launch"(%x, %t)').replace(
+        "operandSegmentSizes = array<i32: 1, 1, 1, 0,", "operandSegmentSizes = array<i32: 1, 1, 0, 0,").replace(
+        "(memref<64x32xbf16>, memref<64x32xbf16>, index) -> ()", "(memref<64x32xbf16>, memref<64x32xbf16>) -> ()")
+    with pytest.raises(ditron.PassError, match="launch of '@scale' passes 2 operand\\(s\\); the kernel takes 3: "
+                                                "x_ptr, y_ptr, n"):
+        ditron.compile(bad, "cuda:90", cache=False)
