@@ -41,12 +41,16 @@ def test_ag_gemm_user_simulates_under_several_interleavings():
         assert result.ok, result.summary()
 
 
-def test_ag_gemm_user_as_cuda_graph_replays_is_refused_by_the_simulator():
-    """Its pads are not consumed (slots hold the epoch): replaying every call at epoch 1 without zeroing is
-    invalid, which the simulator's graph mode says (the runtime's graphs zero them at the barrier instead)."""
+def test_the_simulators_graph_mode_says_it_does_not_model_pads_that_are_not_consumed():
+    """The example's pads hold the epoch and are not consumed by their waiters: the runtime's CUDA graphs zero them
+    at each call (after the end barrier), which the simulator's graph mode does not model -- and says so, at the
+    pads' users' lines, rather than passing the program."""
+    from ditron.sim import INVALID
     p = example.program(2, 40, 64, 48, chunk=20, **SMALL)
     result = p.simulate(reference=example.reference, graph=True)
-    assert not result.ok
+    invalid = [f for f in result.findings if f.kind == INVALID]
+    assert invalid and "which is not consumed" in invalid[0].message, result.summary()
+    assert "ag_gemm_user.py" in str(invalid[0].loc)
 
 
 def test_ir_is_printable_and_read_back_by_ditron_opt_and_ditron_sim(tmp_path):
