@@ -112,11 +112,15 @@ def launched_kernels(func: ir.Operation) -> list[str]:
 
 def kernels_ready(module: ir.Module) -> bool:
     """Whether every kernel the device functions launch is a tt.func of module (core level already) or a user
-    @ditron.jit kernel's declaration (compiled from Python, ``schema.JIT_ATTR``)."""
+    @ditron.jit kernel's declaration (compiled from Python, ``schema.JIT_ATTR``), and every SM copy names its copy
+    kernel (a program of SM copies and no launch still needs ditron-lower-device-to-core)."""
     tt_funcs = {_sym_name(op.operation) for op in module.body.operations
                 if (op.operation.name == "tt.func" or JIT_ATTR in op.operation.attributes)
                 and "sym_name" in op.operation.attributes}
-    return all(k in tt_funcs for f in device_functions(module) for k in launched_kernels(f))
+    funcs = device_functions(module)
+    sm_copies_ready = all(COPY_KERNEL_ATTR in op.attributes for f in funcs for op in walk_ops(f)
+                          if (c := device.Copy.match(op)) is not None and c.engine == "sm")
+    return sm_copies_ready and all(k in tt_funcs for f in funcs for k in launched_kernels(f))
 
 
 # ----------------------------------------------------------------------------------------------- serialize

@@ -414,3 +414,25 @@ def test_host_program_checks_a_jit_launch_against_its_parameters():
     with pytest.raises(ditron.PassError, match="launch of '@scale' passes 2 operand\\(s\\); the kernel takes 3: "
                                                 "x_ptr, y_ptr, n"):
         ditron.compile(bad, "cuda:90", cache=False)
+
+
+@pytest.mark.slow
+def test_a_program_of_sm_copies_and_no_launch_gets_its_copy_kernels():
+    """No template launch, one SM copy: ditron.compile still runs ditron-lower-device-to-core for its kernel."""
+    import ditron
+    p = dd.Program("sm_only", 2)
+    x = p.input("x", (64, 32), "bf16")
+    y = p.output("y", (128, 32), "bf16")
+    g = p.symmetric("g", (128, 32), "bf16")
+    ready = p.signal_pad("ready", 2)
+    with p.loop(0, p.num_ranks) as d:
+        q = (p.rank + d) % p.num_ranks
+        p.copy(x, g, dst_rank=q, dst_offsets=(p.rank * 64, 0), engine="sm")
+        p.signal(ready, rank=q, slot=p.rank)
+    with p.loop(0, p.num_ranks) as d:
+        p.wait(ready, d)
+    p.copy(g, y)
+    p.barrier()
+    assert p.simulate(reference=gathered).ok
+    exe = ditron.compile(p, "cuda:90", cache=False)
+    assert any(k.startswith("copy") for k in exe.kernels), list(exe.kernels)
