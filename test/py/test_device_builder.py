@@ -91,17 +91,17 @@ def test_compiles_to_an_artifact_with_a_host_program(tmp_path):
 # ------------------------------------------------------------------------------------- planted bugs (simulator)
 
 def push_gather(W: int, m: int = 6, k: int = 8, *, wait: bool = True, skip_signal_to: int | None = None,
-                barrier: bool = True) -> dd.Program:
+                barrier: bool = True, engine: str = "copy_engine", dtype: str = "f32") -> dd.Program:
     """Each rank pushes its x into rows rank*m of every rank's g and sets ready[rank] there; stream 0 waits for
     every slot, then copies g into y. Planted bugs: no wait, a signal left out, no end barrier."""
     p = dd.Program("push_gather", W)
-    x = p.input("x", (m, k), "f32")
-    y = p.output("y", (W * m, k), "f32")
-    g = p.symmetric("g", (W * m, k), "f32")
+    x = p.input("x", (m, k), dtype)
+    y = p.output("y", (W * m, k), dtype)
+    g = p.symmetric("g", (W * m, k), dtype)
     ready = p.signal_pad("ready", W)
     with p.loop(0, p.num_ranks) as d:
         q = (p.rank + d) % p.num_ranks
-        p.copy(x, g, dst_rank=q, dst_offsets=(p.rank * m, 0))
+        p.copy(x, g, dst_rank=q, dst_offsets=(p.rank * m, 0), engine=engine)
         if skip_signal_to is None:
             p.signal(ready, rank=q, slot=p.rank)
         else:
@@ -420,19 +420,7 @@ def test_host_program_checks_a_jit_launch_against_its_parameters():
 def test_a_program_of_sm_copies_and_no_launch_gets_its_copy_kernels():
     """No template launch, one SM copy: ditron.compile still runs ditron-lower-device-to-core for its kernel."""
     import ditron
-    p = dd.Program("sm_only", 2)
-    x = p.input("x", (64, 32), "bf16")
-    y = p.output("y", (128, 32), "bf16")
-    g = p.symmetric("g", (128, 32), "bf16")
-    ready = p.signal_pad("ready", 2)
-    with p.loop(0, p.num_ranks) as d:
-        q = (p.rank + d) % p.num_ranks
-        p.copy(x, g, dst_rank=q, dst_offsets=(p.rank * 64, 0), engine="sm")
-        p.signal(ready, rank=q, slot=p.rank)
-    with p.loop(0, p.num_ranks) as d:
-        p.wait(ready, d)
-    p.copy(g, y)
-    p.barrier()
+    p = push_gather(2, 64, 32, engine="sm", dtype="bf16")
     assert p.simulate(reference=gathered).ok
     exe = ditron.compile(p, "cuda:90", cache=False)
     assert any(k.startswith("copy") for k in exe.kernels), list(exe.kernels)
