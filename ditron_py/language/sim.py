@@ -88,6 +88,32 @@ class _Shadow:
     reads: dict = field(default_factory=dict)   # agent -> (epoch, loc)
 
 
+def heap_layout(kernel, args_per_rank) -> tuple[dict[str, tuple[int, np.dtype, tuple]], int]:
+    """Where each array argument lives in every rank's symmetric heap: ({name: (byte offset, dtype, shape)},
+    the heap's size). Every rank must give the same dtype and shape for an array argument."""
+    layout: dict[str, tuple[int, np.dtype, tuple]] = {}
+    offset = 0
+    for r, args in enumerate(args_per_rank):
+        for name in kernel.arg_names:
+            a = args[name]
+            if isinstance(a, np.ndarray):
+                if str(a.dtype) not in _NP_TO_TL:
+                    raise SimulationError(f"argument '{name}' of rank {r} has dtype {a.dtype}; supported: "
+                                          f"{', '.join(_NP_TO_TL)}")
+                spec = (a.dtype, a.shape)
+                if name not in layout:
+                    layout[name] = (offset, *spec)
+                    offset += -(-max(a.nbytes, 1) // HEAP_ALIGN) * HEAP_ALIGN + HEAP_ALIGN
+                elif layout[name][1:] != spec:
+                    raise SimulationError(f"argument '{name}' is a symmetric array: every rank needs the same "
+                                          f"dtype and shape (rank 0: {layout[name][1]} {layout[name][2]}, rank "
+                                          f"{r}: {a.dtype} {a.shape})")
+            elif name in layout:
+                raise SimulationError(f"argument '{name}' is an array on rank 0 but {type(a).__name__} on rank "
+                                      f"{r}")
+    return layout, max(offset, HEAP_ALIGN)
+
+
 # ---------------------------------------------------------------------------------------------------- result
 
 @dataclass
@@ -193,27 +219,7 @@ class _World:
     def _build_heaps(self, args_per_rank) -> None:
         names = self.kernel.arg_names
         self.args: list[dict[str, Any]] = []
-        layout: dict[str, tuple[int, np.dtype, tuple]] = {}
-        offset = 0
-        for r, args in enumerate(args_per_rank):
-            for name in names:
-                a = args[name]
-                if isinstance(a, np.ndarray):
-                    if str(a.dtype) not in _NP_TO_TL:
-                        raise SimulationError(f"simulate: argument '{name}' of rank {r} has dtype {a.dtype}; "
-                                              f"supported: {', '.join(_NP_TO_TL)}")
-                    spec = (a.dtype, a.shape)
-                    if name not in layout:
-                        layout[name] = (offset, *spec)
-                        offset += -(-max(a.nbytes, 1) // HEAP_ALIGN) * HEAP_ALIGN + HEAP_ALIGN
-                    elif layout[name][1:] != spec:
-                        raise SimulationError(f"simulate: argument '{name}' is a symmetric array: every rank needs "
-                                              f"the same dtype and shape (rank 0: {layout[name][1]} "
-                                              f"{layout[name][2]}, rank {r}: {a.dtype} {a.shape})")
-                elif name in layout:
-                    raise SimulationError(f"simulate: argument '{name}' is an array on rank 0 but "
-                                          f"{type(a).__name__} on rank {r}")
-        self.heap_bytes = max(offset, HEAP_ALIGN)
+        layout, self.heap_bytes = heap_layout(self.kernel, args_per_rank)
         self.heaps = []
         self.arrays: list[_Array] = []
         for r, args in enumerate(args_per_rank):
@@ -390,7 +396,7 @@ class _World:
 
     def consume_token(self, x, token):
         handle = self.ti.TensorHandle(np.array(x.handle.data, copy=True), x.handle.dtype)
-        _taint(handle, _taint_of(x.handle) | _taint_of(token.handle))
+        _taint(handle, _taint_of(x.handle) | (_taint_of(token.handle) if hasattr(token, "handle") else frozenset()))
         return self.tl.tensor(handle, x.type)
 
     def barrier_all(self, agent: _Agent, pad):
@@ -623,14 +629,14 @@ def _patch_language(world: _World, kernel_fn):
 
 # ------------------------------------------------------------------------------------------------ the API
 
-def _grid(grid) -> tuple[int, int, int]:
+def grid3(grid) -> tuple[int, int, int]:
     g = (grid,) if isinstance(grid, int) else tuple(grid)
     if not 1 <= len(g) <= 3 or not all(isinstance(n, int) and n >= 1 for n in g):
         raise SimulationError(f"simulate: grid must be 1 to 3 positive integers, got {grid!r}")
     return tuple(g) + (1,) * (3 - len(g))
 
 
-def _per_rank(kernel, args_per_rank, world: int) -> list[dict[str, Any]]:
+def per_rank_args(kernel, args_per_rank, world: int) -> list[dict[str, Any]]:
     rows = [args_per_rank(r) for r in range(world)] if callable(args_per_rank) else list(args_per_rank)
     if len(rows) != world:
         raise SimulationError(f"simulate: args_per_rank has {len(rows)} entries for a world of {world} ranks")
@@ -690,8 +696,8 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
         raise SimulationError(f"simulate: kernel must be a @ditron.jit kernel, got {type(kernel).__name__}")
     if not isinstance(world, int) or world < 1:
         raise SimulationError(f"simulate: world must be a positive number of ranks, got {world!r}")
-    g = _grid(grid)
-    rows = _per_rank(kernel, args_per_rank, world)
+    g = grid3(grid)
+    rows = per_rank_args(kernel, args_per_rank, world)
     inputs = [{n: v.copy() for n, v in row.items() if isinstance(v, np.ndarray)} for row in rows]
     w = _World(kernel, g, rows, world, seed)
     fn = w.ti.InterpretedFunction(kernel.fn).rewrite()
