@@ -146,9 +146,11 @@ class SimResult:
 class _Agent:
     def __init__(self, world: "_World", index: int, rank: int, pid: tuple[int, int, int]):
         self.world, self.index, self.rank, self.pid = world, index, rank, pid
-        self.full = np.zeros(world.n_agents, dtype=np.int64)    # with every acquire
-        self.base = np.zeros(world.n_agents, dtype=np.int64)    # without the waits' (only barriers, own releases)
+        self.full = np.zeros(world.n_clocks, dtype=np.int64)    # with every acquire
+        self.base = np.zeros(world.n_clocks, dtype=np.int64)    # without the waits' (only barriers, own releases)
         self.full[index] = self.base[index] = 1
+        # the rank's host wrote its arrays before launching: ordered before this rank's programs only
+        self.full[world.host(rank)] = self.base[world.host(rank)] = 1
         self.sem = threading.Semaphore(0)
         self.state = "ready"           # ready | blocked | done
         self.blocked_on: tuple | None = None   # (addresses, value, loc, pad description)
@@ -192,6 +194,11 @@ class _Agent:
         return self.world.barrier_all(self, pad)
 
 
+@dataclass
+class _Named:
+    who: str
+
+
 class _World:
     def __init__(self, kernel, grid, args_per_rank, size: int, seed: int):
         import triton.language as tl
@@ -203,6 +210,7 @@ class _World:
         self.main = threading.Semaphore(0)
         self.stopping = False
         self.n_agents = size * grid[0] * grid[1] * grid[2]
+        self.n_clocks = self.n_agents + size        # every program, then every rank's host (the inputs' writer)
         if self.n_agents > MAX_AGENTS:
             raise SimulationError(f"simulate: {self.n_agents} programs (world {size} x grid {grid}) is more than "
                                   f"{MAX_AGENTS}; simulate a smaller problem")
@@ -214,6 +222,13 @@ class _World:
         self._build_heaps(args_per_rank)
         self.agents = [_Agent(self, i, r, (x, y, z)) for i, (r, x, y, z) in enumerate(
             (r, x, y, z) for r in range(size) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2]))]
+
+    def host(self, rank: int) -> int:
+        """The clock index of rank's host, the writer of its arrays' initial contents."""
+        return self.n_agents + rank
+
+    def writer_name(self, index: int) -> str:
+        return self.agents[index].who if index < self.n_agents else f"rank {index - self.n_agents}'s host"
 
     # -- heaps
     def _build_heaps(self, args_per_rank) -> None:
@@ -431,12 +446,16 @@ class _World:
         clock = agent.full if write else self.load_clock(agent, ptrs)
         for address in np.unique(addrs).tolist():
             sh = self.shadow.get(address)
-            if sh is None:
-                sh = self.shadow[address] = _Shadow()
-            if sh.writer >= 0 and sh.writer != me and clock[sh.writer] < sh.epoch:
-                other = self.agents[sh.writer]
-                note = Diagnostic(f"the unordered store by {other.who}", sh.line.file, sh.line.line, sh.line.col,
-                                  "note")
+            if sh is None:   # never stored by a program: the initial contents, from the rank's host
+                sh = self.shadow[address] = _Shadow(self.host(self.array_at(address).rank), 1, None)
+            if sh.writer >= 0 and sh.writer != me and clock[sh.writer] < sh.epoch and (
+                    sh.writer < self.n_agents or not write):
+                other = _Named(self.writer_name(sh.writer))
+                note = (Diagnostic(f"the unordered store by {other.who}", sh.line.file, sh.line.line, sh.line.col,
+                                   "note") if sh.line is not None else
+                        Diagnostic(f"{other.who} wrote it before launching; no dl.wait orders that before this "
+                                   f"load (a peer's data is ready once the peer says so with dl.notify)",
+                                   severity="note"))
                 where = self.describe(address)
                 if write:
                     self.report(RACE_WRITE, agent, f"{agent.who}: racing writes to {where}: no notify/wait "
