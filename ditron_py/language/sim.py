@@ -158,9 +158,14 @@ class _Agent:
         self.error: BaseException | None = None
 
     @property
+    def prog(self) -> str:
+        """'program 3' (its program id, as many axes as the grid has)."""
+        axes = max(1, max((i + 1 for i, g in enumerate(self.world.grid) if g > 1), default=1))
+        return f"program {','.join(map(str, self.pid[:axes]))}"
+
+    @property
     def who(self) -> str:
-        pid = ",".join(map(str, self.pid[:max(1, sum(1 for g in self.world.grid if g > 1))]))
-        return f"rank {self.rank}, program {pid}"
+        return f"rank {self.rank}, {self.prog}"
 
     # -- switching
     def yield_(self) -> None:
@@ -283,6 +288,9 @@ class _World:
         return f"{a.name}[{(address - a.start) // a.dtype.itemsize}] of rank {a.rank}"
 
     # -- locations
+    def is_kernel_frame(self, frame) -> bool:
+        return frame.f_code.co_filename == self.code_file and frame.f_code.co_name == self.code_name
+
     def loc(self) -> Loc:
         frame = sys._getframe(1)
         while frame is not None:
@@ -314,7 +322,7 @@ class _World:
             if a is None or address + itemsize > a.start + a.nbytes:
                 near = self.array_at(address - itemsize) or self.array_at(address + itemsize)
                 hint = f" (next to {self.describe(address - itemsize if near else address)})" if near else ""
-                self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: {what} at address {address:#x} outside every "
+                self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: {what} at address {address:#x} outside every "
                             f"array of the symmetric heaps{hint}", loc, key=(loc, what))
                 self.stop(agent)
 
@@ -341,14 +349,14 @@ class _World:
         loc = self.loc()
         peer = _int(peer)
         if not 0 <= peer < self.size:
-            self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: dl.symm_at to peer {peer}, outside the world of "
+            self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
             self.stop(agent)
         data = np.asarray(ptr.handle.data, dtype=np.uint64)
         mine_lo, mine_hi = self.bases[agent.rank], self.bases[agent.rank] + self.heap_bytes
         if data.size and (int(data.min()) < mine_lo or int(data.max()) >= mine_hi):
             bad = int(data.reshape(-1)[0])
-            self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: dl.symm_at of {self.describe(bad)}, which is not in "
+            self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at of {self.describe(bad)}, which is not in "
                         f"this rank's symmetric heap", loc)
             self.stop(agent)
         delta = self.bases[peer] - self.bases[agent.rank]
@@ -385,7 +393,7 @@ class _World:
         loc = loc or self.loc()
         peer, value = _int(peer), _int(value)
         if not 0 <= peer < self.size:
-            self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: dl.notify to peer {peer}, outside the world of "
+            self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.notify to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
             self.stop(agent)
         mine = self.slot_addresses(agent, pad, slot, "dl.notify of a slot", loc)
@@ -458,16 +466,16 @@ class _World:
                                    severity="note"))
                 where = self.describe(address)
                 if write:
-                    self.report(RACE_WRITE, agent, f"{agent.who}: racing writes to {where}: no notify/wait "
+                    self.report(RACE_WRITE, agent, f"{agent.prog}: racing writes to {where}: no notify/wait "
                                 f"orders this store with the store by {other.who}", loc, [note],
                                 key=(loc, sh.line, agent.rank))
                 elif agent.full[sh.writer] >= sh.epoch:
-                    self.report(RACE_READ, agent, f"{agent.who}: load of {where} is after its guarding dl.wait in "
+                    self.report(RACE_READ, agent, f"{agent.prog}: load of {where} is after its guarding dl.wait in "
                                 f"program order but does not depend on the wait's token: pass the pointer through "
                                 f"dl.consume_token(ptr, token), or a compiler may move the load before the wait",
                                 loc, [note], key=(loc, sh.line, agent.rank, "token"))
                 else:
-                    self.report(RACE_READ, agent, f"{agent.who}: load of {where} before its guarding wait: the "
+                    self.report(RACE_READ, agent, f"{agent.prog}: load of {where} before its guarding wait: the "
                                 f"store by {other.who} is not ordered before it by any notify/wait (a missing "
                                 f"dl.wait?)", loc, [note], key=(loc, sh.line, agent.rank))
             if write:
@@ -476,7 +484,7 @@ class _World:
                         other = self.agents[reader]
                         note = Diagnostic(f"the unordered load by {other.who}", rloc.file, rloc.line, rloc.col,
                                           "note")
-                        self.report(RACE_WAR, agent, f"{agent.who}: store to {self.describe(address)} races an "
+                        self.report(RACE_WAR, agent, f"{agent.prog}: store to {self.describe(address)} races an "
                                     f"earlier load by {other.who} (no notify/wait orders them)", loc, [note],
                                     key=(loc, rloc, agent.rank))
                 sh.writer, sh.epoch, sh.line, sh.reads = me, int(agent.full[me]), loc, {}
@@ -538,7 +546,7 @@ class _World:
             low = [(address, int(s)) for address, s in zip(addrs.tolist(), seen.tolist()) if s < value]
             slots = ", ".join(f"{self.describe(a)} (holds {s})" for a, s in low[:4])
             more = f" and {len(low) - 4} more" if len(low) > 4 else ""
-            self.report(DEADLOCK, agent, f"{agent.who} waits forever for {slots}{more} to reach {value}: no "
+            self.report(DEADLOCK, agent, f"{agent.prog} waits forever for {slots}{more} to reach {value}: no "
                         f"notify left can set it (a missing dl.notify?)", loc)
 
 

@@ -352,3 +352,71 @@ def test_same_seed_same_result_and_seeds_vary():
     assert a.ok and b.ok
     for r in range(3):
         np.testing.assert_array_equal(a.outputs[r]["out_ptr"], b.outputs[r]["out_ptr"])
+
+
+@ditron.jit
+def exchange_after_barrier(x_ptr, bar_ptr, FENCE: tl.constexpr):
+    me = dl.rank()
+    tl.store(x_ptr + me, me.to(tl.float32) + 1.0)
+    if FENCE:
+        dl.barrier_all(bar_ptr)
+    y = tl.load(dl.symm_at(x_ptr, (me + 1) % dl.num_ranks()) + (me + 1) % dl.num_ranks())
+    tl.store(x_ptr + dl.num_ranks() + me, y)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sim_barrier_all_orders_everything(world):
+    def args():
+        return [dict(x_ptr=np.zeros(2 * world, np.float32), bar_ptr=np.zeros(world + 1, np.int32), FENCE=True)
+                for _ in range(world)]
+    expected = []
+    for r in range(world):
+        x = np.zeros(2 * world, np.float32)
+        x[r], x[world + r] = r + 1, (r + 1) % world + 1      # my store, then the next rank's, read after the barrier
+        expected.append({"x_ptr": x})
+    result = dl.simulate(exchange_after_barrier, 1, args(), world=world, reference=expected)
+    assert result.ok, result.summary()
+    assert all(int(result.outputs[r]["bar_ptr"][world]) == 1 for r in range(world))   # one generation
+    racy = args()
+    for row in racy:
+        row["FENCE"] = False
+    result = dl.simulate(exchange_after_barrier, 1, racy, world=world)
+    race = result.of_kind("read-before-signal")
+    assert race and race[0].loc.line == _line(exchange_after_barrier.fn, "y = tl.load"), result.summary()
+
+
+@triton.jit
+def _helper_notifies(pad_ptr):
+    dl.notify(pad_ptr, 0, 1, 0)
+
+
+@ditron.jit
+def helper_kernel(x_ptr, pad_ptr):
+    _helper_notifies(pad_ptr)
+
+
+def test_sim_refuses_primitives_in_helpers_like_the_compiler():
+    with pytest.raises(SimulationError, match=r"dl\.notify\(\) must be called in the body of the @ditron\.jit"):
+        dl.simulate(helper_kernel, 1, [dict(x_ptr=np.zeros(1, np.float32), pad_ptr=np.zeros(1, np.int32))],
+                    world=1)
+
+
+@ditron.jit
+def relaxed_wait(x_ptr, pad_ptr, SEMANTIC: tl.constexpr):
+    me = dl.rank()
+    if me == 0:
+        tl.store(dl.symm_at(x_ptr, 1), 5.0)
+        dl.notify(pad_ptr, 0, 1, 1)
+    else:
+        token = dl.wait(pad_ptr, 0, 1, semantic=SEMANTIC)
+        tl.store(x_ptr + 1, tl.load(dl.consume_token(x_ptr, token)))
+
+
+def test_sim_relaxed_wait_orders_nothing():
+    def args(semantic):
+        return [dict(x_ptr=np.zeros(2, np.float32), pad_ptr=np.zeros(1, np.int32), SEMANTIC=semantic)
+                for _ in range(2)]
+    good = dl.simulate(relaxed_wait, 1, args("acquire"), world=2)
+    assert good.ok and good.outputs[1]["x_ptr"].tolist() == [5.0, 5.0], good.summary()
+    bad = dl.simulate(relaxed_wait, 1, args("relaxed"), world=2)
+    assert [f.loc.line for f in bad.of_kind("read-before-signal")] == [_line(relaxed_wait.fn, "tl.load(")]
