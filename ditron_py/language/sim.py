@@ -4,8 +4,8 @@
     result.ok, result.findings, result.outputs[rank]["out_ptr"], print(result.summary())
 
 How it runs: Triton's interpreter executes the kernel's Python body (numpy); each (rank, program) is an agent, a
-thread of which exactly one runs at a time; the scheduler switches agents at every ditron.language primitive (and
-user atomic), choosing the next one from ``seed``. Every array argument lives in its rank's *symmetric heap* (one
+thread of which exactly one runs at a time; the scheduler switches agents at every wait that cannot complete yet,
+at a seeded share of the others, and at every user atomic, choosing the next agent from ``seed``. Every array argument lives in its rank's *symmetric heap* (one
 numpy buffer per rank, each array at the same offset on every rank), so ``dl.symm_at`` is the GPU's address
 arithmetic. The primitives act on that memory: ``wait`` blocks its agent until the slots reach the value,
 ``notify`` writes the peer's slots and wakes its waiters, ``barrier_all`` is the generation barrier of the GPU
@@ -45,6 +45,7 @@ __all__ = ["simulate", "SimResult", "Finding", "SimulationError", "KINDS"]
 KINDS = (DEADLOCK, RACE_READ, RACE_WRITE, RACE_WAR, OUT_OF_BOUNDS, MISMATCH)
 HEAP_ALIGN = 128          # bytes between arrays of a heap (and the heap base alignment)
 MAX_AGENTS = 4096
+SWITCH_RATE = 0.25        # how often a wait that could go on switches agents anyway (the rest of the interleaving)
 
 _ACTIVE = threading.local()
 
@@ -369,7 +370,8 @@ class _World:
         loc = loc or self.loc()
         value = _int(value)
         addrs = self.slot_addresses(agent, pad, slot, "dl.wait on a slot", loc)
-        agent.yield_()
+        if self.rng.random() < SWITCH_RATE:
+            agent.yield_()
         while True:
             seen = self.read_i32(addrs)
             if seen.min() >= value:
@@ -400,7 +402,6 @@ class _World:
         delta = self.bases[peer] - self.bases[agent.rank]
         addrs = (mine.astype(np.int64) + delta).astype(np.uint64)
         self.check_bounds(agent, addrs, 4, "dl.notify of a peer's slot", loc)
-        agent.yield_()
         for address in np.unique(addrs).tolist():
             if op != "clear" and semantic == "release":
                 slot_state = self.slots.setdefault(address, _Slot())
