@@ -45,6 +45,8 @@ __all__ = ["simulate", "SimResult", "Finding", "SimulationError", "KINDS"]
 KINDS = (DEADLOCK, RACE_READ, RACE_WRITE, RACE_WAR, OUT_OF_BOUNDS, MISMATCH)
 HEAP_ALIGN = 128          # bytes between arrays of a heap (and the heap base alignment)
 MAX_AGENTS = 4096
+LOADS_PER_SWITCH = 1024  # a program switches after this many plain loads (a user's spin on tl.load progresses)
+MAX_SWITCHES = 100_000   # more switches than this: reported as no progress (a spin that never ends)
 SWITCH_RATE = 0.25        # how often a wait that could go on switches agents anyway (the rest of the interleaving)
 
 _ACTIVE = threading.local()
@@ -157,6 +159,8 @@ class _Agent:
         self.blocked_on: tuple | None = None   # (addresses, value, loc, pad description)
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.loads = 0                 # plain loads since the last switch (a spin on plain loads must yield)
+        self.last_loc: Loc | None = None
 
     @property
     def prog(self) -> str:
@@ -206,11 +210,12 @@ class _Named:
 
 
 class _World:
-    def __init__(self, kernel, grid, args_per_rank, size: int, seed: int):
+    def __init__(self, kernel, grid, args_per_rank, size: int, seed: int, max_switches: int = MAX_SWITCHES):
         import triton.language as tl
         from triton.runtime import interpreter as ti
         self.tl, self.ti = tl, ti
         self.kernel, self.size, self.grid = kernel, size, grid
+        self.max_switches = max_switches
         self.rng = np.random.default_rng(seed)
         self.findings = Findings()
         self.main = threading.Semaphore(0)
@@ -445,7 +450,12 @@ class _World:
         return clock
 
     def access(self, agent: _Agent, ptrs, mask, write: bool) -> None:
-        loc = self.loc()
+        loc = agent.last_loc = self.loc()
+        if not write:
+            agent.loads += 1
+            if agent.loads >= LOADS_PER_SWITCH:
+                agent.loads = 0
+                agent.yield_()
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         addrs = self.addresses(agent, ptrs, mask)
         if addrs.size == 0:
@@ -520,6 +530,7 @@ class _World:
             agent.thread = threading.Thread(target=self._body, args=(agent, fn), daemon=True,
                                             name=f"ditron-sim-{agent.rank}-{agent.pid}")
             agent.thread.start()
+        switches = 0
         while True:
             if self.stopping:
                 break
@@ -528,6 +539,10 @@ class _World:
                 blocked = [a for a in self.agents if a.state == "blocked"]
                 if blocked:
                     self._deadlock(blocked)
+                break
+            switches += 1
+            if switches > self.max_switches:
+                self._no_progress()
                 break
             agent = ready[int(self.rng.integers(len(ready)))]
             agent.sem.release()
@@ -539,6 +554,13 @@ class _World:
                 self.main.acquire()
         for agent in self.agents:
             agent.thread.join()
+
+    def _no_progress(self) -> None:
+        for agent in self.agents:
+            if agent.state != "done":
+                self.report(DEADLOCK, agent, f"{agent.prog} has not finished after {self.max_switches} switches "
+                            f"between programs: a spin loop that never ends? (spin with dl.wait: the simulator "
+                            f"then names the slot)", agent.last_loc or Loc(None))
 
     def _deadlock(self, blocked: list[_Agent]) -> None:
         for agent in blocked:
@@ -704,7 +726,7 @@ def _located_error(err: BaseException, world: _World) -> SimulationError:
 
 
 def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | Sequence | None = None,
-             seed: int = 0, rtol: float = 1e-5, atol: float = 1e-6) -> SimResult:
+             seed: int = 0, rtol: float = 1e-5, atol: float = 1e-6, max_switches: int = MAX_SWITCHES) -> SimResult:
     """Run ``kernel`` (a ``@ditron.jit`` kernel) on ``world`` ranks with grid ``grid`` on the CPU and check it.
 
     ``args_per_rank``: per rank, the kernel's arguments (a dict by name, or a sequence in parameter order; a
@@ -718,7 +740,8 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
     Returns a SimResult: ``findings`` (deadlock, read-before-signal, write-write, write-after-read,
     out-of-bounds, mismatch, each with the kernel's source line), ``outputs[rank][name]``. Raises
     SimulationError (located at the kernel line) when the kernel itself fails, e.g. a dl.* call with wrong
-    arguments."""
+    arguments. ``max_switches``: switches between programs after which a run that has not finished is reported
+    (a spin loop that never ends)."""
     from .jit import DitronJITFunction
     if not isinstance(kernel, DitronJITFunction):
         raise SimulationError(f"simulate: kernel must be a @ditron.jit kernel, got {type(kernel).__name__}")
@@ -727,7 +750,7 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
     g = grid3(grid)
     rows = per_rank_args(kernel, args_per_rank, world)
     inputs = [{n: v.copy() for n, v in row.items() if isinstance(v, np.ndarray)} for row in rows]
-    w = _World(kernel, g, rows, world, seed)
+    w = _World(kernel, g, rows, world, seed, max_switches)
     fn = w.ti.InterpretedFunction(kernel.fn).rewrite()
     scope = _patch_language(w, kernel.fn)
     patched = _patch_builder(w)

@@ -420,3 +420,19 @@ def test_sim_relaxed_wait_orders_nothing():
     assert good.ok and good.outputs[1]["x_ptr"].tolist() == [5.0, 5.0], good.summary()
     bad = dl.simulate(relaxed_wait, 1, args("relaxed"), world=2)
     assert [f.loc.line for f in bad.of_kind("read-before-signal")] == [_line(relaxed_wait.fn, "tl.load(")]
+
+
+@ditron.jit
+def spins_on_a_plain_load(x_ptr, flag_ptr):
+    if dl.rank() == 0:
+        while tl.load(flag_ptr) == 0:
+            pass
+    tl.store(x_ptr, 1.0)
+
+
+def test_sim_a_spin_that_never_ends_is_reported():
+    args = [dict(x_ptr=np.zeros(1, np.float32), flag_ptr=np.zeros(1, np.int32)) for _ in range(2)]
+    result = dl.simulate(spins_on_a_plain_load, 1, args, world=2, max_switches=50)
+    found = result.of_kind("deadlock")
+    assert found and "has not finished after 50 switches" in found[0].message, result.summary()
+    assert found[0].rank == 0 and found[0].loc.line == _line(spins_on_a_plain_load.fn, "while tl.load")
