@@ -51,8 +51,11 @@ class MlirOps:
 
     def atomic_rmw(self, kind, ptr, value, *, sem, scope):
         from ..dialects import ttir
+        # a constant operand is built before the mask, a value's broadcast after it (the order the lit tests see)
+        operand = self._i32_like(ptr, value) if isinstance(value, int) else None
         mask = ttir.c(True, ttir.like(ptr, ttir.i1()))
-        return ttir.atomic_rmw(kind, ptr, self._i32_like(ptr, value), mask, sem=sem, scope=scope)
+        operand = self._i32_like(ptr, value) if operand is None else operand
+        return ttir.atomic_rmw(kind, ptr, operand, mask, sem=sem, scope=scope)
 
     def atomic_cas(self, ptr, cmp, value, *, sem, scope):
         from ..dialects import ttir

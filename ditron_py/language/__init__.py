@@ -14,6 +14,7 @@
 
     kernel.compile(signature=..., constexprs=..., target="cuda:90")    # stock Triton; cuda:80/90, hip:gfx942/950
     dl.simulate(kernel, grid, args_per_rank, world=4, reference=...)   # W ranks on the CPU, bugs found
+    dl.run_virtual(kernel, grid, args_per_rank, world=4)               # W ranks on one GPU
 
 Primitives: rank, num_ranks, symm_at, wait, notify, consume_token, barrier_all.
 """
@@ -21,11 +22,14 @@ from .core import barrier_all, consume_token, notify, num_ranks, rank, symm_at, 
 from .jit import DitronJITFunction, jit
 
 __all__ = ["rank", "num_ranks", "symm_at", "wait", "notify", "consume_token", "barrier_all", "jit",
-           "DitronJITFunction", "simulate", "SimResult", "Symmetric"]
+           "DitronJITFunction", "simulate", "SimResult", "run_virtual"]
 
 
 def __getattr__(name: str):
-    if name in ("simulate", "SimResult", "Symmetric"):
+    if name in ("simulate", "SimResult"):
         from . import sim
         return getattr(sim, name)
+    if name == "run_virtual":
+        from .launch import run_virtual
+        return run_virtual
     raise AttributeError(f"module 'ditron.language' has no attribute '{name}'")

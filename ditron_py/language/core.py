@@ -7,6 +7,7 @@ docs/language.md.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import triton.language as tl
@@ -58,9 +59,14 @@ def _i32(x: Any, semantic) -> Any:
     return x
 
 
-def _sim():
+def _sim(what: str):
+    """The simulated agent running this primitive (None while Triton traces); inside the simulator, the primitive
+    must be called from the kernel's own body, as when compiling."""
     from . import sim
-    return sim.active()
+    agent = sim.active()
+    if agent is not None and not agent.world.is_kernel_frame(sys._getframe(2)):
+        raise TypeError(tracing.in_helper_message(what))
+    return agent
 
 
 # -------------------------------------------------------------------------------------------------- primitives
@@ -68,7 +74,7 @@ def _sim():
 @builtin
 def rank(_semantic=None, _generator=None):
     """This rank's index in the world, an int32 scalar (0 <= rank < num_ranks)."""
-    world = _sim()
+    world = _sim("dl.rank()")
     if world is not None:
         return world.rank_value()
     return tracing.hidden(_generator, "dl.rank()")["rank"]
@@ -77,7 +83,7 @@ def rank(_semantic=None, _generator=None):
 @builtin
 def num_ranks(_semantic=None, _generator=None):
     """The number of ranks W of the world, an int32 scalar."""
-    world = _sim()
+    world = _sim("dl.num_ranks()")
     if world is not None:
         return world.num_ranks()
     return tracing.hidden(_generator, "dl.num_ranks()")["num_ranks"]
@@ -89,7 +95,7 @@ def symm_at(ptr, peer, _semantic=None, _generator=None):
     type and shape). Loads and stores through it reach the peer's memory."""
     _check_pointer("dl.symm_at: ptr", ptr)
     _check_int("dl.symm_at: peer", peer, scalar=True)
-    world = _sim()
+    world = _sim("dl.symm_at()")
     if world is not None:
         return world.symm_at(ptr, unwrap(peer))
     h = tracing.hidden(_generator, "dl.symm_at()")
@@ -107,7 +113,7 @@ def wait(pad_ptr, slot, value, scope="sys", semantic="acquire", _semantic=None, 
     _check_int("dl.wait: value", value, scalar=True)
     scope = _check_choice("dl.wait: scope", scope, SCOPES)
     semantic = _check_choice("dl.wait: semantic", semantic, WAIT_SEMANTICS)
-    world = _sim()
+    world = _sim("dl.wait()")
     if world is not None:
         return world.wait(pad_ptr, unwrap(slot), unwrap(value), scope, semantic)
     h = tracing.hidden(_generator, "dl.wait()")
@@ -130,7 +136,7 @@ def notify(pad_ptr, slot, value, peer, op="set", scope="sys", semantic="release"
     op = _check_choice("dl.notify: op", op, NOTIFY_OPS)
     scope = _check_choice("dl.notify: scope", scope, SCOPES)
     semantic = _check_choice("dl.notify: semantic", semantic, NOTIFY_SEMANTICS)
-    world = _sim()
+    world = _sim("dl.notify()")
     if world is not None:
         return world.notify(pad_ptr, unwrap(slot), unwrap(value), unwrap(peer), op, scope, semantic)
     h = tracing.hidden(_generator, "dl.notify()")
@@ -149,7 +155,7 @@ def consume_token(x, token, _semantic=None, _generator=None):
         raise TypeError(f"dl.consume_token: x must be a pointer or an integer (scalar or tensor), got "
                         f"{_describe(x)}")
     _check_int("dl.consume_token: token", token, scalar=True)
-    world = _sim()
+    world = _sim("dl.consume_token()")
     if world is not None:
         return world.consume_token(x_, unwrap(token))
     tracing.hidden(_generator, "dl.consume_token()")
@@ -168,7 +174,7 @@ def barrier_all(pad_ptr, scope="sys", _semantic=None, _generator=None):
     if unwrap(pad_ptr).type.is_block():
         raise TypeError(f"dl.barrier_all: pad_ptr must be a scalar pointer, got {_describe(pad_ptr)}")
     scope = _check_choice("dl.barrier_all: scope", scope, SCOPES)
-    world = _sim()
+    world = _sim("dl.barrier_all()")
     if world is not None:
         return world.barrier_all(pad_ptr, scope)
     h = tracing.hidden(_generator, "dl.barrier_all()")

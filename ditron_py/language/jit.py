@@ -17,7 +17,8 @@ ditron.compile's kernels do, so the executor binds them by kind. ``signature`` t
 ("*fp16", "i32", ...); ``constexprs`` the values of the ``tl.constexpr`` parameters.
 
 Launching needs a world: ``k[grid](...)`` raises a clear error (DitronRuntimeError) -- run a @ditron.jit kernel
-through the device-level builder's executor, or check it on the CPU with ``ditron.language.simulate``.
+with ``ditron.language.run_virtual`` (W ranks on one GPU) or through the device-level builder's executor, or
+check it on the CPU with ``ditron.language.simulate``.
 """
 from __future__ import annotations
 
@@ -159,8 +160,8 @@ class DitronJITFunction:
             raise DitronRuntimeError(
                 f"kernel '{self.__name__}' is a @ditron.jit kernel: it runs in a world of ranks (its hidden "
                 f"arguments {', '.join(APPENDED_ARGS)} are bound by the executor), not by a plain launch. Launch it "
-                f"through the device-level program builder, or check it on the CPU with "
-                f"ditron.language.simulate({self.__name__}, grid, args_per_rank, world=W)")
+                f"with ditron.language.run_virtual({self.__name__}, grid, args_per_rank, world=W) on a GPU, or "
+                f"check it on the CPU with ditron.language.simulate({self.__name__}, grid, args_per_rank, world=W)")
         return launch
 
     def __call__(self, *args, **kwargs):

@@ -4,8 +4,8 @@
     result.ok, result.findings, result.outputs[rank]["out_ptr"], print(result.summary())
 
 How it runs: Triton's interpreter executes the kernel's Python body (numpy); each (rank, program) is an agent, a
-thread of which exactly one runs at a time; the scheduler switches agents at every ditron.language primitive (and
-user atomic), choosing the next one from ``seed``. Every array argument lives in its rank's *symmetric heap* (one
+thread of which exactly one runs at a time; the scheduler switches agents at every wait that cannot complete yet,
+at a seeded share of the others, and at every user atomic, choosing the next agent from ``seed``. Every array argument lives in its rank's *symmetric heap* (one
 numpy buffer per rank, each array at the same offset on every rank), so ``dl.symm_at`` is the GPU's address
 arithmetic. The primitives act on that memory: ``wait`` blocks its agent until the slots reach the value,
 ``notify`` writes the peer's slots and wakes its waiters, ``barrier_all`` is the generation barrier of the GPU
@@ -45,6 +45,9 @@ __all__ = ["simulate", "SimResult", "Finding", "SimulationError", "KINDS"]
 KINDS = (DEADLOCK, RACE_READ, RACE_WRITE, RACE_WAR, OUT_OF_BOUNDS, MISMATCH)
 HEAP_ALIGN = 128          # bytes between arrays of a heap (and the heap base alignment)
 MAX_AGENTS = 4096
+LOADS_PER_SWITCH = 1024  # a program switches after this many plain loads (a user's spin on tl.load progresses)
+MAX_SWITCHES = 100_000   # more switches than this: reported as no progress (a spin that never ends)
+SWITCH_RATE = 0.25        # how often a wait that could go on switches agents anyway (the rest of the interleaving)
 
 _ACTIVE = threading.local()
 
@@ -88,6 +91,32 @@ class _Shadow:
     reads: dict = field(default_factory=dict)   # agent -> (epoch, loc)
 
 
+def heap_layout(kernel, args_per_rank) -> tuple[dict[str, tuple[int, np.dtype, tuple]], int]:
+    """Where each array argument lives in every rank's symmetric heap: ({name: (byte offset, dtype, shape)},
+    the heap's size). Every rank must give the same dtype and shape for an array argument."""
+    layout: dict[str, tuple[int, np.dtype, tuple]] = {}
+    offset = 0
+    for r, args in enumerate(args_per_rank):
+        for name in kernel.arg_names:
+            a = args[name]
+            if isinstance(a, np.ndarray):
+                if str(a.dtype) not in _NP_TO_TL:
+                    raise SimulationError(f"argument '{name}' of rank {r} has dtype {a.dtype}; supported: "
+                                          f"{', '.join(_NP_TO_TL)}")
+                spec = (a.dtype, a.shape)
+                if name not in layout:
+                    layout[name] = (offset, *spec)
+                    offset += -(-max(a.nbytes, 1) // HEAP_ALIGN) * HEAP_ALIGN + HEAP_ALIGN
+                elif layout[name][1:] != spec:
+                    raise SimulationError(f"argument '{name}' is a symmetric array: every rank needs the same "
+                                          f"dtype and shape (rank 0: {layout[name][1]} {layout[name][2]}, rank "
+                                          f"{r}: {a.dtype} {a.shape})")
+            elif name in layout:
+                raise SimulationError(f"argument '{name}' is an array on rank 0 but {type(a).__name__} on rank "
+                                      f"{r}")
+    return layout, max(offset, HEAP_ALIGN)
+
+
 # ---------------------------------------------------------------------------------------------------- result
 
 @dataclass
@@ -120,19 +149,28 @@ class SimResult:
 class _Agent:
     def __init__(self, world: "_World", index: int, rank: int, pid: tuple[int, int, int]):
         self.world, self.index, self.rank, self.pid = world, index, rank, pid
-        self.full = np.zeros(world.n_agents, dtype=np.int64)    # with every acquire
-        self.base = np.zeros(world.n_agents, dtype=np.int64)    # without the waits' (only barriers, own releases)
+        self.full = np.zeros(world.n_clocks, dtype=np.int64)    # with every acquire
+        self.base = np.zeros(world.n_clocks, dtype=np.int64)    # without the waits' (only barriers, own releases)
         self.full[index] = self.base[index] = 1
+        # the rank's host wrote its arrays before launching: ordered before this rank's programs only
+        self.full[world.host(rank)] = self.base[world.host(rank)] = 1
         self.sem = threading.Semaphore(0)
         self.state = "ready"           # ready | blocked | done
         self.blocked_on: tuple | None = None   # (addresses, value, loc, pad description)
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.loads = 0                 # plain loads since the last switch (a spin on plain loads must yield)
+        self.last_loc: Loc | None = None
+
+    @property
+    def prog(self) -> str:
+        """'program 3' (its program id, as many axes as the grid has)."""
+        axes = max(1, max((i + 1 for i, g in enumerate(self.world.grid) if g > 1), default=1))
+        return f"program {','.join(map(str, self.pid[:axes]))}"
 
     @property
     def who(self) -> str:
-        pid = ",".join(map(str, self.pid[:max(1, sum(1 for g in self.world.grid if g > 1))]))
-        return f"rank {self.rank}, program {pid}"
+        return f"rank {self.rank}, {self.prog}"
 
     # -- switching
     def yield_(self) -> None:
@@ -166,17 +204,24 @@ class _Agent:
         return self.world.barrier_all(self, pad)
 
 
+@dataclass
+class _Named:
+    who: str
+
+
 class _World:
-    def __init__(self, kernel, grid, args_per_rank, size: int, seed: int):
+    def __init__(self, kernel, grid, args_per_rank, size: int, seed: int, max_switches: int = MAX_SWITCHES):
         import triton.language as tl
         from triton.runtime import interpreter as ti
         self.tl, self.ti = tl, ti
         self.kernel, self.size, self.grid = kernel, size, grid
+        self.max_switches = max_switches
         self.rng = np.random.default_rng(seed)
         self.findings = Findings()
         self.main = threading.Semaphore(0)
         self.stopping = False
         self.n_agents = size * grid[0] * grid[1] * grid[2]
+        self.n_clocks = self.n_agents + size        # every program, then every rank's host (the inputs' writer)
         if self.n_agents > MAX_AGENTS:
             raise SimulationError(f"simulate: {self.n_agents} programs (world {size} x grid {grid}) is more than "
                                   f"{MAX_AGENTS}; simulate a smaller problem")
@@ -189,31 +234,18 @@ class _World:
         self.agents = [_Agent(self, i, r, (x, y, z)) for i, (r, x, y, z) in enumerate(
             (r, x, y, z) for r in range(size) for x in range(grid[0]) for y in range(grid[1]) for z in range(grid[2]))]
 
+    def host(self, rank: int) -> int:
+        """The clock index of rank's host, the writer of its arrays' initial contents."""
+        return self.n_agents + rank
+
+    def writer_name(self, index: int) -> str:
+        return self.agents[index].who if index < self.n_agents else f"rank {index - self.n_agents}'s host"
+
     # -- heaps
     def _build_heaps(self, args_per_rank) -> None:
         names = self.kernel.arg_names
         self.args: list[dict[str, Any]] = []
-        layout: dict[str, tuple[int, np.dtype, tuple]] = {}
-        offset = 0
-        for r, args in enumerate(args_per_rank):
-            for name in names:
-                a = args[name]
-                if isinstance(a, np.ndarray):
-                    if str(a.dtype) not in _NP_TO_TL:
-                        raise SimulationError(f"simulate: argument '{name}' of rank {r} has dtype {a.dtype}; "
-                                              f"supported: {', '.join(_NP_TO_TL)}")
-                    spec = (a.dtype, a.shape)
-                    if name not in layout:
-                        layout[name] = (offset, *spec)
-                        offset += -(-max(a.nbytes, 1) // HEAP_ALIGN) * HEAP_ALIGN + HEAP_ALIGN
-                    elif layout[name][1:] != spec:
-                        raise SimulationError(f"simulate: argument '{name}' is a symmetric array: every rank needs "
-                                              f"the same dtype and shape (rank 0: {layout[name][1]} "
-                                              f"{layout[name][2]}, rank {r}: {a.dtype} {a.shape})")
-                elif name in layout:
-                    raise SimulationError(f"simulate: argument '{name}' is an array on rank 0 but "
-                                          f"{type(a).__name__} on rank {r}")
-        self.heap_bytes = max(offset, HEAP_ALIGN)
+        layout, self.heap_bytes = heap_layout(self.kernel, args_per_rank)
         self.heaps = []
         self.arrays: list[_Array] = []
         for r, args in enumerate(args_per_rank):
@@ -262,6 +294,9 @@ class _World:
         return f"{a.name}[{(address - a.start) // a.dtype.itemsize}] of rank {a.rank}"
 
     # -- locations
+    def is_kernel_frame(self, frame) -> bool:
+        return frame.f_code.co_filename == self.code_file and frame.f_code.co_name == self.code_name
+
     def loc(self) -> Loc:
         frame = sys._getframe(1)
         while frame is not None:
@@ -293,7 +328,7 @@ class _World:
             if a is None or address + itemsize > a.start + a.nbytes:
                 near = self.array_at(address - itemsize) or self.array_at(address + itemsize)
                 hint = f" (next to {self.describe(address - itemsize if near else address)})" if near else ""
-                self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: {what} at address {address:#x} outside every "
+                self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: {what} at address {address:#x} outside every "
                             f"array of the symmetric heaps{hint}", loc, key=(loc, what))
                 self.stop(agent)
 
@@ -320,14 +355,14 @@ class _World:
         loc = self.loc()
         peer = _int(peer)
         if not 0 <= peer < self.size:
-            self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: dl.symm_at to peer {peer}, outside the world of "
+            self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
             self.stop(agent)
         data = np.asarray(ptr.handle.data, dtype=np.uint64)
         mine_lo, mine_hi = self.bases[agent.rank], self.bases[agent.rank] + self.heap_bytes
         if data.size and (int(data.min()) < mine_lo or int(data.max()) >= mine_hi):
             bad = int(data.reshape(-1)[0])
-            self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: dl.symm_at of {self.describe(bad)}, which is not in "
+            self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at of {self.describe(bad)}, which is not in "
                         f"this rank's symmetric heap", loc)
             self.stop(agent)
         delta = self.bases[peer] - self.bases[agent.rank]
@@ -340,7 +375,8 @@ class _World:
         loc = loc or self.loc()
         value = _int(value)
         addrs = self.slot_addresses(agent, pad, slot, "dl.wait on a slot", loc)
-        agent.yield_()
+        if self.rng.random() < SWITCH_RATE:
+            agent.yield_()
         while True:
             seen = self.read_i32(addrs)
             if seen.min() >= value:
@@ -364,14 +400,13 @@ class _World:
         loc = loc or self.loc()
         peer, value = _int(peer), _int(value)
         if not 0 <= peer < self.size:
-            self.report(OUT_OF_BOUNDS, agent, f"{agent.who}: dl.notify to peer {peer}, outside the world of "
+            self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.notify to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
             self.stop(agent)
         mine = self.slot_addresses(agent, pad, slot, "dl.notify of a slot", loc)
         delta = self.bases[peer] - self.bases[agent.rank]
         addrs = (mine.astype(np.int64) + delta).astype(np.uint64)
         self.check_bounds(agent, addrs, 4, "dl.notify of a peer's slot", loc)
-        agent.yield_()
         for address in np.unique(addrs).tolist():
             if op != "clear" and semantic == "release":
                 slot_state = self.slots.setdefault(address, _Slot())
@@ -390,7 +425,7 @@ class _World:
 
     def consume_token(self, x, token):
         handle = self.ti.TensorHandle(np.array(x.handle.data, copy=True), x.handle.dtype)
-        _taint(handle, _taint_of(x.handle) | _taint_of(token.handle))
+        _taint(handle, _taint_of(x.handle) | (_taint_of(token.handle) if hasattr(token, "handle") else frozenset()))
         return self.tl.tensor(handle, x.type)
 
     def barrier_all(self, agent: _Agent, pad):
@@ -415,7 +450,12 @@ class _World:
         return clock
 
     def access(self, agent: _Agent, ptrs, mask, write: bool) -> None:
-        loc = self.loc()
+        loc = agent.last_loc = self.loc()
+        if not write:
+            agent.loads += 1
+            if agent.loads >= LOADS_PER_SWITCH:
+                agent.loads = 0
+                agent.yield_()
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         addrs = self.addresses(agent, ptrs, mask)
         if addrs.size == 0:
@@ -425,24 +465,28 @@ class _World:
         clock = agent.full if write else self.load_clock(agent, ptrs)
         for address in np.unique(addrs).tolist():
             sh = self.shadow.get(address)
-            if sh is None:
-                sh = self.shadow[address] = _Shadow()
-            if sh.writer >= 0 and sh.writer != me and clock[sh.writer] < sh.epoch:
-                other = self.agents[sh.writer]
-                note = Diagnostic(f"the unordered store by {other.who}", sh.line.file, sh.line.line, sh.line.col,
-                                  "note")
+            if sh is None:   # never stored by a program: the initial contents, from the rank's host
+                sh = self.shadow[address] = _Shadow(self.host(self.array_at(address).rank), 1, None)
+            if sh.writer >= 0 and sh.writer != me and clock[sh.writer] < sh.epoch and (
+                    sh.writer < self.n_agents or not write):
+                other = _Named(self.writer_name(sh.writer))
+                note = (Diagnostic(f"the unordered store by {other.who}", sh.line.file, sh.line.line, sh.line.col,
+                                   "note") if sh.line is not None else
+                        Diagnostic(f"{other.who} wrote it before launching; no dl.wait orders that before this "
+                                   f"load (a peer's data is ready once the peer says so with dl.notify)",
+                                   severity="note"))
                 where = self.describe(address)
                 if write:
-                    self.report(RACE_WRITE, agent, f"{agent.who}: racing writes to {where}: no notify/wait "
+                    self.report(RACE_WRITE, agent, f"{agent.prog}: racing writes to {where}: no notify/wait "
                                 f"orders this store with the store by {other.who}", loc, [note],
                                 key=(loc, sh.line, agent.rank))
                 elif agent.full[sh.writer] >= sh.epoch:
-                    self.report(RACE_READ, agent, f"{agent.who}: load of {where} is after its guarding dl.wait in "
+                    self.report(RACE_READ, agent, f"{agent.prog}: load of {where} is after its guarding dl.wait in "
                                 f"program order but does not depend on the wait's token: pass the pointer through "
                                 f"dl.consume_token(ptr, token), or a compiler may move the load before the wait",
                                 loc, [note], key=(loc, sh.line, agent.rank, "token"))
                 else:
-                    self.report(RACE_READ, agent, f"{agent.who}: load of {where} before its guarding wait: the "
+                    self.report(RACE_READ, agent, f"{agent.prog}: load of {where} before its guarding wait: the "
                                 f"store by {other.who} is not ordered before it by any notify/wait (a missing "
                                 f"dl.wait?)", loc, [note], key=(loc, sh.line, agent.rank))
             if write:
@@ -451,7 +495,7 @@ class _World:
                         other = self.agents[reader]
                         note = Diagnostic(f"the unordered load by {other.who}", rloc.file, rloc.line, rloc.col,
                                           "note")
-                        self.report(RACE_WAR, agent, f"{agent.who}: store to {self.describe(address)} races an "
+                        self.report(RACE_WAR, agent, f"{agent.prog}: store to {self.describe(address)} races an "
                                     f"earlier load by {other.who} (no notify/wait orders them)", loc, [note],
                                     key=(loc, rloc, agent.rank))
                 sh.writer, sh.epoch, sh.line, sh.reads = me, int(agent.full[me]), loc, {}
@@ -486,6 +530,7 @@ class _World:
             agent.thread = threading.Thread(target=self._body, args=(agent, fn), daemon=True,
                                             name=f"ditron-sim-{agent.rank}-{agent.pid}")
             agent.thread.start()
+        switches = 0
         while True:
             if self.stopping:
                 break
@@ -494,6 +539,10 @@ class _World:
                 blocked = [a for a in self.agents if a.state == "blocked"]
                 if blocked:
                     self._deadlock(blocked)
+                break
+            switches += 1
+            if switches > self.max_switches:
+                self._no_progress()
                 break
             agent = ready[int(self.rng.integers(len(ready)))]
             agent.sem.release()
@@ -506,6 +555,13 @@ class _World:
         for agent in self.agents:
             agent.thread.join()
 
+    def _no_progress(self) -> None:
+        for agent in self.agents:
+            if agent.state != "done":
+                self.report(DEADLOCK, agent, f"{agent.prog} has not finished after {self.max_switches} switches "
+                            f"between programs: a spin loop that never ends? (spin with dl.wait: the simulator "
+                            f"then names the slot)", agent.last_loc or Loc(None))
+
     def _deadlock(self, blocked: list[_Agent]) -> None:
         for agent in blocked:
             addrs, value, loc = agent.blocked_on
@@ -513,7 +569,7 @@ class _World:
             low = [(address, int(s)) for address, s in zip(addrs.tolist(), seen.tolist()) if s < value]
             slots = ", ".join(f"{self.describe(a)} (holds {s})" for a, s in low[:4])
             more = f" and {len(low) - 4} more" if len(low) > 4 else ""
-            self.report(DEADLOCK, agent, f"{agent.who} waits forever for {slots}{more} to reach {value}: no "
+            self.report(DEADLOCK, agent, f"{agent.prog} waits forever for {slots}{more} to reach {value}: no "
                         f"notify left can set it (a missing dl.notify?)", loc)
 
 
@@ -623,14 +679,14 @@ def _patch_language(world: _World, kernel_fn):
 
 # ------------------------------------------------------------------------------------------------ the API
 
-def _grid(grid) -> tuple[int, int, int]:
+def grid3(grid) -> tuple[int, int, int]:
     g = (grid,) if isinstance(grid, int) else tuple(grid)
     if not 1 <= len(g) <= 3 or not all(isinstance(n, int) and n >= 1 for n in g):
         raise SimulationError(f"simulate: grid must be 1 to 3 positive integers, got {grid!r}")
     return tuple(g) + (1,) * (3 - len(g))
 
 
-def _per_rank(kernel, args_per_rank, world: int) -> list[dict[str, Any]]:
+def per_rank_args(kernel, args_per_rank, world: int) -> list[dict[str, Any]]:
     rows = [args_per_rank(r) for r in range(world)] if callable(args_per_rank) else list(args_per_rank)
     if len(rows) != world:
         raise SimulationError(f"simulate: args_per_rank has {len(rows)} entries for a world of {world} ranks")
@@ -670,7 +726,7 @@ def _located_error(err: BaseException, world: _World) -> SimulationError:
 
 
 def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | Sequence | None = None,
-             seed: int = 0, rtol: float = 1e-5, atol: float = 1e-6) -> SimResult:
+             seed: int = 0, rtol: float = 1e-5, atol: float = 1e-6, max_switches: int = MAX_SWITCHES) -> SimResult:
     """Run ``kernel`` (a ``@ditron.jit`` kernel) on ``world`` ranks with grid ``grid`` on the CPU and check it.
 
     ``args_per_rank``: per rank, the kernel's arguments (a dict by name, or a sequence in parameter order; a
@@ -684,16 +740,17 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
     Returns a SimResult: ``findings`` (deadlock, read-before-signal, write-write, write-after-read,
     out-of-bounds, mismatch, each with the kernel's source line), ``outputs[rank][name]``. Raises
     SimulationError (located at the kernel line) when the kernel itself fails, e.g. a dl.* call with wrong
-    arguments."""
+    arguments. ``max_switches``: switches between programs after which a run that has not finished is reported
+    (a spin loop that never ends)."""
     from .jit import DitronJITFunction
     if not isinstance(kernel, DitronJITFunction):
         raise SimulationError(f"simulate: kernel must be a @ditron.jit kernel, got {type(kernel).__name__}")
     if not isinstance(world, int) or world < 1:
         raise SimulationError(f"simulate: world must be a positive number of ranks, got {world!r}")
-    g = _grid(grid)
-    rows = _per_rank(kernel, args_per_rank, world)
+    g = grid3(grid)
+    rows = per_rank_args(kernel, args_per_rank, world)
     inputs = [{n: v.copy() for n, v in row.items() if isinstance(v, np.ndarray)} for row in rows]
-    w = _World(kernel, g, rows, world, seed)
+    w = _World(kernel, g, rows, world, seed, max_switches)
     fn = w.ti.InterpretedFunction(kernel.fn).rewrite()
     scope = _patch_language(w, kernel.fn)
     patched = _patch_builder(w)

@@ -118,9 +118,13 @@ def hidden(generator, what: str) -> dict[str, Any]:
     jit_fn = getattr(generator, "jit_fn", None)
     if jit_fn is not None and getattr(jit_fn, KERNEL_MARK, False) or (generator is not None
                                                                      and not generator.is_kernel):
-        raise TypeError(f"{what} must be called in the body of the @ditron.jit kernel itself, not in a "
-                        "@triton.jit helper it calls (pass the value to the helper as an argument)")
+        raise TypeError(in_helper_message(what))
     raise TypeError(f"{what} needs a @ditron.jit kernel (this one is a plain @triton.jit kernel)")
+
+
+def in_helper_message(what: str) -> str:
+    return (f"{what} must be called in the body of the @ditron.jit kernel itself, not in a @triton.jit helper it "
+            "calls (pass the value to the helper as an argument)")
 
 
 # ----------------------------------------------------------------------------------- vendor hooks as builtins
