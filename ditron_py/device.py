@@ -265,6 +265,7 @@ class JitKernel:
     constexprs: dict[str, Any]
     options: dict[str, Any]
     where: tuple[str, int, int]
+    wait: dict[str, str] | None = None   # {"arg": pad parameter, "value_arg": value parameter}: for the watchdog
 
     @property
     def name(self) -> str:
@@ -282,7 +283,7 @@ class JitKernel:
             source = inspect.getsource(self.fn.fn)
         except (OSError, TypeError):
             source = repr(self.fn.fn.__code__.co_code)
-        spec = json.dumps([self.fn.fn.__module__, self.fn.fn.__qualname__, source, self.signature,
+        spec = json.dumps([self.fn.fn.__module__, self.fn.fn.__qualname__, source, self.signature, self.wait,
                            sorted(self.constexprs.items(), key=lambda kv: kv[0]), sorted(self.options.items()),
                            target], default=repr)
         return hashlib.sha256(spec.encode()).hexdigest()[:20]
@@ -620,11 +621,12 @@ class Program:
         return Kernel(name, args, fields, _call_site())
 
     def jit(self, fn: Any, *, signature: dict[str, str], constexprs: dict[str, Any] | None = None,
-            **options: Any) -> JitKernel:
+            wait: dict[str, str] | None = None, **options: Any) -> JitKernel:
         """A user ``@ditron.jit`` kernel for this program: ``signature`` gives the Triton type of each parameter
         ("*bf16", "*fp32", "*i32", "i32", ...), ``constexprs`` the values of its ``tl.constexpr`` ones; ``options``
         are its compile options (num_warps, ...). Launch it with a grid; its hidden arguments (rank, heap bases,
-        wait bounds) are bound by the executor."""
+        wait bounds) are bound by the executor. ``wait={"arg": pad parameter, "value_arg": value parameter}`` says
+        which pad the kernel waits on for which value, so that a wait that times out names that pad's slots."""
         where = _call_site()
         if not (hasattr(fn, "arg_names") and hasattr(fn, "constexpr_names") and callable(getattr(fn, "compile", None))):
             raise _error(f"jit takes a @ditron.jit kernel, got {type(fn).__name__}", where)
@@ -641,7 +643,17 @@ class Program:
                 raise _error(f"kernel '{fn.__name__}': parameter '{name}' has type {ty!r}; a device program passes "
                              f"buffers ({', '.join(_POINTER_DTYPES)}) and index values ({', '.join(_SCALAR_TYPES)})",
                              where)
-        return JitKernel(fn, dict(signature), constexprs, dict(options), where)
+        if wait is not None:
+            if not isinstance(wait, dict) or set(wait) != {"arg", "value_arg"}:
+                raise _error(f"jit: wait is {{'arg': pad parameter, 'value_arg': value parameter}}, got {wait!r}",
+                             where)
+            if signature.get(wait["arg"]) != "*i32":
+                raise _error(f"jit: wait arg {wait['arg']!r} is not an i32 pad parameter (*i32) of "
+                             f"'{fn.__name__}'", where)
+            if signature.get(wait["value_arg"]) not in _SCALAR_TYPES:
+                raise _error(f"jit: wait value_arg {wait['value_arg']!r} is not an integer parameter of "
+                             f"'{fn.__name__}'", where)
+        return JitKernel(fn, dict(signature), constexprs, dict(options), where, dict(wait) if wait else None)
 
     def launch(self, kernel: Kernel, args: Sequence[Any], *, grid: Sequence[int] | int | None = None,
                sm_budget: int | None = None, stream: int = 0, tile_order: str | None = None) -> None:
@@ -1082,8 +1094,10 @@ class _Emitter:
         with self.loc(k.where):
             decl = func.FuncOp(k.name, ir.FunctionType.get(types, []), visibility="private",
                                ip=ir.InsertionPoint(self.kernels.module.body))
-        decl.attributes[schema.JIT_ATTR] = ir.DictAttr.get({
-            "key": ir.StringAttr.get(key), "params": ir.ArrayAttr.get([ir.StringAttr.get(n) for n in k.params])})
+        fields = {"key": ir.StringAttr.get(key), "params": ir.ArrayAttr.get([ir.StringAttr.get(n) for n in k.params])}
+        if k.wait:
+            fields["wait"] = ir.DictAttr.get({n: ir.StringAttr.get(v) for n, v in k.wait.items()})
+        decl.attributes[schema.JIT_ATTR] = ir.DictAttr.get(fields)
         self.kernels.names.add(k.name)
         return k.name
 

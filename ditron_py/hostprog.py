@@ -276,11 +276,13 @@ class _Serializer:
         if target is None:
             raise _error(launch, f"launch of '@{name}': no such symbol in the module")
         if target.name == "func.func" and JIT_ATTR in target.attributes:  # a user @ditron.jit kernel (ditron.device)
-            params = [str(a) for a in attr_to_py(target.attributes[JIT_ATTR])["params"]]
+            spec = attr_to_py(target.attributes[JIT_ATTR])
+            params = [str(a) for a in spec["params"]]
             if n_operands != len(params):
                 raise _error(launch, f"launch of '@{name}' passes {n_operands} operand(s); the kernel takes "
                                      f"{len(params)}: {', '.join(params)}")
-            self.kernels[name] = {"spins": True, "template": None, "wait": None, "args": params}
+            # "wait": the pad and value parameters its in-kernel waits use (the watchdog names their slots)
+            self.kernels[name] = {"spins": True, "template": None, "wait": spec.get("wait"), "args": params}
             return
         if target.name != "tt.func":
             raise _error(launch, f"launch of '@{name}': the kernel is a {target.name}, not a tt.func; run "

@@ -107,7 +107,8 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
         tiles = {**JIT_TILES, **gemm_fields}
         kernel = p.jit(ag_gemm_tiles, signature={"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "ready_ptr": "*i32",
                                                  "M": "i32", "N": "i32", "K": "i32", "m": "i32", "epoch": "i32"},
-                       constexprs={"CHUNK": chunk, **tiles}, **JIT_OPTIONS)
+                       constexprs={"CHUNK": chunk, **tiles}, wait={"arg": "ready_ptr", "value_arg": "epoch"},
+                       **JIT_OPTIONS)
         count_tiles = -(-W * m // tiles["BLOCK_M"]) * -(-n // tiles["BLOCK_N"])
         programs = min(num_sms or 132, count_tiles)
         p.launch(kernel, [gathered, w, y, ready, W * m, n, K, m, p.epoch], grid=programs, stream=0)

@@ -19,19 +19,23 @@ def scale_after_wait(x_ptr, y_ptr, pad_ptr, n, epoch, BLOCK: tl.constexpr):
         tl.store(y_ptr + offs, x * 2, mask=mask)
 
 
-def scale_program(W: int, n: int = 1000, *, grid: int = 4, block: int = 256, copy_stream: int = 0):
+def scale_program(W: int, n: int = 1000, *, grid: int = 4, block: int = 256, copy_stream: int = 0,
+                  signal: bool = True):
     """A device program around it: rank r pushes x into g on rank r + 1 (on ``copy_stream``) and sets slot 0 of
-    its pad there; the kernel, launched on stream 0, waits for it in-kernel and writes y = 2 * g."""
+    its pad there; the kernel, launched on stream 0, waits for it in-kernel and writes y = 2 * g. ``signal=False``
+    plants a missing signal: every kernel's wait times out."""
     import ditron.device as dd
-    p = dd.Program("jit_scale", W)
+    p = dd.Program("jit_scale" if signal else "jit_stuck", W)
     x = p.input("x", (n,), "f32")
     y = p.output("y", (n,), "f32")
     g = p.symmetric("g", (n,), "f32")
     ready = p.signal_pad("ready", 1)
     nxt = (p.rank + 1) % p.num_ranks
     p.copy(x, g, dst_rank=nxt, stream=copy_stream)
-    p.signal(ready, rank=nxt, slot=0, stream=copy_stream)
-    k = p.jit(scale_after_wait, signature=SIGNATURE, constexprs={"BLOCK": block})
+    if signal:
+        p.signal(ready, rank=nxt, slot=0, stream=copy_stream)
+    k = p.jit(scale_after_wait, signature=SIGNATURE, constexprs={"BLOCK": block},
+              wait={"arg": "pad_ptr", "value_arg": "epoch"})
     p.launch(k, [g, y, ready, n, p.epoch], grid=grid, stream=0)
     p.barrier()
     return p

@@ -327,7 +327,9 @@ def test_a_jit_kernel_launch_compiles_into_the_artifact(tmp_path):
     kinds = [a.kind for a in exe.kernels["scale_after_wait"].entry.args]
     assert kinds == ["pointer", "pointer", "pointer", "scalar", "scalar", "rank", "num_ranks", "heap_bases",
                      "wait_bound", "wait_err", "wait_tag"]
-    assert exe.host_program["kernels"]["scale_after_wait"]["args"] == ["x_ptr", "y_ptr", "pad_ptr", "n", "epoch"]
+    info = exe.host_program["kernels"]["scale_after_wait"]
+    assert info["args"] == ["x_ptr", "y_ptr", "pad_ptr", "n", "epoch"] and info["spins"]
+    assert info["wait"] == {"arg": "pad_ptr", "value_arg": "epoch"}  # the watchdog names this pad's slots
 
 
 def test_a_jit_kernel_from_ir_alone_is_a_clear_compile_error():
@@ -358,6 +360,8 @@ def test_jit_launch_errors():
     _raises_here(lambda: p.jit(jit_kernels.scale_after_wait, signature={**sig, "n": "fp32"},
                                constexprs={"BLOCK": 64}), "parameter 'n' has type 'fp32'")
     _raises_here(lambda: p.jit(len, signature={}), "jit takes a @ditron.jit kernel")
+    _raises_here(lambda: p.jit(jit_kernels.scale_after_wait, signature=sig, constexprs={"BLOCK": 64},
+                               wait={"arg": "x_ptr", "value_arg": "epoch"}), "'x_ptr' is not an i32 pad parameter")
     p.launch(k, [x, x, pad, 64, p.epoch], grid=1)
     other = p.jit(jit_kernels.scale_after_wait, signature=sig, constexprs={"BLOCK": 32})
     _raises_here(lambda: p.launch(other, [x, x, pad, 64, p.epoch], grid=1), "two specialisations")

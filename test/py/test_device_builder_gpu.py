@@ -60,10 +60,10 @@ def stuck(W: int = 2) -> dd.Program:
     return p
 
 
-def jit_scale(W: int, n: int = 5000) -> dd.Program:
+def jit_scale(W: int, n: int = 5000, *, signal: bool = True) -> dd.Program:
     """A user kernel (examples/jit_kernels.py) waiting in-kernel for a peer's copy on another stream."""
     import jit_kernels
-    return jit_kernels.scale_program(W, n, block=512, copy_stream=1)
+    return jit_kernels.scale_program(W, n, block=512, copy_stream=1, signal=signal)
 
 
 def cases(real: bool = False) -> dict[str, dd.Program]:
@@ -79,6 +79,7 @@ def cases(real: bool = False) -> dict[str, dd.Program]:
                                                                  gemm="jit")
     out["stuck_w2"] = stuck(2)
     out["jit_scale_w2"] = jit_scale(2)
+    out["jit_stuck_w2"] = jit_scale(2, signal=False)
     return out
 
 
@@ -184,6 +185,25 @@ def test_a_user_kernel_waiting_in_kernel_for_a_copy(gpu, graph):
                 gpu.testing.assert_close(ys[r][0], 2 * xs[(r - 1) % 2][0])
     finally:
         exe.close()
+
+
+@pytest.mark.gpu
+def test_a_user_kernel_whose_signal_never_comes_gives_up_naming_the_kernel_and_pad(gpu):
+    """The planted missing signal of examples/jit_kernels.scale_program: the user kernel's bounded in-kernel wait
+    gives up (its wait_bound / wait_err / wait_tag bound by the executor) and the error names it, not a hang."""
+    from ditron.errors import WaitTimeoutError
+    from ditron.runtime.world import World
+    exe = load("jit_stuck_w2")
+    ex = exe.executor(World.virtual(2), timeout_s=20)
+    ex.max_iters = 20_000  # a few milliseconds of polling per wait
+    x = [[gpu.ones(5000, device="cuda")] for _ in range(2)]
+    start = time.monotonic()
+    with pytest.raises(WaitTimeoutError) as err:
+        ex.run(x)
+    assert time.monotonic() - start < 60
+    message = str(err.value)
+    assert "scale_after_wait" in message and "rank 0" in message, message
+    exe.close()
 
 
 @pytest.mark.gpu
