@@ -153,10 +153,21 @@ _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "//", "rem": "%", "min": "
 _COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
+def _loop_vars(x: Index) -> Iterator[int]:
+    if x.kind == "loop":
+        yield x.args[0]
+    elif x.kind in _SYMBOL:
+        for a in x.args:
+            yield from _loop_vars(a)
+
+
 def _as_index(x: Any, program: "Program | None", what: str) -> Index:
     if isinstance(x, Index):
         if program is not None and x.program is not None and x.program is not program:
             raise _error(f"{what} is an index value of another program")
+        if program is not None and any(v not in program._live_vars for v in _loop_vars(x)):
+            raise _error(f"{what} uses the variable of a loop that has ended (a loop variable lives inside its "
+                         "`with p.loop(...)` block)")
         return x
     if isinstance(x, bool) or not isinstance(x, int):
         raise _error(f"{what} must be an int or an index value of the program (rank, num_ranks, epoch, a loop "
@@ -328,6 +339,7 @@ class Program:
         self.num_ranks = Index("num_ranks", (), self)
         self.epoch = Index("epoch", (), self)
         self._loop_vars = 0
+        self._live_vars: set[int] = set()  # the loops the program is inside while it is built
         self._barrier_pad: Pad | None = None
         self._executables: dict[tuple, Any] = {}
 
@@ -451,8 +463,12 @@ class Program:
         var = Index("loop", (self._loop_vars,), self)
         self._loop_vars += 1
         op = _Op("loop", _call_site(), {"lo": lo_, "hi": hi_, "step": step_, "var": var})
-        with self._nested(op):
-            yield var
+        self._live_vars.add(var.args[0])
+        try:
+            with self._nested(op):
+                yield var
+        finally:
+            self._live_vars.discard(var.args[0])
 
     @contextlib.contextmanager
     def if_(self, cond: Index) -> Iterator[None]:
@@ -769,10 +785,15 @@ class Program:
     # ---- IR
 
     def build(self, ctx: Any = None) -> Any:
-        """The program as an ir.Module in ``ctx`` (default: the current context, which must have the ditron
-        dialects: ``ditron.dialects.ditron_context()``), verified."""
+        """The program as an ir.Module in ``ctx`` (default: the current context), which must have the ditron
+        dialects (``ditron.dialects.ditron_context()``), verified."""
         from .dialects.verify import verify
-        module = _Emitter(self).module()
+        if ctx is not None:
+            from mlir import ir
+            with ctx, ir.Location.unknown(ctx):
+                module = _Emitter(self).module()
+        else:
+            module = _Emitter(self).module()
         verify(module)
         return module
 

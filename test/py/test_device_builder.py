@@ -241,6 +241,9 @@ def test_error_declarations():
 
 def test_error_index_values():
     p, x, w, y, pad = _small()
+    with p.loop(0, 2) as i:
+        p.signal(pad, slot=i)
+    _raises_here(lambda: p.signal(pad, slot=i), "uses the variable of a loop that has ended")
     _raises_here(lambda: bool(p.rank < 1), "has no truth value")
     _raises_here(lambda: p.signal(pad, slot=1.5), "signal slot must be an int or an index value")
     _raises_here(lambda: p.signal(pad, slot=0, rank=p.rank + 1, scope="gpu"), "needs scope='sys'")
@@ -428,3 +431,12 @@ def test_a_program_of_sm_copies_and_no_launch_gets_its_copy_kernels():
     assert p.simulate(reference=gathered).ok
     exe = ditron.compile(p, "cuda:90", cache=False)
     assert any(k.startswith("copy") for k in exe.kernels), list(exe.kernels)
+
+
+def test_build_into_a_given_context():
+    from ditron.dialects import ditron_context
+    p = push_gather(2)
+    with ditron_context() as ctx:
+        module = p.build(ctx)
+        assert '"ditron_device.barrier"' in module.operation.get_asm()
+        del module
