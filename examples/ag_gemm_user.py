@@ -9,7 +9,8 @@ The schedule, per rank:
 * stream 0: one launch of a GEMM with per-tile waits: a tile of rows [r0, r0 + BM) waits until the slots of the
   chunks covering them hold the epoch (acquire), then runs its K loop; tiles are visited in rank-rotated order
   (this rank's rows first: they arrive first). Either the built-in GEMM template (``gemm="template"``) or the user
-  kernel ``ag_gemm_tiles`` below, written in Triton's language with ditron.language's wait (``gemm="jit"``);
+  kernel ``ag_gemm_tiles`` of examples/jit_kernels.py, written in Triton's language with ditron.language's wait
+  (``gemm="jit"``);
 * stream 1 joins stream 0 (a local signal and wait), then every rank meets at a barrier: no rank pushes the next
   call's chunks into a peer's ``gathered`` while the peer's GEMM still reads it.
 
@@ -24,53 +25,19 @@ from __future__ import annotations
 
 import sys
 
-import triton.language as tl
-
-import ditron
 import ditron.device as dd
-import ditron.language as dl
 from ditron.user_ops import UserOp
 
-# the user GEMM's tiling (gemm="jit"); num_warps / num_stages are its compile options
-JIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
-JIT_OPTIONS = {"num_warps": 8, "num_stages": 3}
-
-
-@ditron.jit
-def ag_gemm_tiles(a_ptr, b_ptr, c_ptr, ready_ptr, M, N, K, m, epoch, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """C[M, N] = A[M, K] @ B[K, N], persistent over the tiles, each tile waiting for the chunks of its rows: rows
-    [s * CHUNK, (s + 1) * CHUNK) of A are there once slot s of this rank's ready pad holds the epoch (acquire).
-    Tiles in grouped order, rotated to start on this rank's own rows (m per rank: they are there first)."""
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    shift = (dl.rank() * m) // BLOCK_M
-    for tile in range(pid, tiles_m * tiles_n, programs):
-        group = tile // (GROUP_M * tiles_n)
-        first_m = group * GROUP_M
-        size_m = tl.minimum(tiles_m - first_m, GROUP_M)
-        pid_m = (first_m + (tile % (GROUP_M * tiles_n)) % size_m + shift) % tiles_m
-        pid_n = (tile % (GROUP_M * tiles_n)) // size_m
-        row0 = pid_m * BLOCK_M
-        token = epoch
-        for s in range(row0 // CHUNK, (tl.minimum(row0 + BLOCK_M, M) - 1) // CHUNK + 1):
-            token = dl.wait(ready_ptr, s, epoch)
-        offs_m = row0 + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        offs_k = tl.arange(0, BLOCK_K)
-        a_ptrs = dl.consume_token(a_ptr, token) + offs_m[:, None] * K + offs_k[None, :]
-        b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] + k0 < K), other=0.0)
-            b = tl.load(b_ptrs, mask=(offs_k[:, None] + k0 < K) & (offs_n[None, :] < N), other=0.0)
-            acc = tl.dot(a, b, acc)
-            a_ptrs += BLOCK_K
-            b_ptrs += BLOCK_K * N
-        c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+def _jit_gemm():
+    """examples/jit_kernels.py's GEMM (imported when used: ditron.language needs the compiler's MLIR bindings, which
+    a GPU box running prebuilt artifacts does not have)."""
+    try:
+        import jit_kernels
+    except ImportError:
+        from pathlib import Path
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import jit_kernels
+    return jit_kernels.JIT_OPTIONS, jit_kernels.JIT_TILES, jit_kernels.ag_gemm_tiles
 
 
 def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: str = "bf16",
@@ -79,7 +46,7 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
     """The AG+GEMM device program for W ranks: inputs x [m, K], w [K, n]; output y [W*m, n]. ``chunk``: rows per
     copy (a divisor of m; default: m, one chunk per rank); ``num_sms``: the GEMM's SM budget (in a virtual world
     of W ranks on one GPU, at most its share: ``World.cta_budget``); ``gemm``: "template" (the built-in GEMM with
-    per-tile waits; ``gemm_fields``: its tuning, block_m, ...) or "jit" (the user kernel ``ag_gemm_tiles``,
+    per-tile waits; ``gemm_fields``: its tuning, block_m, ...) or "jit" (the user kernel ``jit_kernels.ag_gemm_tiles``,
     persistent on ``num_sms`` programs; ``gemm_fields``: its constexprs, BLOCK_M, ...)."""
     chunk = chunk or m
     if m % chunk:
@@ -103,6 +70,7 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
                    sizes=(chunk, K), engine="copy_engine", stream=1)
             p.signal(ready, rank=q, slot=p.rank * count + c, stream=1)
     if gemm == "jit":
+        JIT_OPTIONS, JIT_TILES, ag_gemm_tiles = _jit_gemm()
         ptr = "*" + {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[dtype]
         tiles = {**JIT_TILES, **gemm_fields}
         kernel = p.jit(ag_gemm_tiles, signature={"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "ready_ptr": "*i32",

@@ -16,6 +16,7 @@ from ditron.sim import DEADLOCK, RACE_READ, RACE_WAR, RACE_WRITE
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[2] / "examples"))
 import ag_gemm_user as example  # noqa: E402
+import jit_kernels  # noqa: E402
 
 SMALL = dict(block_m=32, block_n=32, block_k=32)
 
@@ -316,7 +317,6 @@ def test_user_op_prebuilds_its_artifact(tmp_path):
 # ------------------------------------------------------------------------------- user @ditron.jit kernels
 
 def jit_program(W: int = 2, n: int = 1000):
-    import jit_kernels
     return jit_kernels.scale_program(W, n)
 
 
@@ -345,7 +345,6 @@ def test_a_jit_kernel_from_ir_alone_is_a_clear_compile_error():
 
 
 def test_jit_launch_errors():
-    import jit_kernels
     p = dd.Program("t", 2)
     x = p.input("x", (64,), "f32")
     xb = p.input("xb", (64,), "bf16")
@@ -384,11 +383,11 @@ def _tiles_args(W: int, m: int, K: int, n: int, chunk: int, ready: int = 1):
 
 @pytest.mark.parametrize("W,m,chunk", [(1, 40, 20), (3, 40, 20)])
 def test_the_user_gemm_kernel_is_right_on_the_cpu(W, m, chunk):
-    """examples/ag_gemm_user.ag_gemm_tiles (gemm="jit") through ditron.language.simulate, its chunks already
+    """examples/jit_kernels.ag_gemm_tiles (ag_gemm_user's gemm="jit") through ditron.language.simulate, its chunks already
     there: the persistent grouped, rank-rotated tile loop with 32-row tiles over 40-row shards."""
     import ditron.language as dl
     args, want = _tiles_args(W, m, 48, 40, chunk)
-    result = dl.simulate(example.ag_gemm_tiles, (3,), args, world=W, reference=want, rtol=1e-4, atol=1e-4)
+    result = dl.simulate(jit_kernels.ag_gemm_tiles, (3,), args, world=W, reference=want, rtol=1e-4, atol=1e-4)
     assert result.ok, result.summary()
 
 
@@ -396,9 +395,9 @@ def test_the_user_gemm_kernel_waits_for_a_chunk_that_never_comes():
     import ditron.language as dl
     args, want = _tiles_args(2, 40, 48, 40, 20)
     args[1]["ready_ptr"][2] = 0  # rank 1: rows 40..59 (rank 1's first chunk) never arrive
-    result = dl.simulate(example.ag_gemm_tiles, (2,), args, world=2, reference=want, rtol=1e-4, atol=1e-4)
+    result = dl.simulate(jit_kernels.ag_gemm_tiles, (2,), args, world=2, reference=want, rtol=1e-4, atol=1e-4)
     assert not result.ok and "deadlock" in result.summary().lower(), result.summary()
-    assert "ag_gemm_user.py" in result.summary()
+    assert "jit_kernels.py" in result.summary()
 
 
 @pytest.mark.slow
