@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DitronRuntimeError, WaitTimeoutError
-from .sim import grid3, heap_layout, per_rank_args
+from .args import grid3, heap_layout, per_rank_args
 
 DEFAULT_WAIT_BOUND = 1 << 22       # polls (each with the vendor's pause) before a wait gives up
 _TRITON_TYPES = {"float32": "fp32", "float16": "fp16", "float64": "fp64", "int8": "i8", "int16": "i16",
@@ -72,14 +72,14 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
     from ..runtime.loader import device_target_name
     if not isinstance(world, int) or world < 1:
         raise DitronRuntimeError(f"run_virtual: world must be a positive number of ranks, got {world!r}")
-    g = grid3(grid)
-    rows = per_rank_args(kernel, args_per_rank, world)
+    g = grid3(grid, DitronRuntimeError)
+    rows = per_rank_args(kernel, args_per_rank, world, DitronRuntimeError)
     dev = torch.device(device if device is not None else "cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     if world * g[0] * g[1] * g[2] > sms - SM_RESERVE:
         raise DitronRuntimeError(f"run_virtual: {world} ranks x {g[0] * g[1] * g[2]} programs cannot all be "
                                  f"resident on {sms} SMs; use fewer programs")
-    layout, nbytes = heap_layout(kernel, rows)
+    layout, nbytes = heap_layout(kernel, rows, DitronRuntimeError)
     target = device_target_name()
     signature = _signature(kernel, rows)
     constexprs = {n: rows[0][n] for n in kernel.constexpr_names}

@@ -39,22 +39,17 @@ import numpy as np
 from ..errors import Diagnostic
 from ..sim.report import (DEADLOCK, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE, Finding, Findings,
                           Loc, SimulationError)
+from .args import HEAP_ALIGN, NP_TO_TL, grid3, heap_layout, per_rank_args
+from .core import _ACTIVE, active
 
 __all__ = ["simulate", "SimResult", "Finding", "SimulationError", "KINDS"]
 
 KINDS = (DEADLOCK, RACE_READ, RACE_WRITE, RACE_WAR, OUT_OF_BOUNDS, MISMATCH)
-HEAP_ALIGN = 128          # bytes between arrays of a heap (and the heap base alignment)
 MAX_AGENTS = 4096
 LOADS_PER_SWITCH = 1024  # a program switches after this many plain loads (a user's spin on tl.load progresses)
 MAX_SWITCHES = 100_000   # more switches than this: reported as no progress (a spin that never ends)
 SWITCH_RATE = 0.25        # how often a wait that could go on switches agents anyway (the rest of the interleaving)
 
-_ACTIVE = threading.local()
-
-
-def active():
-    """The agent running on this thread inside ``simulate`` (None outside a simulation)."""
-    return getattr(_ACTIVE, "agent", None)
 
 
 class _Abort(BaseException):
@@ -62,11 +57,6 @@ class _Abort(BaseException):
 
 
 # ---------------------------------------------------------------------------------------------------- memory
-
-_NP_TO_TL = {"float32": "float32", "float16": "float16", "float64": "float64", "int8": "int8", "int16": "int16",
-             "int32": "int32", "int64": "int64", "uint8": "uint8", "uint16": "uint16", "uint32": "uint32",
-             "uint64": "uint64", "bool": "int1"}
-
 
 @dataclass
 class _Array:
@@ -89,32 +79,6 @@ class _Shadow:
     epoch: int = 0
     line: Loc | None = None
     reads: dict = field(default_factory=dict)   # agent -> (epoch, loc)
-
-
-def heap_layout(kernel, args_per_rank) -> tuple[dict[str, tuple[int, np.dtype, tuple]], int]:
-    """Where each array argument lives in every rank's symmetric heap: ({name: (byte offset, dtype, shape)},
-    the heap's size). Every rank must give the same dtype and shape for an array argument."""
-    layout: dict[str, tuple[int, np.dtype, tuple]] = {}
-    offset = 0
-    for r, args in enumerate(args_per_rank):
-        for name in kernel.arg_names:
-            a = args[name]
-            if isinstance(a, np.ndarray):
-                if str(a.dtype) not in _NP_TO_TL:
-                    raise SimulationError(f"argument '{name}' of rank {r} has dtype {a.dtype}; supported: "
-                                          f"{', '.join(_NP_TO_TL)}")
-                spec = (a.dtype, a.shape)
-                if name not in layout:
-                    layout[name] = (offset, *spec)
-                    offset += -(-max(a.nbytes, 1) // HEAP_ALIGN) * HEAP_ALIGN + HEAP_ALIGN
-                elif layout[name][1:] != spec:
-                    raise SimulationError(f"argument '{name}' is a symmetric array: every rank needs the same "
-                                          f"dtype and shape (rank 0: {layout[name][1]} {layout[name][2]}, rank "
-                                          f"{r}: {a.dtype} {a.shape})")
-            elif name in layout:
-                raise SimulationError(f"argument '{name}' is an array on rank 0 but {type(a).__name__} on rank "
-                                      f"{r}")
-    return layout, max(offset, HEAP_ALIGN)
 
 
 # ---------------------------------------------------------------------------------------------------- result
@@ -245,7 +209,7 @@ class _World:
     def _build_heaps(self, args_per_rank) -> None:
         names = self.kernel.arg_names
         self.args: list[dict[str, Any]] = []
-        layout, self.heap_bytes = heap_layout(self.kernel, args_per_rank)
+        layout, self.heap_bytes = heap_layout(self.kernel, args_per_rank, SimulationError)
         self.heaps = []
         self.arrays: list[_Array] = []
         for r, args in enumerate(args_per_rank):
@@ -273,7 +237,7 @@ class _World:
 
     def _pointer(self, address: int, dtype: np.dtype):
         tl = self.tl
-        ty = tl.pointer_type(getattr(tl, _NP_TO_TL[str(dtype)]))
+        ty = tl.pointer_type(getattr(tl, NP_TO_TL[str(dtype)]))
         return tl.tensor(self.ti.TensorHandle(np.array([address], dtype=np.uint64), ty), ty)
 
     def scalar(self, value: int, dtype: str):
@@ -679,37 +643,6 @@ def _patch_language(world: _World, kernel_fn):
 
 # ------------------------------------------------------------------------------------------------ the API
 
-def grid3(grid) -> tuple[int, int, int]:
-    g = (grid,) if isinstance(grid, int) else tuple(grid)
-    if not 1 <= len(g) <= 3 or not all(isinstance(n, int) and n >= 1 for n in g):
-        raise SimulationError(f"simulate: grid must be 1 to 3 positive integers, got {grid!r}")
-    return tuple(g) + (1,) * (3 - len(g))
-
-
-def per_rank_args(kernel, args_per_rank, world: int) -> list[dict[str, Any]]:
-    rows = [args_per_rank(r) for r in range(world)] if callable(args_per_rank) else list(args_per_rank)
-    if len(rows) != world:
-        raise SimulationError(f"simulate: args_per_rank has {len(rows)} entries for a world of {world} ranks")
-    out = []
-    for r, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            row = list(row)
-            if len(row) != len(kernel.arg_names):
-                raise SimulationError(f"simulate: rank {r} gives {len(row)} arguments; kernel '{kernel.__name__}' "
-                                      f"takes {len(kernel.arg_names)} ({', '.join(kernel.arg_names)})")
-            row = dict(zip(kernel.arg_names, row))
-        missing = [n for n in kernel.arg_names if n not in row]
-        extra = [n for n in row if n not in kernel.arg_names]
-        if missing or extra:
-            raise SimulationError(f"simulate: rank {r}: " + "; ".join(
-                ([f"missing argument(s) {', '.join(missing)}"] if missing else [])
-                + ([f"unknown argument(s) {', '.join(extra)}"] if extra else [])))
-        out.append({n: (np.array(v, copy=True) if isinstance(v, np.ndarray) else
-                        (np.asarray(v.detach().cpu().numpy()).copy() if hasattr(v, "detach") else v))
-                    for n, v in row.items()})
-    return out
-
-
 def _located_error(err: BaseException, world: _World) -> SimulationError:
     tb = err.__traceback__
     loc = Loc(None)
@@ -747,8 +680,8 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
         raise SimulationError(f"simulate: kernel must be a @ditron.jit kernel, got {type(kernel).__name__}")
     if not isinstance(world, int) or world < 1:
         raise SimulationError(f"simulate: world must be a positive number of ranks, got {world!r}")
-    g = grid3(grid)
-    rows = per_rank_args(kernel, args_per_rank, world)
+    g = grid3(grid, SimulationError)
+    rows = per_rank_args(kernel, args_per_rank, world, SimulationError)
     inputs = [{n: v.copy() for n, v in row.items() if isinstance(v, np.ndarray)} for row in rows]
     w = _World(kernel, g, rows, world, seed, max_switches)
     fn = w.ti.InterpretedFunction(kernel.fn).rewrite()

@@ -436,3 +436,29 @@ def test_sim_a_spin_that_never_ends_is_reported():
     found = result.of_kind("deadlock")
     assert found and "has not finished after 50 switches" in found[0].message, result.summary()
     assert found[0].rank == 0 and found[0].loc.line == _line(spins_on_a_plain_load.fn, "while tl.load")
+
+
+def test_compiling_and_launching_need_no_mlir_bindings():
+    """@ditron.jit kernels compile with stock Triton alone: a machine with torch + triton (the GPU machine) compiles
+    and launches them with the MLIR bindings unimportable."""
+    import subprocess
+    import textwrap
+    code = textwrap.dedent(f"""
+        import sys
+        class _NoMLIR:
+            def find_spec(self, name, path=None, target=None):
+                if name == "mlir" or name.startswith(("mlir.", "ditron.dialects", "ditron.passes", "ditron.sim")):
+                    raise ImportError("test: " + name + " must not be imported")
+        sys.meta_path.insert(0, _NoMLIR())
+        sys.path.insert(0, {str(EXAMPLES)!r})
+        import ring_all_gather as ex
+        import ditron.language as dl
+        ck = ex.ring_all_gather.compile(signature={{"x_ptr": "*fp32", "out_ptr": "*fp32", "pad_ptr": "*i32",
+                                                   "n": "i32", "epoch": "i32"}}, constexprs={{"BLOCK": 32}},
+                                        target="cuda:90")
+        assert ck.binary and ck.metadata["abi"]
+        dl.run_virtual   # importable
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
