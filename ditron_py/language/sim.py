@@ -382,6 +382,10 @@ class _World:
         if op != "clear":
             agent.full[agent.index] += 1
             agent.base[agent.index] += 1
+        self.wake(addrs)
+
+    def wake(self, addrs: np.ndarray) -> None:
+        """Programs blocked in a wait on any of these addresses may go on (they read their slots again)."""
         touched = set(addrs.tolist())
         for other in self.agents:
             if other.state == "blocked" and touched.intersection(other.blocked_on[0].tolist()):
@@ -426,6 +430,8 @@ class _World:
             return
         self.check_bounds(agent, addrs, itemsize, "a store" if write else "a load", loc)
         me = agent.index
+        if write:
+            self.wake(addrs)      # a slot written by a plain store (not a notify) also ends a wait on it
         clock = agent.full if write else self.load_clock(agent, ptrs)
         for address in np.unique(addrs).tolist():
             sh = self.shadow.get(address)
@@ -605,8 +611,12 @@ def _patch_builder(world: _World) -> list[str]:
                 ptr = args[1] if original is original_rmw else args[0]
                 mask = args[mask_index] if mask_index is not None else None
                 itemsize = max(1, ptr.get_element_ty().primitive_bitwidth // 8)
-                world.check_bounds(agent, world.addresses(agent, ptr, mask), itemsize, "an atomic", world.loc())
+                addrs = world.addresses(agent, ptr, mask)
+                world.check_bounds(agent, addrs, itemsize, "an atomic", world.loc())
+                out = original(*args)
+                world.wake(addrs)
                 agent.yield_()
+                return out
             return original(*args)
         return run
 
