@@ -55,10 +55,11 @@ def per_rank_args(kernel, args_per_rank, world: int, error=ValueError) -> list[d
     for r, row in enumerate(rows):
         if not isinstance(row, Mapping):
             row = list(row)
-            if len(row) != len(kernel.arg_names):
+            if len(row) > len(kernel.arg_names):
                 raise error(f"rank {r} gives {len(row)} arguments; kernel '{kernel.__name__}' "
                             f"takes {len(kernel.arg_names)} ({', '.join(kernel.arg_names)})")
             row = dict(zip(kernel.arg_names, row))
+        row = {**{n: v for n, v in kernel.defaults.items() if n not in row}, **row}
         missing = [n for n in kernel.arg_names if n not in row]
         extra = [n for n in row if n not in kernel.arg_names]
         if missing or extra:

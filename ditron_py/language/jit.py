@@ -82,6 +82,8 @@ class DitronJITFunction:
         self.traced = _TracedJIT(fn)
         self.arg_names = list(self.traced.arg_names)
         self.constexpr_names = [p.name for p in self.traced.params if p.is_constexpr]
+        self.defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()
+                         if p.default is not inspect.Parameter.empty}
 
     def __repr__(self) -> str:
         return f"<ditron.jit kernel {self.fn.__module__}.{self.__name__}>"
@@ -93,7 +95,8 @@ class DitronJITFunction:
     # -- compiling
     def _source(self, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None):
         from triton.compiler.compiler import ASTSource
-        constexprs = dict(constexprs or {})
+        constexprs = {**{n: v for n, v in self.defaults.items() if n in self.constexpr_names and n not in signature},
+                      **(constexprs or {})}
         unknown = sorted(set(signature) - set(self.arg_names)) + sorted(set(constexprs) - set(self.arg_names))
         if unknown:
             raise CompileError(f"kernel '{self.__name__}' has no parameter {', '.join(map(repr, unknown))}; its "

@@ -462,3 +462,17 @@ def test_compiling_and_launching_need_no_mlir_bindings():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@ditron.jit
+def with_default(x_ptr, pad_ptr, BLOCK: tl.constexpr = 8):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, offs.to(tl.float32) + dl.rank().to(tl.float32))
+
+
+def test_constexpr_defaults_are_used():
+    text = with_default.ttir(signature={"x_ptr": "*fp32", "pad_ptr": "*i32"}, target="hip:gfx950")
+    assert "tt.make_range" in text and "end = 8" in text
+    result = dl.simulate(with_default, 1, [(np.zeros(8, np.float32), np.zeros(1, np.int32)) for _ in range(2)],
+                         world=2, reference=[{"x_ptr": np.arange(8) + r} for r in range(2)])
+    assert result.ok and result.compared, result.summary()
