@@ -69,7 +69,7 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
                                  f"'{kernel.__name__}' on; check it on the CPU with ditron.language.simulate")
     import triton
 
-    from ..runtime.loader import device_target_name
+    from ..runtime.loader import _ensure_allocator, device_target_name
     if not isinstance(world, int) or world < 1:
         raise DitronRuntimeError(f"run_virtual: world must be a positive number of ranks, got {world!r}")
     g = grid3(grid, DitronRuntimeError)
@@ -90,6 +90,7 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         compiled = triton.compile(path, options=dict(options))
+    _ensure_allocator()   # Triton's global-scratch allocator, as the loader sets it
     heaps = [torch.zeros(nbytes, dtype=torch.uint8, device=dev) for _ in range(world)]
     bases = torch.tensor([h.data_ptr() for h in heaps], dtype=torch.int64, device=dev)
     errs = torch.zeros((world, 4), dtype=torch.int32, device=dev)
@@ -108,7 +109,7 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
         args = [views[r][n] if n in layout else row[n] for n in kernel.arg_names if n not in kernel.constexpr_names]
         hidden = [r, world, bases, int(wait_bound), errs[r], r]
         with torch.cuda.stream(streams[r]):
-            compiled[g](*args, *hidden)
+            compiled[g](*args, *hidden, stream=streams[r].cuda_stream)
     torch.cuda.synchronize(dev)
     record = errs.cpu().numpy()
     stuck = [r for r in range(world) if record[r, 0] > 0]
