@@ -266,7 +266,7 @@ class _World:
         while frame is not None:
             code = frame.f_code
             if code.co_filename == self.code_file and code.co_name == self.code_name:
-                return Loc(code.co_filename, frame.f_lineno, 1)
+                return Loc(code.co_filename, frame.f_lineno, _column(code, frame.f_lasti))
             frame = frame.f_back
         return Loc(None)
 
@@ -543,6 +543,17 @@ class _World:
                         f"notify left can set it (a missing dl.notify?)", loc)
 
 
+def _column(code, lasti: int) -> int:
+    """The 1-based column of the expression a frame is executing (Python 3.11+ positions), else 1."""
+    positions = getattr(code, "co_positions", None)
+    if positions is None or lasti < 0:
+        return 1
+    for i, (_, _, col, _) in enumerate(positions()):
+        if i == lasti // 2:
+            return (col or 0) + 1
+    return 1
+
+
 def _int(x) -> int:
     """A scalar of the interpreter (a tl.tensor of one element) or a Python int, as an int."""
     return int(np.asarray(x.handle.data).reshape(-1)[0]) if hasattr(x, "handle") else int(x)
@@ -659,7 +670,7 @@ def _located_error(err: BaseException, world: _World) -> SimulationError:
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_filename == world.code_file and code.co_name == world.code_name:
-            loc = Loc(code.co_filename, tb.tb_lineno, 1)
+            loc = Loc(code.co_filename, tb.tb_lineno, _column(code, tb.tb_lasti))
         tb = tb.tb_next
     inner = err
     while getattr(inner, "__cause__", None) is not None:
