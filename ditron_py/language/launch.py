@@ -8,7 +8,8 @@ rank's heap is one device buffer, the arrays at the same offsets). The kernel is
 arguments bound: rank, num_ranks, the heap bases, and a bounded wait (``wait_bound`` polls) whose give-up is read
 back after the launch and raised as WaitTimeoutError naming the rank -- a missing notify ends in an error, not a
 hang. Every rank's programs must be resident at once (they spin on each other): world x programs must not exceed
-the GPU's SMs minus a reserve.
+the GPU's SMs minus a reserve, and every rank's stream needs its own hardware queue -- start the process with
+CUDA_DEVICE_MAX_CONNECTIONS=32 (read when CUDA starts) for worlds of more than a few ranks.
 """
 from __future__ import annotations
 
