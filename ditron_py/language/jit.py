@@ -10,6 +10,7 @@
                                                                  -> ditron.backends.CompiledKernel
     k.emit("ptx", signature=..., constexprs=..., target="cuda:90") -> the text of one stage
     k.abi                                                         -> [["rank", "i32"], ...] (metadata["abi"])
+    k.runtime_arg_names                                           -> the compiled kernel's own parameters
 
 The compiled kernel's parameters are the user's non-constexpr parameters in order, then the hidden arguments of
 ``ditron.schema.APPENDED_ARGS`` (all six, always, in that order); ``metadata["abi"]`` names them as
@@ -90,7 +91,15 @@ class DitronJITFunction:
 
     @property
     def abi(self) -> list[list[str]]:
+        """The hidden arguments appended to the compiled kernel: [[name, type], ...] (metadata["abi"])."""
         return [list(entry) for entry in ABI]
+
+    @property
+    def runtime_arg_names(self) -> list[str]:
+        """The compiled kernel's own parameters, in order (the non-constexpr ones), before the hidden ones:
+        ``ditron.api.kernel_abi(compiled, user_names=k.runtime_arg_names)`` names every argument for an
+        artifact."""
+        return [n for n in self.arg_names if n not in self.constexpr_names]
 
     # -- compiling
     def _source(self, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None):

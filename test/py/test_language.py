@@ -476,3 +476,20 @@ def test_constexpr_defaults_are_used():
     result = dl.simulate(with_default, 1, [(np.zeros(8, np.float32), np.zeros(1, np.int32)) for _ in range(2)],
                          world=2, reference=[{"x_ptr": np.arange(8) + r} for r in range(2)])
     assert result.ok and result.compared, result.summary()
+
+
+def test_compiled_kernel_fits_an_artifact(tmp_path):
+    """What the device-level builder does with a @ditron.jit kernel: its ABI as ditron.compile's kernels have it,
+    written into an artifact."""
+    from ditron import __version__
+    from ditron.api import kernel_abi, kernel_signature
+    from ditron.artifact import read_manifest, write_artifact
+    ck = every_primitive.compile(signature=SIG, constexprs={"BLOCK": 16}, target="cuda:90")
+    args = kernel_abi(ck, user_names=every_primitive.runtime_arg_names)
+    assert [a.name for a in args] == ["x_ptr", "out_ptr", "pad_ptr", "bar_ptr", "n", *APPENDED_ARGS]
+    assert [a.kind for a in args][-6:] == list(APPENDED_ARGS)
+    from ditron.backends import Target
+    write_artifact(tmp_path / "art", target=Target.parse("cuda:90"), options={}, options_hash="0",
+                   kernels=[(ck, kernel_signature(ck), args)], ditron_version=__version__,
+                   triton_version=triton.__version__)
+    assert read_manifest(tmp_path / "art").kernels[0].args == args
