@@ -274,13 +274,13 @@ class _World:
         self.findings.add(Finding(kind, message, loc, agent.rank if agent is not None else None, None, None,
                                   list(notes)), key)
 
-    def stop(self, agent: _Agent) -> None:
+    def stop(self) -> None:
         """A finding that leaves the kernel unable to go on (a wild address): end the run."""
         self.stopping = True
         raise _Abort()
 
     # -- addresses
-    def addresses(self, agent: _Agent, handle, mask=None) -> np.ndarray:
+    def addresses(self, handle, mask=None) -> np.ndarray:
         data = np.asarray(handle.data, dtype=np.uint64).reshape(-1)
         if mask is not None:
             data = data[np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(handle.data)).reshape(-1)]
@@ -294,7 +294,7 @@ class _World:
                 hint = f" (next to {self.describe(address - itemsize if near else address)})" if near else ""
                 self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: {what} at address {address:#x} outside every "
                             f"array of the symmetric heaps{hint}", loc, key=(loc, what))
-                self.stop(agent)
+                self.stop()
 
     def slot_addresses(self, agent: _Agent, pad, slot, what: str, loc: Loc) -> np.ndarray:
         base = np.asarray(pad.handle.data, dtype=np.uint64).reshape(-1)
@@ -321,14 +321,14 @@ class _World:
         if not 0 <= peer < self.size:
             self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
-            self.stop(agent)
+            self.stop()
         data = np.asarray(ptr.handle.data, dtype=np.uint64)
         mine_lo, mine_hi = self.bases[agent.rank], self.bases[agent.rank] + self.heap_bytes
         if data.size and (int(data.min()) < mine_lo or int(data.max()) >= mine_hi):
             bad = int(data.reshape(-1)[0])
             self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at of {self.describe(bad)}, which is not in "
                         f"this rank's symmetric heap", loc)
-            self.stop(agent)
+            self.stop()
         delta = self.bases[peer] - self.bases[agent.rank]
         moved = (data.astype(np.int64) + delta).astype(np.uint64)
         handle = self.ti.TensorHandle(moved, ptr.handle.dtype)
@@ -366,7 +366,7 @@ class _World:
         if not 0 <= peer < self.size:
             self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.notify to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
-            self.stop(agent)
+            self.stop()
         mine = self.slot_addresses(agent, pad, slot, "dl.notify of a slot", loc)
         delta = self.bases[peer] - self.bases[agent.rank]
         addrs = (mine.astype(np.int64) + delta).astype(np.uint64)
@@ -425,7 +425,7 @@ class _World:
                 agent.loads = 0
                 agent.yield_()
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
-        addrs = self.addresses(agent, ptrs, mask)
+        addrs = self.addresses(ptrs, mask)
         if addrs.size == 0:
             return
         self.check_bounds(agent, addrs, itemsize, "a store" if write else "a load", loc)
@@ -622,7 +622,7 @@ def _patch_builder(world: _World) -> list[str]:
                 ptr = args[1] if original is original_rmw else args[0]
                 mask = args[mask_index] if mask_index is not None else None
                 itemsize = max(1, ptr.get_element_ty().primitive_bitwidth // 8)
-                addrs = world.addresses(agent, ptr, mask)
+                addrs = world.addresses(ptr, mask)
                 world.check_bounds(agent, addrs, itemsize, "an atomic", world.loc())
                 out = original(*args)
                 world.wake(addrs)
