@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-from ..dialects.core import NOTIFY_RMW  # noqa: F401 - the notify ops' rmw kinds, for the primitives modules
+from ..schema import NOTIFY_RMW  # noqa: F401 - the notify ops' rmw kinds, for the primitives modules
 
 
 class PrimitiveOps(Protocol):

@@ -50,6 +50,13 @@ ABI_ATTR = "ditron.abi"                    # on a lowered kernel: the arguments 
 # error record, the tag naming the launch in it); the executor binds them by kind
 APPENDED_ARGS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
 
+# the vocabulary of the distributed primitives (ditron_core ops and ditron.language alike)
+SCOPES = ("gpu", "sys")
+WAIT_SEMANTICS = ("acquire", "relaxed")
+NOTIFY_SEMANTICS = ("release", "relaxed")
+NOTIFY_OPS = ("set", "add", "clear")
+NOTIFY_RMW = {"set": "xchg", "add": "add"}  # notify's op -> the tt.atomic_rmw kind that does it (clear: a CAS)
+
 # ---------------------------------------------------------------------------------------------- the host program
 HOST_PROGRAM_VERSION = 1                   # the format of the host program's JSON (passes/emit_host_program.py)
 # how call e + 1 of a host program is ordered after the peers' call e: an end barrier, or the program's own waits

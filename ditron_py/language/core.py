@@ -8,11 +8,12 @@ docs/language.md.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import triton.language as tl
 
-from ..dialects.core import NOTIFY_OPS, NOTIFY_SEMANTICS, SCOPES, WAIT_SEMANTICS
+from ..schema import NOTIFY_OPS, NOTIFY_SEMANTICS, SCOPES, WAIT_SEMANTICS
 from . import tracing
 from .tracing import builtin, unwrap
 
@@ -59,11 +60,18 @@ def _i32(x: Any, semantic) -> Any:
     return x
 
 
+_ACTIVE = threading.local()   # .agent: the simulated program running on this thread (set by ditron.language.sim)
+
+
+def active():
+    """The agent running on this thread inside ``simulate`` (None outside a simulation)."""
+    return getattr(_ACTIVE, "agent", None)
+
+
 def _sim(what: str):
     """The simulated agent running this primitive (None while Triton traces); inside the simulator, the primitive
     must be called from the kernel's own body, as when compiling."""
-    from . import sim
-    agent = sim.active()
+    agent = active()
     if agent is not None and not agent.world.is_kernel_frame(sys._getframe(2)):
         raise TypeError(tracing.in_helper_message(what))
     return agent

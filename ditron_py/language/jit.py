@@ -10,6 +10,7 @@
                                                                  -> ditron.backends.CompiledKernel
     k.emit("ptx", signature=..., constexprs=..., target="cuda:90") -> the text of one stage
     k.abi                                                         -> [["rank", "i32"], ...] (metadata["abi"])
+    k.runtime_arg_names                                           -> the compiled kernel's own parameters
 
 The compiled kernel's parameters are the user's non-constexpr parameters in order, then the hidden arguments of
 ``ditron.schema.APPENDED_ARGS`` (all six, always, in that order); ``metadata["abi"]`` names them as
@@ -82,18 +83,29 @@ class DitronJITFunction:
         self.traced = _TracedJIT(fn)
         self.arg_names = list(self.traced.arg_names)
         self.constexpr_names = [p.name for p in self.traced.params if p.is_constexpr]
+        self.defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()
+                         if p.default is not inspect.Parameter.empty}
 
     def __repr__(self) -> str:
         return f"<ditron.jit kernel {self.fn.__module__}.{self.__name__}>"
 
     @property
     def abi(self) -> list[list[str]]:
+        """The hidden arguments appended to the compiled kernel: [[name, type], ...] (metadata["abi"])."""
         return [list(entry) for entry in ABI]
+
+    @property
+    def runtime_arg_names(self) -> list[str]:
+        """The compiled kernel's own parameters, in order (the non-constexpr ones), before the hidden ones:
+        ``ditron.api.kernel_abi(compiled, user_names=k.runtime_arg_names)`` names every argument for an
+        artifact."""
+        return [n for n in self.arg_names if n not in self.constexpr_names]
 
     # -- compiling
     def _source(self, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None):
         from triton.compiler.compiler import ASTSource
-        constexprs = dict(constexprs or {})
+        constexprs = {**{n: v for n, v in self.defaults.items() if n in self.constexpr_names and n not in signature},
+                      **(constexprs or {})}
         unknown = sorted(set(signature) - set(self.arg_names)) + sorted(set(constexprs) - set(self.arg_names))
         if unknown:
             raise CompileError(f"kernel '{self.__name__}' has no parameter {', '.join(map(repr, unknown))}; its "

@@ -8,7 +8,8 @@ rank's heap is one device buffer, the arrays at the same offsets). The kernel is
 arguments bound: rank, num_ranks, the heap bases, and a bounded wait (``wait_bound`` polls) whose give-up is read
 back after the launch and raised as WaitTimeoutError naming the rank -- a missing notify ends in an error, not a
 hang. Every rank's programs must be resident at once (they spin on each other): world x programs must not exceed
-the GPU's SMs minus a reserve.
+the GPU's SMs minus a reserve, and every rank's stream needs its own hardware queue -- start the process with
+CUDA_DEVICE_MAX_CONNECTIONS=32 (read when CUDA starts) for worlds of more than a few ranks.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DitronRuntimeError, WaitTimeoutError
-from .sim import grid3, heap_layout, per_rank_args
+from .args import grid3, heap_layout, per_rank_args
 
 DEFAULT_WAIT_BOUND = 1 << 22       # polls (each with the vendor's pause) before a wait gives up
 _TRITON_TYPES = {"float32": "fp32", "float16": "fp16", "float64": "fp64", "int8": "i8", "int16": "i16",
@@ -69,17 +70,17 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
                                  f"'{kernel.__name__}' on; check it on the CPU with ditron.language.simulate")
     import triton
 
-    from ..runtime.loader import device_target_name
+    from ..runtime.loader import _ensure_allocator, device_target_name
     if not isinstance(world, int) or world < 1:
         raise DitronRuntimeError(f"run_virtual: world must be a positive number of ranks, got {world!r}")
-    g = grid3(grid)
-    rows = per_rank_args(kernel, args_per_rank, world)
+    g = grid3(grid, DitronRuntimeError)
+    rows = per_rank_args(kernel, args_per_rank, world, DitronRuntimeError)
     dev = torch.device(device if device is not None else "cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     if world * g[0] * g[1] * g[2] > sms - SM_RESERVE:
         raise DitronRuntimeError(f"run_virtual: {world} ranks x {g[0] * g[1] * g[2]} programs cannot all be "
                                  f"resident on {sms} SMs; use fewer programs")
-    layout, nbytes = heap_layout(kernel, rows)
+    layout, nbytes = heap_layout(kernel, rows, DitronRuntimeError)
     target = device_target_name()
     signature = _signature(kernel, rows)
     constexprs = {n: rows[0][n] for n in kernel.constexpr_names}
@@ -90,6 +91,7 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         compiled = triton.compile(path, options=dict(options))
+    _ensure_allocator()   # Triton's global-scratch allocator, as the loader sets it
     heaps = [torch.zeros(nbytes, dtype=torch.uint8, device=dev) for _ in range(world)]
     bases = torch.tensor([h.data_ptr() for h in heaps], dtype=torch.int64, device=dev)
     errs = torch.zeros((world, 4), dtype=torch.int32, device=dev)
@@ -108,7 +110,7 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
         args = [views[r][n] if n in layout else row[n] for n in kernel.arg_names if n not in kernel.constexpr_names]
         hidden = [r, world, bases, int(wait_bound), errs[r], r]
         with torch.cuda.stream(streams[r]):
-            compiled[g](*args, *hidden)
+            compiled[g](*args, *hidden, stream=streams[r].cuda_stream)
     torch.cuda.synchronize(dev)
     record = errs.cpu().numpy()
     stuck = [r for r in range(world) if record[r, 0] > 0]

@@ -39,22 +39,17 @@ import numpy as np
 from ..errors import Diagnostic
 from ..sim.report import (DEADLOCK, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE, Finding, Findings,
                           Loc, SimulationError)
+from .args import HEAP_ALIGN, NP_TO_TL, grid3, heap_layout, per_rank_args
+from .core import _ACTIVE, active
 
 __all__ = ["simulate", "SimResult", "Finding", "SimulationError", "KINDS"]
 
 KINDS = (DEADLOCK, RACE_READ, RACE_WRITE, RACE_WAR, OUT_OF_BOUNDS, MISMATCH)
-HEAP_ALIGN = 128          # bytes between arrays of a heap (and the heap base alignment)
 MAX_AGENTS = 4096
 LOADS_PER_SWITCH = 1024  # a program switches after this many plain loads (a user's spin on tl.load progresses)
 MAX_SWITCHES = 100_000   # more switches than this: reported as no progress (a spin that never ends)
 SWITCH_RATE = 0.25        # how often a wait that could go on switches agents anyway (the rest of the interleaving)
 
-_ACTIVE = threading.local()
-
-
-def active():
-    """The agent running on this thread inside ``simulate`` (None outside a simulation)."""
-    return getattr(_ACTIVE, "agent", None)
 
 
 class _Abort(BaseException):
@@ -62,11 +57,6 @@ class _Abort(BaseException):
 
 
 # ---------------------------------------------------------------------------------------------------- memory
-
-_NP_TO_TL = {"float32": "float32", "float16": "float16", "float64": "float64", "int8": "int8", "int16": "int16",
-             "int32": "int32", "int64": "int64", "uint8": "uint8", "uint16": "uint16", "uint32": "uint32",
-             "uint64": "uint64", "bool": "int1"}
-
 
 @dataclass
 class _Array:
@@ -89,32 +79,6 @@ class _Shadow:
     epoch: int = 0
     line: Loc | None = None
     reads: dict = field(default_factory=dict)   # agent -> (epoch, loc)
-
-
-def heap_layout(kernel, args_per_rank) -> tuple[dict[str, tuple[int, np.dtype, tuple]], int]:
-    """Where each array argument lives in every rank's symmetric heap: ({name: (byte offset, dtype, shape)},
-    the heap's size). Every rank must give the same dtype and shape for an array argument."""
-    layout: dict[str, tuple[int, np.dtype, tuple]] = {}
-    offset = 0
-    for r, args in enumerate(args_per_rank):
-        for name in kernel.arg_names:
-            a = args[name]
-            if isinstance(a, np.ndarray):
-                if str(a.dtype) not in _NP_TO_TL:
-                    raise SimulationError(f"argument '{name}' of rank {r} has dtype {a.dtype}; supported: "
-                                          f"{', '.join(_NP_TO_TL)}")
-                spec = (a.dtype, a.shape)
-                if name not in layout:
-                    layout[name] = (offset, *spec)
-                    offset += -(-max(a.nbytes, 1) // HEAP_ALIGN) * HEAP_ALIGN + HEAP_ALIGN
-                elif layout[name][1:] != spec:
-                    raise SimulationError(f"argument '{name}' is a symmetric array: every rank needs the same "
-                                          f"dtype and shape (rank 0: {layout[name][1]} {layout[name][2]}, rank "
-                                          f"{r}: {a.dtype} {a.shape})")
-            elif name in layout:
-                raise SimulationError(f"argument '{name}' is an array on rank 0 but {type(a).__name__} on rank "
-                                      f"{r}")
-    return layout, max(offset, HEAP_ALIGN)
 
 
 # ---------------------------------------------------------------------------------------------------- result
@@ -245,7 +209,7 @@ class _World:
     def _build_heaps(self, args_per_rank) -> None:
         names = self.kernel.arg_names
         self.args: list[dict[str, Any]] = []
-        layout, self.heap_bytes = heap_layout(self.kernel, args_per_rank)
+        layout, self.heap_bytes = heap_layout(self.kernel, args_per_rank, SimulationError)
         self.heaps = []
         self.arrays: list[_Array] = []
         for r, args in enumerate(args_per_rank):
@@ -273,7 +237,7 @@ class _World:
 
     def _pointer(self, address: int, dtype: np.dtype):
         tl = self.tl
-        ty = tl.pointer_type(getattr(tl, _NP_TO_TL[str(dtype)]))
+        ty = tl.pointer_type(getattr(tl, NP_TO_TL[str(dtype)]))
         return tl.tensor(self.ti.TensorHandle(np.array([address], dtype=np.uint64), ty), ty)
 
     def scalar(self, value: int, dtype: str):
@@ -302,7 +266,7 @@ class _World:
         while frame is not None:
             code = frame.f_code
             if code.co_filename == self.code_file and code.co_name == self.code_name:
-                return Loc(code.co_filename, frame.f_lineno, 1)
+                return Loc(code.co_filename, frame.f_lineno, _column(code, frame.f_lasti))
             frame = frame.f_back
         return Loc(None)
 
@@ -310,13 +274,13 @@ class _World:
         self.findings.add(Finding(kind, message, loc, agent.rank if agent is not None else None, None, None,
                                   list(notes)), key)
 
-    def stop(self, agent: _Agent) -> None:
+    def stop(self) -> None:
         """A finding that leaves the kernel unable to go on (a wild address): end the run."""
         self.stopping = True
         raise _Abort()
 
     # -- addresses
-    def addresses(self, agent: _Agent, handle, mask=None) -> np.ndarray:
+    def addresses(self, handle, mask=None) -> np.ndarray:
         data = np.asarray(handle.data, dtype=np.uint64).reshape(-1)
         if mask is not None:
             data = data[np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(handle.data)).reshape(-1)]
@@ -330,7 +294,7 @@ class _World:
                 hint = f" (next to {self.describe(address - itemsize if near else address)})" if near else ""
                 self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: {what} at address {address:#x} outside every "
                             f"array of the symmetric heaps{hint}", loc, key=(loc, what))
-                self.stop(agent)
+                self.stop()
 
     def slot_addresses(self, agent: _Agent, pad, slot, what: str, loc: Loc) -> np.ndarray:
         base = np.asarray(pad.handle.data, dtype=np.uint64).reshape(-1)
@@ -357,14 +321,14 @@ class _World:
         if not 0 <= peer < self.size:
             self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
-            self.stop(agent)
+            self.stop()
         data = np.asarray(ptr.handle.data, dtype=np.uint64)
         mine_lo, mine_hi = self.bases[agent.rank], self.bases[agent.rank] + self.heap_bytes
         if data.size and (int(data.min()) < mine_lo or int(data.max()) >= mine_hi):
             bad = int(data.reshape(-1)[0])
             self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.symm_at of {self.describe(bad)}, which is not in "
                         f"this rank's symmetric heap", loc)
-            self.stop(agent)
+            self.stop()
         delta = self.bases[peer] - self.bases[agent.rank]
         moved = (data.astype(np.int64) + delta).astype(np.uint64)
         handle = self.ti.TensorHandle(moved, ptr.handle.dtype)
@@ -402,7 +366,7 @@ class _World:
         if not 0 <= peer < self.size:
             self.report(OUT_OF_BOUNDS, agent, f"{agent.prog}: dl.notify to peer {peer}, outside the world of "
                         f"{self.size} ranks", loc)
-            self.stop(agent)
+            self.stop()
         mine = self.slot_addresses(agent, pad, slot, "dl.notify of a slot", loc)
         delta = self.bases[peer] - self.bases[agent.rank]
         addrs = (mine.astype(np.int64) + delta).astype(np.uint64)
@@ -418,6 +382,10 @@ class _World:
         if op != "clear":
             agent.full[agent.index] += 1
             agent.base[agent.index] += 1
+        self.wake(addrs)
+
+    def wake(self, addrs: np.ndarray) -> None:
+        """Programs blocked in a wait on any of these addresses may go on (they read their slots again)."""
         touched = set(addrs.tolist())
         for other in self.agents:
             if other.state == "blocked" and touched.intersection(other.blocked_on[0].tolist()):
@@ -457,11 +425,13 @@ class _World:
                 agent.loads = 0
                 agent.yield_()
         itemsize = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
-        addrs = self.addresses(agent, ptrs, mask)
+        addrs = self.addresses(ptrs, mask)
         if addrs.size == 0:
             return
         self.check_bounds(agent, addrs, itemsize, "a store" if write else "a load", loc)
         me = agent.index
+        if write:
+            self.wake(addrs)      # a slot written by a plain store (not a notify) also ends a wait on it
         clock = agent.full if write else self.load_clock(agent, ptrs)
         for address in np.unique(addrs).tolist():
             sh = self.shadow.get(address)
@@ -573,6 +543,17 @@ class _World:
                         f"notify left can set it (a missing dl.notify?)", loc)
 
 
+def _column(code, lasti: int) -> int:
+    """The 1-based column of the expression a frame is executing (Python 3.11+ positions), else 1."""
+    positions = getattr(code, "co_positions", None)
+    if positions is None or lasti < 0:
+        return 1
+    for i, (_, _, col, _) in enumerate(positions()):
+        if i == lasti // 2:
+            return (col or 0) + 1
+    return 1
+
+
 def _int(x) -> int:
     """A scalar of the interpreter (a tl.tensor of one element) or a Python int, as an int."""
     return int(np.asarray(x.handle.data).reshape(-1)[0]) if hasattr(x, "handle") else int(x)
@@ -641,8 +622,12 @@ def _patch_builder(world: _World) -> list[str]:
                 ptr = args[1] if original is original_rmw else args[0]
                 mask = args[mask_index] if mask_index is not None else None
                 itemsize = max(1, ptr.get_element_ty().primitive_bitwidth // 8)
-                world.check_bounds(agent, world.addresses(agent, ptr, mask), itemsize, "an atomic", world.loc())
+                addrs = world.addresses(ptr, mask)
+                world.check_bounds(agent, addrs, itemsize, "an atomic", world.loc())
+                out = original(*args)
+                world.wake(addrs)
                 agent.yield_()
+                return out
             return original(*args)
         return run
 
@@ -679,44 +664,13 @@ def _patch_language(world: _World, kernel_fn):
 
 # ------------------------------------------------------------------------------------------------ the API
 
-def grid3(grid) -> tuple[int, int, int]:
-    g = (grid,) if isinstance(grid, int) else tuple(grid)
-    if not 1 <= len(g) <= 3 or not all(isinstance(n, int) and n >= 1 for n in g):
-        raise SimulationError(f"simulate: grid must be 1 to 3 positive integers, got {grid!r}")
-    return tuple(g) + (1,) * (3 - len(g))
-
-
-def per_rank_args(kernel, args_per_rank, world: int) -> list[dict[str, Any]]:
-    rows = [args_per_rank(r) for r in range(world)] if callable(args_per_rank) else list(args_per_rank)
-    if len(rows) != world:
-        raise SimulationError(f"simulate: args_per_rank has {len(rows)} entries for a world of {world} ranks")
-    out = []
-    for r, row in enumerate(rows):
-        if not isinstance(row, Mapping):
-            row = list(row)
-            if len(row) != len(kernel.arg_names):
-                raise SimulationError(f"simulate: rank {r} gives {len(row)} arguments; kernel '{kernel.__name__}' "
-                                      f"takes {len(kernel.arg_names)} ({', '.join(kernel.arg_names)})")
-            row = dict(zip(kernel.arg_names, row))
-        missing = [n for n in kernel.arg_names if n not in row]
-        extra = [n for n in row if n not in kernel.arg_names]
-        if missing or extra:
-            raise SimulationError(f"simulate: rank {r}: " + "; ".join(
-                ([f"missing argument(s) {', '.join(missing)}"] if missing else [])
-                + ([f"unknown argument(s) {', '.join(extra)}"] if extra else [])))
-        out.append({n: (np.array(v, copy=True) if isinstance(v, np.ndarray) else
-                        (np.asarray(v.detach().cpu().numpy()).copy() if hasattr(v, "detach") else v))
-                    for n, v in row.items()})
-    return out
-
-
 def _located_error(err: BaseException, world: _World) -> SimulationError:
     tb = err.__traceback__
     loc = Loc(None)
     while tb is not None:
         code = tb.tb_frame.f_code
         if code.co_filename == world.code_file and code.co_name == world.code_name:
-            loc = Loc(code.co_filename, tb.tb_lineno, 1)
+            loc = Loc(code.co_filename, tb.tb_lineno, _column(code, tb.tb_lasti))
         tb = tb.tb_next
     inner = err
     while getattr(inner, "__cause__", None) is not None:
@@ -747,8 +701,8 @@ def simulate(kernel, grid, args_per_rank, *, world: int, reference: Callable | S
         raise SimulationError(f"simulate: kernel must be a @ditron.jit kernel, got {type(kernel).__name__}")
     if not isinstance(world, int) or world < 1:
         raise SimulationError(f"simulate: world must be a positive number of ranks, got {world!r}")
-    g = grid3(grid)
-    rows = per_rank_args(kernel, args_per_rank, world)
+    g = grid3(grid, SimulationError)
+    rows = per_rank_args(kernel, args_per_rank, world, SimulationError)
     inputs = [{n: v.copy() for n, v in row.items() if isinstance(v, np.ndarray)} for row in rows]
     w = _World(kernel, g, rows, world, seed, max_switches)
     fn = w.ti.InterpretedFunction(kernel.fn).rewrite()

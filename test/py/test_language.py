@@ -436,3 +436,60 @@ def test_sim_a_spin_that_never_ends_is_reported():
     found = result.of_kind("deadlock")
     assert found and "has not finished after 50 switches" in found[0].message, result.summary()
     assert found[0].rank == 0 and found[0].loc.line == _line(spins_on_a_plain_load.fn, "while tl.load")
+
+
+def test_compiling_and_launching_need_no_mlir_bindings():
+    """@ditron.jit kernels compile with stock Triton alone: a machine with torch + triton (the GPU machine) compiles
+    and launches them with the MLIR bindings unimportable."""
+    import subprocess
+    import textwrap
+    code = textwrap.dedent(f"""
+        import sys
+        class _NoMLIR:
+            def find_spec(self, name, path=None, target=None):
+                if name == "mlir" or name.startswith(("mlir.", "ditron.dialects", "ditron.passes", "ditron.sim")):
+                    raise ImportError("test: " + name + " must not be imported")
+        sys.meta_path.insert(0, _NoMLIR())
+        sys.path.insert(0, {str(EXAMPLES)!r})
+        import ring_all_gather as ex
+        import ditron.language as dl
+        ck = ex.ring_all_gather.compile(signature={{"x_ptr": "*fp32", "out_ptr": "*fp32", "pad_ptr": "*i32",
+                                                   "n": "i32", "epoch": "i32"}}, constexprs={{"BLOCK": 32}},
+                                        target="cuda:90")
+        assert ck.binary and ck.metadata["abi"]
+        dl.run_virtual   # importable
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@ditron.jit
+def with_default(x_ptr, pad_ptr, BLOCK: tl.constexpr = 8):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, offs.to(tl.float32) + dl.rank().to(tl.float32))
+
+
+def test_constexpr_defaults_are_used():
+    text = with_default.ttir(signature={"x_ptr": "*fp32", "pad_ptr": "*i32"}, target="hip:gfx950")
+    assert "tt.make_range" in text and "end = 8" in text
+    result = dl.simulate(with_default, 1, [(np.zeros(8, np.float32), np.zeros(1, np.int32)) for _ in range(2)],
+                         world=2, reference=[{"x_ptr": np.arange(8) + r} for r in range(2)])
+    assert result.ok and result.compared, result.summary()
+
+
+def test_compiled_kernel_fits_an_artifact(tmp_path):
+    """What the device-level builder does with a @ditron.jit kernel: its ABI as ditron.compile's kernels have it,
+    written into an artifact."""
+    from ditron import __version__
+    from ditron.api import kernel_abi, kernel_signature
+    from ditron.artifact import read_manifest, write_artifact
+    ck = every_primitive.compile(signature=SIG, constexprs={"BLOCK": 16}, target="cuda:90")
+    args = kernel_abi(ck, user_names=every_primitive.runtime_arg_names)
+    assert [a.name for a in args] == ["x_ptr", "out_ptr", "pad_ptr", "bar_ptr", "n", *APPENDED_ARGS]
+    assert [a.kind for a in args][-6:] == list(APPENDED_ARGS)
+    from ditron.backends import Target
+    write_artifact(tmp_path / "art", target=Target.parse("cuda:90"), options={}, options_hash="0",
+                   kernels=[(ck, kernel_signature(ck), args)], ditron_version=__version__,
+                   triton_version=triton.__version__)
+    assert read_manifest(tmp_path / "art").kernels[0].args == args

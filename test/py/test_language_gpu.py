@@ -2,19 +2,27 @@
 ditron.language.run_virtual in virtual worlds of W ranks on one GPU, against torch; a kernel with a planted
 missing notify ends in WaitTimeoutError instead of hanging the GPU.
 
-    python -m pytest -q -m gpu test/py/test_language_gpu.py       # GPU machine (compiles there: needs the compiler)
+    CUDA_DEVICE_MAX_CONNECTIONS=32 python -m pytest -q -m gpu test/py/test_language_gpu.py    # GPU machine
+
+Compiling needs stock Triton only (not the MLIR bindings). Run this file in its own pytest process: every rank
+launches on its own stream and the ranks' kernels spin on each other, so each stream needs its own hardware queue
+(CUDA_DEVICE_MAX_CONNECTIONS is read when CUDA starts).
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+import os
 
-import numpy as np
-import pytest
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # effective only if CUDA has not started yet
 
-import ditron.language as dl
-from ditron.errors import WaitTimeoutError
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import ditron.language as dl  # noqa: E402
+from ditron.errors import WaitTimeoutError  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.gpu
