@@ -284,7 +284,8 @@ class JitKernel:
 
     @property
     def params(self) -> list[str]:
-        return [n for n in self.fn.arg_names if n not in self.constexprs]
+        """The parameters a launch passes: the kernel's, less its tl.constexpr ones (given or defaulted)."""
+        return [n for n in self.fn.arg_names if n not in self.fn.constexpr_names]
 
     def key(self, target: str) -> str:
         """What decides the compiled kernel: its source, types, constexprs, options and target (a hash)."""
@@ -653,7 +654,7 @@ class Program:
             raise _error(str(err.diagnostics[0].message), where) from None
         for name in fn.arg_names:
             ty = signature.get(name)
-            if name in constexprs:
+            if name in fn.constexpr_names:
                 continue
             if ty not in _POINTER_DTYPES and ty not in _SCALAR_TYPES:
                 raise _error(f"kernel '{fn.__name__}': parameter '{name}' has type {ty!r}; a device program passes "
