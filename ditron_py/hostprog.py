@@ -429,8 +429,8 @@ def _spin_on(prims, pad, first, count, value, max_iters, err, tag) -> None:
     lanes = T.make_range(0, WAIT_LANES)
     idx = T.add(T.min_(lanes, T.sub(count, 1)), first)     # lanes past count re-read the last slot
     ptrs = T.addptr(T.splat(pad, [WAIT_LANES]), idx)
-    T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(MLIR_OPS, ptrs, scope="sys", semantic="acquire")), value,
-                   bound=max_iters, err=err, tag=tag)
+    T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(MLIR_OPS, ptrs, scope="sys", semantic="acquire")),
+                   value, bound=max_iters, err=err, tag=tag)
 
 
 def _barrier_kernel(prims, ip: ir.InsertionPoint) -> None:
