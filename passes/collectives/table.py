@@ -56,7 +56,7 @@ def lowering(ctx: LoweringContext, at: ir.Operation, op: str, t: Tiling) -> Lowe
     fn = ALGORITHMS.get((op, algorithm))
     if fn is None:
         raise ctx.error(at, f"has {op} algorithm '{algorithm}' in its 'ditron.tiling', which has no device "
-                            f"lowering (registered: {', '.join(algorithms(op)) or 'none'}); run ditron-tile again")
+                            f"lowering (registered: {', '.join(sorted(algorithms(op))) or 'none'}); run ditron-tile again")
     return fn
 
 
