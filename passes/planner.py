@@ -59,7 +59,6 @@ def _better(best: tuple | None, choice: tuple | None) -> tuple | None:
     return best
 
 
-
 class PlannerBase:
     """Cost-model decisions for one function, with the pass's overrides applied (``opts``: the TilePass, whose
     fields are the options): the choices every op family makes."""
@@ -196,6 +195,7 @@ class PlannerBase:
 
     def world(self, op: ir.Operation) -> int:
         return axis_size(self.o.name, self.mesh, op, ir.StringAttr(op.attributes["axis"]).value)
+
 
 class GroupPlanner(PlannerBase):
     """The choices of the two ops of an overlap group (AG+GEMM, GEMM+RS, GEMM+AR): one tiling for both."""
@@ -393,6 +393,7 @@ class GroupPlanner(PlannerBase):
                                   chunks=(w - 1) * chunks) + self.peaks.hop_latency * chunks +
                         local_copy_time(m * n * eb, self.peaks))
                 yield t, "epilogue", engine, 0, sms, cfg, shard_rows, rows, chunks
+
 
 class OpPlanner(PlannerBase):
     """The choices of an op alone (not in an overlap group)."""

@@ -14,7 +14,8 @@ Input: task level, local view (after ditron-partition / ditron-fuse-overlap). Ou
           num_chunks = 2 : i64, engine = "copy_engine", block_m = 128 : i64, block_n = 256 : i64, ...}}
     %h = "ditron_task.matmul"(%g, %w) {..., ditron.tiling = {<the same>}}
 
-The module attribute ``ditron.target`` (else the ``target`` option) names the target.
+The module attribute ``ditron.target`` (else the ``target`` option) names the target. The choices are
+ditron.passes.planner's; the record is ditron.passes.tiling's.
 """
 from __future__ import annotations
 
@@ -25,12 +26,15 @@ from mlir import ir
 from ..cost_model import TargetPeaks, peaks_for
 from ..dialects.opbase import walk_ops
 from ..errors import PassError, TargetError
+# the record and the choices live in tiling.py and planner.py; their names stay importable from here for the passes
+# and callers that import them from ditron.passes.tile
 from .planner import (ALL_GATHER_ALGORITHMS, ALL_REDUCE_ALGORITHMS, ENGINES, GEMM_AR_ALGORITHMS,  # noqa: F401
                       GEMM_AR_MODEL_ALGORITHMS, REDUCE_SCATTER_ALGORITHMS, Planner, divisor_at_least)
 from .registry import Pass, option
 from .tiling import (DEFAULT_TARGET, DEFERRED_KINDS, LEVEL_ATTR, OVERLAP_ATTR, OVERLAP_KINDS,  # noqa: F401
                      TARGET_ATTR, TILING_ATTR, VIEW_ATTR, OverlapGroup, Tiling, axis_size, elem_bytes, functions,
                      op_error, overlap_groups, require_device_level, require_task_level, shape_of, str_attr)
+
 
 # ---------------------------------------------------------------------------------------------- the pass
 
