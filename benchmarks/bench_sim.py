@@ -66,6 +66,15 @@ def time_sim(path: Path, seeds: str, timeout: float) -> dict:
             "rc": rc, "verdict": verdict}
 
 
+def write_row(path: Path, rows: list[dict]) -> None:
+    """Print the newest row and rewrite the CSV with every row so far (a stopped run keeps its rows)."""
+    print(rows[-1], flush=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 def plot(rows: list[dict], path: Path) -> None:
     try:
         import matplotlib
@@ -102,6 +111,8 @@ def main(argv=None) -> int:
     names = sorted(p.stem for p in EXAMPLES.glob("*.mlir"))
     full = names if args.full == "all" else [] if args.full == "none" else args.full.split(",")
     rows = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             text = (EXAMPLES / f"{name}.mlir").read_text()
@@ -110,18 +121,12 @@ def main(argv=None) -> int:
                 path.write_text(scaled(text, world))
                 rows.append({"example": name, "kind": "scaled", "world": world, **time_sim(path, args.seeds,
                                                                                             args.timeout)})
-                print(rows[-1], flush=True)
+                write_row(out / "sim.csv", rows)
         for name in full:
             rows.append({"example": name, "kind": "full", "world": int(MESH.search(
                 (EXAMPLES / f"{name}.mlir").read_text()).group(1)), **time_sim(EXAMPLES / f"{name}.mlir",
                                                                               args.seeds, args.timeout)})
-            print(rows[-1], flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "sim.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+            write_row(out / "sim.csv", rows)
     plot(rows, out / "sim.png")
     print(f"{'example':10} {'kind':7} {'W':>2} {'wall s':>8} {'CPU s':>8} {'GB':>6}  verdict")
     for r in rows:

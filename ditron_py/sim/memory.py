@@ -172,6 +172,7 @@ class Buffer:
         self.kind = kind            # "symmetric", "in", "out"
         self.data = np.full(self.shape, fill_value(elem), dtype=storage_dtype(elem))
         self.written = np.zeros(self.shape, dtype=bool)
+        self.unwritten = self.written.size  # elements never written (0: every read is of written data)
         ndim = max(len(self.shape), 1)
         self.writes = AccessLog(ndim)
         self.reads = AccessLog(ndim)
@@ -260,7 +261,10 @@ def check_and_record_write(buf: Buffer, lo: np.ndarray, hi: np.ndarray, clock: n
         if len(good):
             log.remove(good[log.covered_by(good, lo, hi)])
     buf.writes.add(lo, hi, me, stamp, info)
-    buf.written[buf.index(lo, hi)] = True
+    if buf.unwritten:
+        region = buf.written[buf.index(lo, hi)]
+        buf.unwritten -= region.size - int(np.count_nonzero(region))
+        region[...] = True
     return races
 
 

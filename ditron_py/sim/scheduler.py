@@ -288,8 +288,8 @@ class World:
             return
         for race in check_read(buf, lo, hi, e.clock, e.id):
             self._race(RACE_READ, e, buf, race, loc, call, what)
-        written = buf.written[buf.index(lo, hi)]
-        if not written.all():
+        written = buf.written[buf.index(lo, hi)] if buf.unwritten else None
+        if written is not None and not written.all():
             missing = np.argwhere(~written)
             mlo, mhi = np.add(lo, missing.min(axis=0)), np.add(lo, missing.max(axis=0) + 1)
             region = describe_region(buf.name(), mlo, mhi)
