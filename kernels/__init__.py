@@ -215,7 +215,9 @@ class KernelRecord(dict):
 
 
 def get_template(name: str):
-    """The template module of that name (it has ``name``, ``build`` and ``tiles``)."""
+    """The template module of that name (``ditron.kernels.<name>``, one of ``TEMPLATES``; it has ``name``,
+    ``build``, ``tiles`` and ``grid``, and may have ``check``). KeyError naming the known ones for any other name.
+    The one template lookup: the passes, the simulator and the tests all come here."""
     import importlib
 
     if name not in TEMPLATES:
