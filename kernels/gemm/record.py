@@ -16,7 +16,6 @@ name = "gemm"
 
 IN_DTYPES = ("bf16", "fp16", "fp8e4m3")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
-SM90_SHARED_BYTES = 232448 - 1024  # H100/H200 shared memory per block, less room for barriers
 
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "persistent", "num_sms",
                  "loads", "store", "epilogue_split", "flatten", "split_k", "stream_k")
