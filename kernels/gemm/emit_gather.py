@@ -8,7 +8,7 @@ import math
 from ...dialects import core
 from ...dialects import ttir as T
 from .geometry import IrOps, _and
-from .record import gather_blocks, gather_copiers, gather_own_tiles, gather_waiters
+from .record import gather_blocks, gather_copiers, gather_own_tiles
 
 
 class _GatherParts:
@@ -37,6 +37,9 @@ class _GatherParts:
         ``gather_waiters``), the count back to 0 and the wait value taken off the signal slot (relaxed: the next
         call's writers of this pad come after this launch)."""
         spec = self.rec["wait"]
+        # gemm.gather_waiters, looked up on the package per call as when gemm was one module: a replacement
+        # of it (test_device_passes) reaches build() and tiles() alike
+        from . import gather_waiters
         last = T.and_(mask, T.cmp("eq", found, T.sub(gather_waiters(IrOps, self.rec, self.g, slots), 1)))
         T.atomic_rmw("xchg", counts, T.c(0, T.like(slots, T.i32())), last, sem="relaxed", scope=spec["scope"])
         T.atomic_rmw("add", T.addptr(self.arg[spec["arg"]], slots),
