@@ -13,12 +13,11 @@ Contract (implemented by backends/nvidia and backends/amd; everything else in di
     Backend.stages(options)                                -> (triton backend, triton options, ordered
                                                               {"ttir": fn, "ttgir": fn, "llir": fn, ...})
     Backend.compile(ttir_text, options, dump_dir=None)     -> CompiledKernel
+    target_facts(target)                                   -> TargetFacts: the target's vendor facts (SM count,
+                                                              shared memory, peaks, GEMM candidates; facts.py)
 
 ``CompiledKernel`` is plain data (name, binary bytes, asm per stage, JSON-able metadata) so that artifacts can be
 written (``ditron.artifact``) and later loaded with torch + triton alone (``ditron.runtime.loader``).
-
-    target_facts(target)                                   -> TargetFacts: the target's vendor facts (SM count,
-                                                              shared memory, peaks, GEMM candidates; facts.py)
 
 Supported targets: cuda:80, cuda:90 (sm_90a), hip:gfx942, hip:gfx950 -- the tables of backends/*/facts.py, one
 vendor folder each. Nothing here imports triton until a compile (nor MLIR: the runtime reads the facts).
