@@ -1,0 +1,162 @@
+"""Call plans: an op call enqueued inside the caller's own CUDA-graph capture (ditron.torch_ops), so that every
+replay of the caller's graph is a correct call.
+
+Why a plan. An eager call (``Executor.run``) derives its signal values from the call's epoch (1, 2, 3, ...): captured
+as it runs, it would bake one epoch in, and the second replay of the caller's graph would find the pads holding the
+first replay's values (a wait satisfied before its peer signalled). Graph mode (``graphs``) solves this with two
+parities of pads alternating between calls, which a single capture cannot alternate. So a captured call is two
+steps, each a graph-mode call traced once with epoch 1 (see ``graphs`` for the proof of each zeroing):
+
+* **A**, parity 0: the own pads of parity 1 zeroed first (or by the final barrier kernel), then the program's trace.
+* **B**, parity 1, one of:
+  - ``barrier`` (a program whose last action on stream 0 is a barrier, after its side streams joined): only that
+    barrier again, on parity 1's pads, zeroing the own pads of parity 0 before it arrives. Safe: every write into
+    this rank's parity-0 pads came from A and was made before its writer arrived at A's final barrier, which this
+    rank passed; a peer writes them again only in the next replay's A, after passing B's barrier, which needs this
+    rank's arrival, enqueued after the zeroing. Symmetrically for A's zeroing of parity 1 (written only by B's
+    arrivals, all seen before this rank passed B). The rotating buffers of parity 0 are reused by the next A only
+    after B's barrier, that is after every rank finished A. One barrier more per call.
+  - ``twice`` (a program with pads but no final barrier on stream 0, e.g. a push all-reduce that fences by its
+    waits): the whole call again on parity 1, so that the replays run parities 0, 1, 0, 1, ... as graph mode does.
+    It computes the same outputs again (the inputs are unchanged): correct, at twice the cost.
+  - ``once``: a program without signal pads needs no B.
+
+The plan owns its graph-mode executor (its own symmetric heap: never shared with ``ditron.ops``' graph-mode calls,
+whose parities alternate by epoch). It is made by ``prepare`` outside any capture, on the op's first eager call
+(ditron.torch_ops does it), since making an executor allocates and synchronises, which no capture allows; a capture
+that finds no plan is refused with an error that says to run the step eagerly once before capturing. Nothing of a
+captured call is watched by the executor's watchdog (a graph replay is the caller's); errors recorded by the wait
+kernels surface at the next ``Executor.synchronize`` of the plan's executor (``synchronize_plans``).
+Imports torch only (never mlir).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import DitronRuntimeError
+from .program import BarrierAction
+
+
+class CaptureNotPreparedError(DitronRuntimeError):
+    """A ditron op captured into a CUDA graph before its capture plan was made by an eager call."""
+
+
+class CapturePlan:
+    """One executable in one world, enqueued inside the caller's CUDA-graph capture (see the module doc)."""
+
+    def __init__(self, exe: Any, world: Any):
+        from .executor import Executor
+        self.ex = Executor(exe, world, graph=True)
+        traces = self.ex._graph_traces
+        self.closing: dict[int, BarrierAction] = {}
+        for r in self.ex.ranks:
+            last = next((a for a in reversed(traces[r]) if a.stream == 0), None)
+            if isinstance(last, BarrierAction):
+                self.closing[r] = last
+        if not self.ex._pads:
+            self.mode = "once"
+        elif len(self.closing) == len(self.ex.ranks):
+            self.mode = "barrier"
+        else:
+            self.mode = "twice"
+        self.captures = 0
+
+    def enqueue(self, inputs, outputs) -> None:
+        """Enqueue one call on the current stream, which is capturing (inputs / outputs as for Executor.run; the
+        outputs are given)."""
+        import torch
+        ex = self.ex
+        ex._check_usable()
+        with torch.cuda.device(ex.device):
+            cap = torch.cuda.current_stream(ex.device)
+            tensors, _ = ex._bind_io(inputs, outputs)
+            try:
+                ex._capturing = True
+                self._step(cap, tensors, 0, whole=True)
+                if self.mode == "barrier":
+                    self._step(cap, tensors, 1, whole=False)
+                elif self.mode == "twice":
+                    self._step(cap, tensors, 1, whole=True)
+                self.captures += 1
+            finally:
+                ex._capturing = False
+                ex._barriers = {}
+                ex._final_clear = {}
+                ex._use_parity(0)
+                torch.cuda.set_stream(cap)
+
+    def _step(self, cap, tensors, parity: int, *, whole: bool) -> None:
+        """One graph-mode call on ``parity`` (``whole``: the program's trace, else its closing barrier alone),
+        zeroing the own pads of the other parity first (or in the final barrier kernel), forked from and joined into
+        the capture stream ``cap``."""
+        import torch
+        ex, runner = self.ex, self.ex._graphs
+        ex._use_parity(parity)
+        ex._barriers = {}
+        work = []
+        for r in ex.ranks:
+            actions = ex._graph_traces[r] if whole else [self.closing[r]]
+            for a in actions:
+                if (r, a.site) not in ex._checked_sites:
+                    ex._check_action(r, a)
+                work.append(ex._prepare(r, a, tensors[r]))
+        zero = {r: runner.span(1 - parity, r) for r in ex.ranks} if ex._pads else {}
+        ex._final_clear = {}
+        if zero:
+            for r in ex.ranks:
+                b = runner._clearing_barrier(r)
+                if b is not None and (whole or b is self.closing[r]):
+                    ex._final_clear[r] = (b, zero[r].view(torch.int32))
+        start = torch.cuda.Event()
+        start.record(cap)
+        for s in ex.streams.values():
+            s.wait_event(start)
+        for r in ex.ranks:
+            if zero and r not in ex._final_clear:  # (harmless where every pad is consumed: they are zero)
+                ex._zero(ex.streams[(r, 0)], zero[r])
+        for enqueue in work:
+            enqueue()
+        torch.cuda.set_stream(cap)
+        for s in ex.streams.values():
+            end = torch.cuda.Event()
+            end.record(s)
+            cap.wait_event(end)
+
+    def close(self) -> None:
+        self.ex.close()
+
+
+# plans by (executable, world): identity-checked, since ids can be reused
+_PLANS: dict[tuple[int, int], tuple[Any, Any, CapturePlan]] = {}
+
+
+def plan_for(exe: Any, world: Any, *, make: bool) -> CapturePlan | None:
+    """The capture plan of ``exe`` in ``world``; made (outside any capture) when ``make``, else None if missing."""
+    key = (id(exe), id(world))
+    found = _PLANS.get(key)
+    if found is not None and found[0] is exe and found[1] is world and not found[2].ex._closed:
+        return found[2]
+    if not make:
+        return None
+    plan = CapturePlan(exe, world)
+    _PLANS[key] = (exe, world, plan)
+    return plan
+
+
+def synchronize_plans(world: Any) -> None:
+    """Wait for the plans' executors in ``world`` and check their error records (the wait kernels of captured
+    calls record a timed-out wait there)."""
+    for _, w, plan in list(_PLANS.values()):
+        if w is world and not plan.ex._closed:
+            plan.ex.synchronize()
+
+
+def close_plans(world: Any = None) -> None:
+    """Close the plans' executors (of ``world``, else all): in a real world collectively, on every rank."""
+    for key, (_, w, plan) in list(_PLANS.items()):
+        if world is None or w is world:
+            del _PLANS[key]
+            plan.close()
+
+
+__all__ = ["CaptureNotPreparedError", "CapturePlan", "close_plans", "plan_for", "synchronize_plans"]
