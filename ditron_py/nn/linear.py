@@ -19,8 +19,11 @@ Worlds. A layer runs in a real world (``World.from_torch()``: this process is on
 a virtual world of W > 1 ranks (one process driving every rank, one tensor per rank) cannot hold a module's single
 tensors and is refused.
 
-The ops are called with ``sync=False`` (enqueued on the caller's stream: no host synchronisation on the call path).
-They go through ``call_op``, one function, which the CPU tests replace to check the layers without a GPU.
+The ops are ditron's torch operators (``torch.ops.ditron.*``, ditron.torch_ops): enqueued on the caller's stream with
+no host synchronisation, traced by ``torch.compile(fullgraph=True)`` without a graph break, and captured into the
+caller's own CUDA graph (after one eager warm-up step). Each layer registers its world and library once, at
+construction (``torch_ops.register_world``: the handle string the operators take). The calls go through
+``call_op``, one function, which the CPU tests replace to check the layers without a GPU.
 """
 from __future__ import annotations
 
@@ -38,25 +41,11 @@ class ParallelError(DitronError, ValueError):
     """A layer or a plan that does not fit the world or the model (sizes, module kinds, worlds, plan styles)."""
 
 
-def _eager_op(op: str):
-    """ditron.ops.<op>, hidden from torch.compile's tracer (Triton's launcher cannot be traced: the compiled graph
-    breaks around the call and runs it eagerly)."""
-    from .. import ops
-    return torch.compiler.disable(getattr(ops, op), recursive=True)
-
-
-_EAGER: dict[str, Any] = {}
-
-
-def call_op(op: str, a, b, world, library, params: dict[str, Any]):
-    """Run ditron op ``op`` (ag_gemm, gemm_rs, gemm_ar) on this rank's a [M, K] and b [K, N]; enqueued on the
-    current stream. A world of one virtual rank passes one-element lists (the virtual world's calling form)."""
-    fn = _EAGER.get(op)
-    if fn is None:
-        fn = _EAGER[op] = _eager_op(op)
-    if world.is_virtual:
-        return fn([a], [b], world, sync=False, library=library, **params)[0]
-    return fn(a, b, world, sync=False, library=library, **params)
+def call_op(op: str, a, b, handle: str, params: dict[str, Any]):
+    """Run ditron op ``op`` (ag_gemm, gemm_rs, gemm_ar) on this rank's a [M, K] and b [K, N] through its torch
+    operator (torch.ops.ditron.<op>, ditron.torch_ops), in the world ``handle`` names; enqueued on the current stream,
+    traced by torch.compile without a graph break, captured into the caller's CUDA graph."""
+    return getattr(torch.ops.ditron, op)(a, b, handle, **params)
 
 
 def check_world(world, what: str) -> None:
@@ -97,7 +86,11 @@ class _ParallelLinear:
     def _setup(self, linear, world, library, what: str) -> None:
         _check_linear(linear, what)
         check_world(world, what)
+        from .. import ops, torch_ops
+        if library is not None and not isinstance(library, ops.Library):
+            raise ParallelError(f"{what}: library= takes a ditron.ops.Library, got {type(library).__name__}")
         self.world = world
+        self.handle = torch_ops.register_world(world, library)
         self.library = library
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -148,7 +141,7 @@ class ColumnParallelLinear(torch.nn.Module, _ParallelLinear):
             y = torch.matmul(a, self._b())
             shape = (*x.shape[:-1], self.local_out_features)
         else:
-            y = call_op("ag_gemm", a.contiguous(), self._b(), self.world, self.library, {})
+            y = call_op("ag_gemm", a.contiguous(), self._b(), self.handle, {})
             shape = (x.shape[0] * self.world_size, *x.shape[1:-1], self.local_out_features)
         if self.bias is not None:
             y = y + self.bias
@@ -192,14 +185,13 @@ class RowParallelLinear(torch.nn.Module, _ParallelLinear):
     def forward(self, x):
         a = self._flat(x, self.local_in_features, "RowParallelLinear").contiguous()
         if self.output == "replicated":
-            params = {} if self.algorithm == "auto" else {"algorithm": self.algorithm}
-            y = call_op("gemm_ar", a, self._b(), self.world, self.library, params)
+            y = call_op("gemm_ar", a, self._b(), self.handle, {"algorithm": self.algorithm})
             shape = (*x.shape[:-1], self.out_features)
         else:
             if x.shape[0] % self.world_size:
                 raise ParallelError(f"RowParallelLinear(output='sequence'): dim 0 of the input {tuple(x.shape)} does "
                                     f"not split over {self.world_size} ranks")
-            y = call_op("gemm_rs", a, self._b(), self.world, self.library, {})
+            y = call_op("gemm_rs", a, self._b(), self.handle, {})
             shape = (x.shape[0] // self.world_size, *x.shape[1:-1], self.out_features)
         if self.bias is not None:
             y = y + self.bias

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ditron import nn as dnn  # noqa: E402
+from ditron import ops, torch_ops  # noqa: E402
 from ditron.nn import linear as nn_linear  # noqa: E402
 from ditron.runtime.world import World  # noqa: E402
 
@@ -37,7 +38,8 @@ class ThreadWorld:
         self.barrier.wait()  # every rank has read the slots before any rank writes its next value
         return everyone
 
-    def call_op(self, op, a, b, world, library, params):
+    def call_op(self, op, a, b, handle, params):
+        world = torch_ops.world_of(handle)
         rank = world.rank
         assert world is self.worlds[rank]
         assert a.is_contiguous() and b.is_contiguous(), "the ops read contiguous operands"
@@ -186,23 +188,34 @@ def test_the_ops_get_the_stored_weight_without_a_copy(tw):
         assert b_ptr == ptrs[rank_] and params == {"algorithm": "one_shot"}
 
 
-def test_call_op_enqueues_without_host_sync(monkeypatch):
-    """The real call_op passes this rank's tensors and sync=False to ditron.ops (in a world of one virtual rank,
-    as one-element lists)."""
-    from ditron import ops
-    seen = []
+def test_layers_call_the_torch_operators_without_a_graph_break():
+    """torch.compile(fullgraph=True) of a column + row parallel pair traces torch.ops.ditron.gemm_ar (its fake
+    implementation gives the shapes); running the graph on CPU tensors reaches the operator, which refuses them."""
+    graphs = []
 
-    def fake(a, b, world, **kw):
-        seen.append((a, b, kw))
-        return [a[0] @ b[0]] if world.is_virtual else a @ b
-    monkeypatch.setattr(ops, "gemm_ar", fake)
-    monkeypatch.setattr(nn_linear, "_EAGER", {})
-    lin = _linear(8, 6)
-    layer = dnn.RowParallelLinear(lin, World.virtual(1, "cpu"))
-    x = torch.randn(3, 8, dtype=torch.float64)
-    torch.testing.assert_close(layer(x), lin(x))
-    (a, b, kw), = seen
-    assert isinstance(a, list) and kw["sync"] is False and "library" in kw
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    world = World(2, 0, torch.device("cpu"))
+    f32 = torch.float32
+    col = dnn.ColumnParallelLinear(_linear(8, 12, dtype=f32), world)
+    row = dnn.RowParallelLinear(_linear(12, 8, dtype=f32), world)
+    torch._dynamo.reset()
+    step = torch.compile(lambda x: row(col(x)), fullgraph=True, backend=backend)
+    with pytest.raises(ops.OpError, match="ditron's ops run on CUDA tensors"), torch.no_grad():
+        step(torch.randn(3, 8, dtype=f32))
+    (gm,) = graphs
+    called = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.ditron.gemm_ar.default in called or torch.ops.ditron.gemm_ar in called
+    assert row.handle == col.handle == torch_ops.register_world(world), "one handle per world and library"
+
+
+def test_the_layer_registers_its_library():
+    lib = ops.Library("/nonexistent-ditron-ops", target="cuda:90", compile=False)
+    layer = dnn.RowParallelLinear(_linear(8, 8), World(2, 1, torch.device("cpu")), library=lib)
+    assert torch_ops._entry(layer.handle)[1] is lib
+    with pytest.raises(dnn.ParallelError, match="library= takes a ditron.ops.Library, got str"):
+        dnn.RowParallelLinear(_linear(8, 8), World(2, 1, torch.device("cpu")), library="/tmp")
 
 
 # ------------------------------------------------------------------------------------------- errors
