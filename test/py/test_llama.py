@@ -117,3 +117,24 @@ def test_under_torch_compile(monkeypatch):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
     assert len(tw.calls) == 2 * 2 * 3
+
+
+def test_the_parallel_model_compiles_as_one_graph():
+    """torch.compile(fullgraph=True) of the tensor-parallel Llama (ditron's torch operators, no graph break):
+    the prefill graph holds one ditron.gemm_ar per row-parallel projection; running it on CPU tensors reaches the
+    operator, which refuses them (the GPU run is test_llama_gpu.py)."""
+    from ditron import ops
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+    model = _model().to(torch.float32)
+    tp = dnn.parallelize(model, World(2, 0, torch.device("cpu")))
+    torch._dynamo.reset()
+    with pytest.raises(ops.OpError, match="ditron's ops run on CUDA tensors"):
+        steps(tp, torch.randint(0, 64, (1, 4)), torch.randint(0, 64, (1, 1)),
+              call=torch.compile(tp, fullgraph=True, backend=backend))
+    (gm,) = graphs
+    ar = [n for n in gm.graph.nodes if n.op == "call_function" and "ditron.gemm_ar" in str(n.target)]
+    assert len(ar) == 2 * CONFIG["num_hidden_layers"]

@@ -102,10 +102,11 @@ def test_llama_tensor_parallel_matches_single_gpu(library_dir):
 
 def _steps(model, ids, tokens, compiled: bool = False):
     """Logits (as float32) of the prefill of ids, then of one decode step per column of tokens, through a KV cache
-    (test_llama.steps), eager or through torch.compile(model)."""
+    (test_llama.steps), eager or through torch.compile(model, fullgraph=True): ditron's ops are torch operators, so
+    the model compiles with no graph break."""
     import torch
     from test_llama import steps
-    logits = steps(model, ids, tokens, call=torch.compile(model) if compiled else None)
+    logits = steps(model, ids, tokens, call=torch.compile(model, fullgraph=True) if compiled else None)
     torch.cuda.synchronize()
     return [x.float() for x in logits]
 
