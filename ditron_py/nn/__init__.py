@@ -6,11 +6,12 @@
 
 ColumnParallelLinear (a local GEMM on a replicated input, or ops.ag_gemm on a sequence-sharded one) and
 RowParallelLinear (ops.gemm_ar, or ops.gemm_rs for a sequence-sharded output) are built from an nn.Linear, whose
-weight is sharded once; see linear.py and parallelize.py. Needs torch (not the MLIR bindings: the ops run from
+weight is sharded once; see linear.py and parallelize.py. ``signatures(model, W, rows)`` lists the op artifacts a
+parallelized model needs for the given tokens per call, to build them ahead where the compiler is. Needs torch (not the MLIR bindings: the ops run from
 prebuilt artifacts where there is no compiler).
 """
 from .linear import ColumnParallelLinear, ParallelError, RowParallelLinear
-from .parallelize import Colwise, Rowwise, model_plan, parallelize, resolve_plan
+from .parallelize import Colwise, Rowwise, model_plan, parallelize, resolve_plan, signatures
 
 __all__ = ["ColumnParallelLinear", "Colwise", "ParallelError", "RowParallelLinear", "Rowwise", "model_plan",
-           "parallelize", "resolve_plan"]
+           "parallelize", "resolve_plan", "signatures"]

@@ -159,3 +159,42 @@ def parallelize(model, world, plan: Mapping[str, Any] | None = None, *, library=
             if isinstance(value, int) and not isinstance(value, bool):
                 setattr(parent, attr, value // W)
     return model
+
+
+def signatures(model, world_size: int, rows, plan: Mapping[str, Any] | None = None, *, target: str = "cuda:90",
+               virtual: bool = False, dtype=None) -> list:
+    """The ops.Signatures of every ditron op ``parallelize(model, world, plan)`` makes the model call, for each
+    number of rows (tokens per call, over the whole world: batch * sequence at prefill, batch at a decode step; a
+    sequence-parallel input holds rows / W of them on each rank) in ``rows``: what a GPU box
+    without the compiler needs prebuilt (``ops.build(signatures(...), DIR)`` where the compiler is). The model is
+    only read (a model on the meta device will do). ``dtype``: the element type (default: each layer's weight's)."""
+    from .. import ops
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ParallelError(f"signatures: world_size must be a positive int, got {world_size!r}")
+    W, chosen = world_size, resolve_plan(model, plan)
+    out: dict[Any, None] = {}
+    for m in rows:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise ParallelError(f"signatures: rows are positive ints (tokens per call), got {m!r}")
+        for name, style in chosen.items():
+            linear = model.get_submodule(name)
+            t = ops.TORCH_DTYPES.get(str(dtype or linear.weight.dtype).removeprefix("torch."))
+            if t is None:
+                raise ParallelError(f"signatures: '{name}' holds {linear.weight.dtype} weights; ditron's ops take "
+                                    f"{', '.join(ops.TORCH_DTYPES)}")
+            i, o = linear.in_features, linear.out_features
+            if isinstance(style, Colwise):
+                if style.input == "sequence":
+                    if m % W:
+                        raise ParallelError(f"signatures: {m} rows do not split over {W} ranks (sequence-parallel "
+                                            f"input of '{name}')")
+                    sig = ops.signature_for("ag_gemm", [(m // W, i), (i, o // W)], t, W, virtual, target)
+                else:
+                    continue  # a local GEMM
+            elif style.output == "sequence":
+                sig = ops.signature_for("gemm_rs", [(m, i // W), (i // W, o)], t, W, virtual, target)
+            else:
+                sig = ops.signature_for("gemm_ar", [(m, i // W), (i // W, o)], t, W, virtual, target,
+                                        algorithm=style.algorithm)
+            out[sig] = None
+    return list(out)

@@ -138,3 +138,14 @@ def test_the_parallel_model_compiles_as_one_graph():
     (gm,) = graphs
     ar = [n for n in gm.graph.nodes if n.op == "call_function" and "ditron.gemm_ar" in str(n.target)]
     assert len(ar) == 2 * CONFIG["num_hidden_layers"]
+
+
+def test_the_gpu_test_prebuilds_every_op_its_model_calls():
+    """ditron.nn.signatures of the GPU test's model (built on the meta device) at its prefill and decode rows are
+    the gemm_ar signatures test_llama_gpu.py lists for tools/build_gpu_test_artifacts.py."""
+    import test_llama_gpu as gpu
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**gpu.CONFIG)).to(torch.bfloat16)
+    sigs = dnn.signatures(model, gpu.W, [gpu.BATCH * gpu.SEQ, gpu.BATCH], target=gpu.TARGET)
+    assert len(sigs) == 4 and {s.op for s in sigs} == {"gemm_ar"} and not any(s.virtual for s in sigs)
+    assert set(sigs) == {s for s in gpu.signatures() if s.op == "gemm_ar"}

@@ -342,3 +342,19 @@ def test_parallelize_leaves_the_model_alone_on_error():
     with pytest.raises(dnn.ParallelError, match=r"3 heads of 4\) do not divide into whole heads over 2 ranks"):
         dnn.parallelize(net, World(2, 0, torch.device("cpu")), PLAN)
     assert all(type(b.attn.q_proj) is torch.nn.Linear and type(b.attn.o_proj) is torch.nn.Linear for b in net.layers)
+
+
+def test_signatures_list_the_ops_a_plan_calls():
+    net = Net().to(torch.bfloat16)
+    plan = {"layers.*.attn.q_proj": dnn.Colwise(input="sequence"), "layers.*.attn.o_proj": dnn.Rowwise(output="sequence")}
+    sigs = dnn.signatures(net, 2, [8, 4], plan)
+    assert [(s.op, s.shapes) for s in sigs] == [("ag_gemm", ((4, 16), (16, 8))), ("gemm_rs", ((8, 8), (8, 16))),
+                                                ("ag_gemm", ((2, 16), (16, 8))), ("gemm_rs", ((4, 8), (8, 16)))]
+    assert all(s.dtype == "bf16" and s.world_size == 2 and not s.virtual for s in sigs)
+    (ar,) = dnn.signatures(net, 2, [3], {"layers.0.attn.o_proj": dnn.Rowwise(algorithm="one_shot")})
+    assert ar.op == "gemm_ar" and ar.param["algorithm"] == "one_shot" and ar.shapes == ((3, 8), (8, 16))
+    assert dnn.signatures(net, 2, [3], {"layers.*.attn.q_proj": "colwise"}) == [], "a local GEMM needs no artifact"
+    with pytest.raises(dnn.ParallelError, match="5 rows do not split over 2 ranks"):
+        dnn.signatures(net, 2, [5], plan)
+    with pytest.raises(dnn.ParallelError, match="holds torch.float64 weights"):
+        dnn.signatures(Net(), 2, [4], plan)
