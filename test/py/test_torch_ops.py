@@ -216,33 +216,43 @@ def test_a_captured_call_replays_correctly_with_a_closing_barrier(monkeypatch, g
     plan.close()
 
 
-def test_a_program_without_a_final_barrier_is_captured_twice(monkeypatch, tmp_path):
-    """ditron's push all-reduce fences by its waits (no final barrier): the plan captures the call on parity 0 and
-    again on parity 1, so that the replays alternate the pads and inboxes as graph mode does; every replay's output
-    matches the reference."""
+@pytest.mark.parametrize("mode", ["handshake", "twice"])
+def test_a_program_without_a_final_barrier(monkeypatch, tmp_path, mode):
+    """ditron's push all-reduce fences by its waits (no final barrier, no barrier kernel): with the driver's memops
+    the plan captures the call on parity 0 then a memop handshake on parity 1 (zeroing parity 0 first); without
+    them ("twice") the call again on parity 1, the replays alternating the pads and inboxes as graph mode does.
+    Every replay's output matches the reference and leaves parity 0's pads zero."""
     import ditron
     from test_executor_graph import GraphFakeGPU
     from test_ops import _kernel_records
 
     from ditron.runtime.callplan import CapturePlan
     W = 2
-    s = ops.signature_for("all_reduce", [(20, 24)], "bf16", W, True, algorithm="push")
+    s = ops.signature_for("all_reduce", [(128, 64)], "bf16", W, True, algorithm="push")  # a pad of 2 slots
     exe = ditron.load(ops.build_one(s, tmp_path))
     gpu = GraphFakeGPU(monkeypatch, _kernel_records(ops.lower(s)[0]), driver=True)
     plan = CapturePlan(gpu.executable(exe), World.virtual(W, device="cpu"))
-    gpu.ex = plan.ex
-    assert plan.mode == "twice"
-    xs = [[torch.zeros(20, 24, dtype=BF16)] for _ in range(W)]
-    outs = [[torch.zeros(20, 24, dtype=BF16)] for _ in range(W)]
+    gpu.ex = ex = plan.ex
+    assert plan.mode == "handshake" and plan.handshake_pad == ex.program.alloc_index("ar_published")
+    plan.mode = mode
+    writes = gpu.driver.writes
+    xs = [[torch.zeros(128, 64, dtype=BF16)] for _ in range(W)]
+    outs = [[torch.zeros(128, 64, dtype=BF16)] for _ in range(W)]
     graphs, graph = _capture(gpu, lambda: plan.enqueue(xs, outs))
     for replay in range(4):
         g = torch.Generator().manual_seed(replay)
         for row in xs:
-            row[0].copy_(torch.randn(20, 24, generator=g))
+            row[0].copy_(torch.randn(128, 64, generator=g))
         graphs.replay(graph)
         gpu.run()
         want = ops.reference(s, xs)
         assert all(torch.allclose(outs[r][0].float(), want[r], rtol=2 ** -6, atol=2 ** -5) for r in range(W)), replay
+        for r in range(W):
+            assert all(ex._parity_views[0][(j, r)].abs().sum() == 0 for j in ex._pads), (replay, r)
+            if mode == "handshake":  # only the handshake's arrivals on parity 1
+                assert ex._parity_views[1][(plan.handshake_pad, r)][:W].tolist() == [1] * W
+    if mode == "handshake":
+        assert gpu.driver.writes - writes == W * W  # captured once: W arrivals per rank
     plan.close()
 
 
