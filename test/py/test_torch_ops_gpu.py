@@ -216,6 +216,8 @@ def worker(directory: str) -> int:
     import torch
     import torch.distributed as dist
 
+    from test_ops_gpu import worker_done
+
     from ditron import torch_ops
     from ditron.runtime.world import World
     torch.cuda.set_device(0)
@@ -235,10 +237,7 @@ def worker(directory: str) -> int:
             print(f"rank {world.rank}: {name} ok", flush=True)
     torch_ops.synchronize(world)
     torch_ops.close(world)
-    library.close()
-    dist.barrier()
-    dist.destroy_process_group()
-    return 1 if failed else 0
+    return worker_done(library, failed)
 
 
 def main(argv: list[str]) -> int:
