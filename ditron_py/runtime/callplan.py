@@ -34,11 +34,14 @@ whose parities alternate by epoch). It is made by ``prepare`` outside any captur
 (ditron.torch_ops does it), since making an executor allocates and synchronises, which no capture allows; a capture
 that finds no plan is refused with an error that says to run the step eagerly once before capturing. Nothing of a
 captured call is watched by the executor's watchdog (a graph replay is the caller's); errors recorded by the wait
-kernels surface at the next ``Executor.synchronize`` of the plan's executor (``synchronize_plans``).
+kernels surface at the next ``Executor.synchronize`` of the plan's executor (``synchronize_plans``). A plan's heap
+must outlive every graph that captured it: close the plans (``close_plans``, ditron.torch_ops.close) only after the
+caller's graphs are released.
 Imports torch only (never mlir).
 """
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from ..errors import DitronRuntimeError
@@ -84,6 +87,8 @@ class CapturePlan:
         with torch.cuda.device(ex.device):
             cap = torch.cuda.current_stream(ex.device)
             tensors, _ = ex._bind_io(inputs, outputs)
+            collecting = gc.isenabled()
+            gc.disable()  # a finalizer run inside the capture may call CUDA as no capture allows (graphs.TorchGraphs)
             try:
                 ex._capturing = True
                 self._step(cap, tensors, 0, whole=True)
@@ -100,6 +105,8 @@ class CapturePlan:
                 ex._final_clear = {}
                 ex._use_parity(0)
                 torch.cuda.set_stream(cap)
+                if collecting:
+                    gc.enable()
 
     def _step(self, cap, tensors, parity: int, *, whole: bool) -> None:
         """One graph-mode call on ``parity`` (``whole``: the program's trace, else its closing barrier alone),
