@@ -42,6 +42,9 @@ later calls reuse (symmetric heap, streams, kernels loaded). ``sync=False`` leav
 stream (``Library.synchronize(world)`` waits, with the watchdog); ``Library.close()`` frees every heap (do it before
 tearing down torch.distributed).
 
+The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and the caller's CUDA graphs):
+ditron.torch_ops.
+
 This module does not define any ``from __future__ import annotations``: the frontend reads the parameter
 annotations of the programs below, which name local variables.
 """

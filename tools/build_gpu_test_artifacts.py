@@ -9,9 +9,12 @@ Then, on the GPU machine (torch + triton, no MLIR bindings needed):
     CUDA_DEVICE_MAX_CONNECTIONS=32 DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu \
         test/py/test_executor_gpu.py
 
-OUTDIR/executor holds the host-program artifacts of test_executor_gpu.py (``--no-executor`` skips them), OUTDIR/nn
-the op artifacts of test_llama_gpu.py (ditron.nn and the tensor-parallel Llama; ``--no-nn`` skips them):
+OUTDIR/executor holds the host-program artifacts of test_executor_gpu.py (``--no-executor`` skips them),
+OUTDIR/torch_ops the op artifacts of test_torch_ops_gpu.py (``--no-torch-ops`` skips them), OUTDIR/nn those of
+test_llama_gpu.py (ditron.nn and the tensor-parallel Llama; ``--no-nn`` skips them):
 
+    CUDA_DEVICE_MAX_CONNECTIONS=32 DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu \
+        test/py/test_torch_ops_gpu.py
     DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu test/py/test_llama_gpu.py
 
 ``--timing`` also prints the compile time of the vector add: ditron cold (cache miss) and cached, beside
@@ -175,6 +178,16 @@ def _tests_on_path() -> None:
         sys.path.insert(0, str(tests))
 
 
+def build_torch_ops(outdir: str | Path) -> dict[str, Path]:
+    """Compile the op artifacts of test/py/test_torch_ops_gpu.py into OUTDIR/torch_ops (an ops.Library directory);
+    {signature key: path}."""
+    _tests_on_path()
+    import test_torch_ops_gpu
+    from ditron import ops
+    built = ops.build(test_torch_ops_gpu.signatures(), Path(outdir) / "torch_ops")
+    return {sig.key: path for sig, path in built.items()}
+
+
 def _triton_vector_add():
     """The same vector add in Triton's Python, for triton.compile."""
     import triton
@@ -244,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timing", action="store_true", help="also print compile times (ditron vs triton.compile)")
     p.add_argument("--no-executor", action="store_true",
                    help="skip the host-program artifacts of test/py/test_executor_gpu.py (OUTDIR/executor)")
+    p.add_argument("--no-torch-ops", action="store_true",
+                   help="skip the op artifacts of test/py/test_torch_ops_gpu.py (OUTDIR/torch_ops)")
     p.add_argument("--no-nn", action="store_true", help="skip the op artifacts of test/py/test_llama_gpu.py (OUTDIR/nn)")
     args = p.parse_args(argv)
     from ditron.errors import DitronError
@@ -251,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         built = build(args.outdir)
         if not args.no_executor:
             built.update({f"executor/{k}": v for k, v in build_executor(args.outdir).items()})
+        if not args.no_torch_ops:
+            built.update({f"torch_ops/{k}": v for k, v in build_torch_ops(args.outdir).items()})
         if not args.no_nn:
             built.update(build_nn(args.outdir))
     except DitronError as err:

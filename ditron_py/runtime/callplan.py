@@ -16,9 +16,17 @@ steps, each a graph-mode call traced once with epoch 1 (see ``graphs`` for the p
     rank's arrival, enqueued after the zeroing. Symmetrically for A's zeroing of parity 1 (written only by B's
     arrivals, all seen before this rank passed B). The rotating buffers of parity 0 are reused by the next A only
     after B's barrier, that is after every rank finished A. One barrier more per call.
-  - ``twice`` (a program with pads but no final barrier on stream 0, e.g. a push all-reduce that fences by its
-    waits): the whole call again on parity 1, so that the replays run parities 0, 1, 0, 1, ... as graph mode does.
-    It computes the same outputs again (the inputs are unchanged): correct, at twice the cost.
+  - ``handshake`` (a program with pads but no final barrier on stream 0: it fences by its waits, as a push
+    all-reduce or ditron's one-launch AG+GEMM / GEMM+RS / GEMM+AR do, and has no runtime barrier kernel): on stream
+    0, the own pads of parity 0 zeroed, then a barrier by driver memops (write-value with a system fence, wait-value)
+    on the parity-1 copy of one of its pads. Safe as above: every write into this rank's parity-0 pads came from a
+    peer's A and this rank's A waited for each of them (the program fences by its waits), and a peer writes them
+    again only in the next A, after the handshake, which needs this rank's arrival after the zeroing; the
+    handshake's pad (parity 1) is written only by handshakes, and zeroed by the next A before this rank's next
+    arrival. 2W memop nodes (a few microseconds of host time at each launch of the caller's graph).
+  - ``twice`` (no final barrier and no driver memops): the whole call again on parity 1, so that the replays run
+    parities 0, 1, 0, 1, ... as graph mode does. It computes the same outputs again (the inputs are unchanged):
+    correct, at twice the cost.
   - ``once``: a program without signal pads needs no B.
 
 The plan owns its graph-mode executor (its own symmetric heap: never shared with ``ditron.ops``' graph-mode calls,
@@ -26,11 +34,14 @@ whose parities alternate by epoch). It is made by ``prepare`` outside any captur
 (ditron.torch_ops does it), since making an executor allocates and synchronises, which no capture allows; a capture
 that finds no plan is refused with an error that says to run the step eagerly once before capturing. Nothing of a
 captured call is watched by the executor's watchdog (a graph replay is the caller's); errors recorded by the wait
-kernels surface at the next ``Executor.synchronize`` of the plan's executor (``synchronize_plans``).
+kernels surface at the next ``Executor.synchronize`` of the plan's executor (``synchronize_plans``). A plan's heap
+must outlive every graph that captured it: close the plans (``close_plans``, ditron.torch_ops.close) only after the
+caller's graphs are released.
 Imports torch only (never mlir).
 """
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from ..errors import DitronRuntimeError
@@ -53,10 +64,16 @@ class CapturePlan:
             last = next((a for a in reversed(traces[r]) if a.stream == 0), None)
             if isinstance(last, BarrierAction):
                 self.closing[r] = last
-        if not self.ex._pads:
+        ex = self.ex
+        W = ex.W
+        # the handshake's pad: the first pad with a slot per rank (its parity-1 copy; step B binds nothing else)
+        self.handshake_pad = next((j for j in ex._pads if ex.program.allocs[j].shape[0] >= W), None)
+        if not ex._pads:
             self.mode = "once"
-        elif len(self.closing) == len(self.ex.ranks):
+        elif len(self.closing) == len(ex.ranks):
             self.mode = "barrier"
+        elif self.handshake_pad is not None and ex._signal_drv is not None and ex._memops is not None:
+            self.mode = "handshake"
         else:
             self.mode = "twice"
         self.captures = 0
@@ -70,11 +87,15 @@ class CapturePlan:
         with torch.cuda.device(ex.device):
             cap = torch.cuda.current_stream(ex.device)
             tensors, _ = ex._bind_io(inputs, outputs)
+            collecting = gc.isenabled()
+            gc.disable()  # a finalizer run inside the capture may call CUDA as no capture allows (graphs.TorchGraphs)
             try:
                 ex._capturing = True
                 self._step(cap, tensors, 0, whole=True)
                 if self.mode == "barrier":
                     self._step(cap, tensors, 1, whole=False)
+                elif self.mode == "handshake":
+                    self._handshake(cap)
                 elif self.mode == "twice":
                     self._step(cap, tensors, 1, whole=True)
                 self.captures += 1
@@ -84,6 +105,8 @@ class CapturePlan:
                 ex._final_clear = {}
                 ex._use_parity(0)
                 torch.cuda.set_stream(cap)
+                if collecting:
+                    gc.enable()
 
     def _step(self, cap, tensors, parity: int, *, whole: bool) -> None:
         """One graph-mode call on ``parity`` (``whole``: the program's trace, else its closing barrier alone),
@@ -121,6 +144,29 @@ class CapturePlan:
             end = torch.cuda.Event()
             end.record(s)
             cap.wait_event(end)
+
+    def _handshake(self, cap) -> None:
+        """Step B of a program without a final barrier: on each local rank's stream 0, zero the own pads of parity 0,
+        then a barrier by driver memops on the parity-1 copy of one pad (slot <rank> := 1 on every rank, a system
+        fence before each write; then wait for slots 0..W-1 >= 1), forked from and joined into ``cap``."""
+        import torch
+        ex, runner = self.ex, self.ex._graphs
+        base = ex._parity_ptr[1]
+        start = torch.cuda.Event()
+        start.record(cap)
+        for r in ex.ranks:
+            stream = ex.streams[(r, 0)]
+            stream.wait_event(start)
+            ex._zero(stream, runner.span(0, r))
+            handle = stream.cuda_stream
+            for q in range(ex.W):
+                ex._signal_drv.write(handle, base[(self.handshake_pad, q)] + 4 * r, 1)
+            for q in range(ex.W):
+                ex._memops.wait_geq(handle, base[(self.handshake_pad, r)] + 4 * q, 1)
+            end = torch.cuda.Event()
+            end.record(stream)
+            cap.wait_event(end)
+        torch.cuda.set_stream(cap)
 
     def close(self) -> None:
         self.ex.close()
