@@ -22,7 +22,10 @@ KV cache prefilled with CONTEXT tokens (growing by one per timed step, the same 
 S in {1K, 4K}, B in {1, 128, 512}. ``--compile``: both models under torch.compile(fullgraph=True) (ditron's op is
 a torch operator: no graph break). A row: the median over repetitions of CUDA-event times (bench_dist.timed: the
 same fixed count of calls on every rank, each repetition the max over ranks), ms per forward; the host time per
-forward beside it; rel_err: ditron's logits against torch+NCCL's (bf16, the same weights), at the first call.
+forward beside it; rel_err: ditron's logits against torch+NCCL's (bf16, the same weights), at the first call;
+<model>_kept_mib: the device memory the model's first call at the row's shape left held, after empty_cache (ditron:
+the symmetric heaps, signal pads and capture plans of the ops it loaded; torch: NCCL's buffers at its first call),
+the max over ranks; the log's first line gives the weights each rank holds beside it.
 
 Output: a table on stdout, benchmarks/results/e2e_tp2[_compiled].csv and .png (matplotlib, if importable).
 Not here yet: PyTorch's async-TP (symmetric-memory fused ops) as a third model, the sequence-parallel variant
@@ -176,6 +179,10 @@ def run(directory: str, quick: bool, layers: int, compiled: bool, out_dir: Path)
     torch.cuda.synchronize()
     torch_ops.synchronize(env.world)
     if env.rank == 0:
+        kept = {n: sum(r[f"{n}_kept_mib"] for r in rows) for n in ("ditron", "torch_nccl")}
+        print(f"device memory kept by the first calls, over the run (max over ranks): ditron {kept['ditron']:.0f} "
+              f"MiB, torch+NCCL {kept['torch_nccl']:.0f} MiB; weights per rank per model "
+              f"{held['ditron'] / 2**20:.0f} MiB")
         report(rows, out_dir, compiled, layers)
     torch_ops.close(env.world)
     library.close()
@@ -185,9 +192,19 @@ def run(directory: str, quick: bool, layers: int, compiled: bool, out_dir: Path)
 
 def measure(env, phase: str, batch: int, seq: int, fns: dict, iters: int, timed, rel_err) -> dict:
     """One row: each model's ms and host ms per forward, and ditron's logits against torch+NCCL's."""
-    first = {name: fn().logits for name, fn in fns.items()}
+    import torch
+    first, kept = {}, {}
+    for name, fn in fns.items():  # the device memory a model's first call at this shape keeps (after empty_cache)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free = torch.cuda.mem_get_info()[0]
+        first[name] = fn().logits
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        kept[name] = free - torch.cuda.mem_get_info()[0] - first[name].numel() * first[name].element_size()
     row = {"phase": phase, "batch": batch, "seq": seq, "M": batch * seq,
            "rel_err": rel_err(first["ditron"], first["torch_nccl"])}
+    row.update({f"{name}_kept_mib": env.max_over_ranks(float(v)) / 2**20 for name, v in kept.items()})
     del first
     for name, fn in fns.items():
         row[f"{name}_ms"] = timed(env, fn, iters) / 1e3
@@ -203,7 +220,7 @@ def report(rows: list[dict], out_dir: Path, compiled: bool, layers: int) -> None
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = out_dir / f"e2e_tp{W}{'_compiled' if compiled else ''}"
     keys = ["phase", "batch", "seq", "M", "ditron_ms", "torch_nccl_ms", "speedup", "ditron_host_ms",
-            "torch_nccl_host_ms", "rel_err"]
+            "torch_nccl_host_ms", "rel_err", "ditron_kept_mib", "torch_nccl_kept_mib"]
     with open(f"{stem}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, keys)
         w.writeheader()
