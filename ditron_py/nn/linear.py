@@ -13,7 +13,10 @@
 Weights. A layer is built from an ``nn.Linear`` whose weight is [out, in]; its shard is cut once, at construction,
 and stored transposed ([in, out/W] or [in/W, out], contiguous), which is the [K, N] operand the ops read. The
 parameter ``weight`` is the transpose of that storage: [out/W, in] or [out, in/W], nn.Linear's layout (a state dict
-keeps its meaning), and ``weight.t()`` is contiguous, so no call copies or transposes it.
+keeps its meaning), and ``weight.t()`` is contiguous, so no call copies or transposes it (``module.to(...)``,
+deepcopy and load_state_dict keep that layout).
+
+Inference only: ditron's operators have no backward.
 
 Worlds. A layer runs in a real world (``World.from_torch()``: this process is one rank) or in a world of one rank;
 a virtual world of W > 1 ranks (one process driving every rank, one tensor per rank) cannot hold a module's single

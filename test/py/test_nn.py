@@ -127,6 +127,16 @@ def test_state_dict_keeps_nn_linear_names_and_layout():
     assert torch.equal(sd["weight"], lin.weight[6:])
 
 
+def test_moving_a_layer_keeps_the_transposed_storage():
+    import copy
+    layer = dnn.RowParallelLinear(_linear(8, 6), World(2, 0, torch.device("cpu")))
+    for moved in (layer.to(torch.float32), copy.deepcopy(layer)):
+        assert moved.weight.shape == (6, 4) and moved.weight.t().is_contiguous()
+    fresh = dnn.RowParallelLinear(_linear(8, 6, seed=9, dtype=torch.float32), World(2, 0, torch.device("cpu")))
+    fresh.load_state_dict(layer.state_dict())
+    assert torch.equal(fresh.weight, layer.weight) and fresh.weight.t().is_contiguous()
+
+
 def test_no_bias():
     lin = _linear(8, 12, bias=False)
     assert dnn.ColumnParallelLinear(lin, World(2, 0, torch.device("cpu"))).bias is None
