@@ -1,6 +1,7 @@
 """transformers' LlamaForCausalLM made tensor-parallel over 2 ranks with ditron.nn, on one GPU, in a two-process
 world (torch symmetric memory, test/py/two_ranks.py), against the single-GPU model: prefill and decode steps with a
-KV cache, eager and under torch.compile. Also the sequence-parallel layers (ops.ag_gemm, ops.gemm_rs) alone.
+KV cache, eager and under torch.compile(fullgraph=True); the prefill captured into our own torch.cuda.graph and
+replayed on new ids (a second two-process run); the sequence-parallel layers (ops.ag_gemm, ops.gemm_rs) alone.
 
 The model is built from a small LlamaConfig with seeded random weights (nothing downloaded). ditron.nn.parallelize
 reads its base_model_tp_plan: q/k/v/gate/up column-parallel (a local GEMM of this rank's heads / features), o and
@@ -44,6 +45,8 @@ BATCH, SEQ, STEPS = 2, 16, 3
 SP_ROWS, SP_IN, SP_OUT = 16, 256, 512
 RMS_FACTOR, MAX_FACTOR = 2.0, 4.0
 CHECKS = ["llama_eager", "llama_compiled", "sequence_parallel_layers"]
+GRAPH_CHECKS = ["llama_cuda_graph"]
+REPLAYS = 3
 
 
 def signatures():
@@ -98,6 +101,18 @@ def test_llama_tensor_parallel_matches_single_gpu(library_dir):
     run_two_ranks([str(HERE), "worker", str(library_dir)], CHECKS, timeout_s=540)
 
 
+def test_llama_prefill_captured_in_the_callers_cuda_graph(library_dir):
+    """The tensor-parallel model's prefill captured into our own torch.cuda.graph (ditron's ops inside it, after an
+    eager warm-up), replayed on new token ids: each replay's logits against the single-GPU model's on those ids."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"the artifacts are built for {TARGET}")
+    pytest.importorskip("transformers")
+    run_two_ranks([str(HERE), "worker", str(library_dir), "graph"], GRAPH_CHECKS, timeout_s=540)
+
+
 # ------------------------------------------------------------------------------------------ the worker
 
 def _steps(model, ids, tokens, compiled: bool = False):
@@ -133,7 +148,9 @@ def compare(rank: int, name: str, got, single, ref32) -> bool:
     return ok
 
 
-def worker(directory: str) -> int:
+def setup(directory: str):
+    """This rank's world and library, the model (bf16, seeded: the same on both ranks), its float32 copy, and its
+    tensor-parallel copy."""
     import copy
 
     import torch
@@ -146,34 +163,78 @@ def worker(directory: str) -> int:
     torch.cuda.set_device(0)
     dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; symmetric memory needs only the store
     world = World.from_torch()
-    rank = world.rank
     library = ops.Library(directory, target=TARGET, compile=False)
     torch.manual_seed(0)  # the same weights and tokens on both ranks
     model = LlamaForCausalLM(LlamaConfig(**CONFIG, attn_implementation="sdpa")).to(torch.bfloat16).eval()
     model.requires_grad_(False)
-    ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ)).cuda()
-    tokens = torch.randint(0, CONFIG["vocab_size"], (BATCH, STEPS)).cuda()
     ref32 = copy.deepcopy(model).float().cuda()
     single = model.cuda()
-    want32, want = _steps(ref32, ids, tokens), _steps(single, ids, tokens)
     tp = dnn.parallelize(copy.deepcopy(single), world, library=library)
     attn = tp.model.layers[0].self_attn
     assert isinstance(attn.q_proj, dnn.ColumnParallelLinear) and isinstance(attn.o_proj, dnn.RowParallelLinear)
     assert attn.q_proj.weight.shape == (CONFIG["hidden_size"] // W, CONFIG["hidden_size"])
+    return world, library, single, ref32, tp
+
+
+def report_check(rank: int, name: str, ok: bool) -> int:
+    if ok:
+        print(f"rank {rank}: {name} ok", flush=True)
+    return 0 if ok else 1
+
+
+def worker(directory: str, mode: str = "steps") -> int:
+    import torch
+    import torch.distributed as dist
+
+    from ditron import torch_ops
+    world, library, single, ref32, tp = setup(directory)
+    rank = world.rank
     failed = 0
-    ok = compare(rank, "llama_eager", _steps(tp, ids, tokens), want, want32)
-    failed += not ok
-    if ok:
-        print(f"rank {rank}: llama_eager ok", flush=True)
-    ok = compare(rank, "llama_compiled", _steps(tp, ids, tokens, compiled=True), want, want32)
-    failed += not ok
-    if ok:
-        print(f"rank {rank}: llama_compiled ok", flush=True)
-    failed += not sequence_parallel_layers(world, library)
+    if mode == "graph":
+        failed += report_check(rank, "llama_cuda_graph", captured_prefill(rank, single, ref32, tp))
+    else:
+        ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ)).cuda()
+        tokens = torch.randint(0, CONFIG["vocab_size"], (BATCH, STEPS)).cuda()
+        want32, want = _steps(ref32, ids, tokens), _steps(single, ids, tokens)
+        failed += report_check(rank, "llama_eager", compare(rank, "llama_eager", _steps(tp, ids, tokens), want,
+                                                            want32))
+        failed += report_check(rank, "llama_compiled", compare(rank, "llama_compiled",
+                                                               _steps(tp, ids, tokens, compiled=True), want, want32))
+        failed += not sequence_parallel_layers(world, library)
+    torch.cuda.synchronize()
+    torch_ops.synchronize(world)
+    torch_ops.close(world)
     library.close()
     dist.barrier()
     dist.destroy_process_group()
     return 1 if failed else 0
+
+
+def captured_prefill(rank: int, single, ref32, tp) -> bool:
+    """Warm up (eagerly, on a side stream, as torch.cuda.graph's docs advise: it loads the ops and makes their
+    capture plans), capture one prefill, then replay it on new ids copied into its input."""
+    import torch
+    static_ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ)).cuda()
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                tp(input_ids=static_ids, use_cache=False)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_logits = tp(input_ids=static_ids, use_cache=False).logits
+        ok = True
+        for _ in range(REPLAYS):
+            ids = torch.randint(0, CONFIG["vocab_size"], (BATCH, SEQ)).cuda()
+            static_ids.copy_(ids)
+            graph.replay()
+            torch.cuda.synchronize()
+            got = static_logits.float().clone()
+            want, want32 = (m(input_ids=ids, use_cache=False).logits.float() for m in (single, ref32))
+            ok &= compare(rank, "llama_cuda_graph", [got], [want], [want32])
+    return ok
 
 
 def sequence_parallel_layers(world, library) -> bool:
@@ -225,7 +286,7 @@ def main(argv: list[str]) -> int:
         build(argv[1])
         return 0
     if len(argv) >= 2 and argv[0] == "worker":
-        return worker(argv[1])
+        return worker(*argv[1:3])
     print(__doc__)
     return 2
 
