@@ -769,7 +769,7 @@ class Executor:
 
     def _launch(self, rank: int, stream, a: LaunchAction, values: list[Any]) -> None:
         from triton.runtime import _allocation
-        if None in values:
+        if any(v is None for v in values):  # not `None in values`: that compares each tensor == None (~100 us)
             values = [self._new_tag(rank, a, (), -1) if v is None else v for v in values]
         grid = tuple(a.grid) + (1,) * (3 - len(a.grid))
         scratch = self._scratch.get((rank, a.site))
