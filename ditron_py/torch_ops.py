@@ -212,13 +212,17 @@ def _call_key(op: str, tensors, world, library, p: dict[str, Any]) -> tuple:
 
 def _capture(op: str, tensors, world, library, capturable: bool, p, inputs, outputs) -> None:
     """The call inside the caller's CUDA-graph capture: its capture plan (ditron.runtime.callplan)."""
-    from .runtime.callplan import CaptureNotPreparedError, plan_for
+    from .runtime.callplan import CaptureNotPreparedError, plan_for, refusal
     shapes = " and ".join("x".join(map(str, t.shape)) for t in tensors)
     if not capturable:
         raise CaptureNotPreparedError(f"ditron::{op} ({shapes} {tensors[0].dtype}) is being captured into a CUDA "
                                       "graph, but its world was registered with capturable=False; register it with "
                                       "capturable=True (the default)")
     exe = _executable_if_loaded(op, tensors, world, library, p)
+    why = None if exe is None else refusal(exe, world)
+    if why is not None:
+        raise CaptureNotPreparedError(f"ditron::{op} ({shapes} {tensors[0].dtype}) cannot be captured into a CUDA "
+                                      f"graph: {why}")
     plan = None if exe is None else plan_for(exe, world, make=False)
     if plan is None:
         raise CaptureNotPreparedError(

@@ -174,28 +174,46 @@ class CapturePlan:
         self.ex.close()
 
 
-# plans by (executable, world): identity-checked, since ids can be reused
-_PLANS: dict[tuple[int, int], tuple[Any, Any, CapturePlan]] = {}
+# plans by (executable, world): identity-checked, since ids can be reused; a program graph mode refuses keeps its
+# refusal (a GraphModeError) in place of a plan
+_PLANS: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
 
 
 def plan_for(exe: Any, world: Any, *, make: bool) -> CapturePlan | None:
-    """The capture plan of ``exe`` in ``world``; made (outside any capture) when ``make``, else None if missing."""
+    """The capture plan of ``exe`` in ``world``; made (outside any capture) when ``make``, else None if missing.
+    None too where graph mode refuses the program (``refusal`` says why): its eager calls are unaffected."""
+    from .graphs import GraphModeError
     key = (id(exe), id(world))
     found = _PLANS.get(key)
-    if found is not None and found[0] is exe and found[1] is world and not found[2].ex._closed:
-        return found[2]
+    if found is not None and found[0] is exe and found[1] is world:
+        if isinstance(found[2], GraphModeError):
+            return None
+        if not found[2].ex._closed:
+            return found[2]
     if not make:
         return None
-    plan = CapturePlan(exe, world)
+    try:
+        plan = CapturePlan(exe, world)
+    except GraphModeError as err:  # refused before anything was allocated (check_graph_program)
+        _PLANS[key] = (exe, world, err)
+        return None
     _PLANS[key] = (exe, world, plan)
     return plan
+
+
+def refusal(exe: Any, world: Any) -> str | None:
+    """Why ``exe`` cannot be captured in ``world`` (graph mode's refusal of its program), or None."""
+    found = _PLANS.get((id(exe), id(world)))
+    if found is not None and found[0] is exe and found[1] is world and not isinstance(found[2], CapturePlan):
+        return str(found[2])
+    return None
 
 
 def synchronize_plans(world: Any) -> None:
     """Wait for the plans' executors in ``world`` and check their error records (the wait kernels of captured
     calls record a timed-out wait there)."""
     for _, w, plan in list(_PLANS.values()):
-        if w is world and not plan.ex._closed:
+        if w is world and isinstance(plan, CapturePlan) and not plan.ex._closed:
             plan.ex.synchronize()
 
 
@@ -204,7 +222,8 @@ def close_plans(world: Any = None) -> None:
     for key, (_, w, plan) in list(_PLANS.items()):
         if world is None or w is world:
             del _PLANS[key]
-            plan.close()
+            if isinstance(plan, CapturePlan):
+                plan.close()
 
 
 
@@ -301,4 +320,4 @@ class EpochTraces:
 
 
 __all__ = ["PROBE_EPOCHS", "CaptureNotPreparedError", "CapturePlan", "EpochTraces", "close_plans", "plan_for",
-           "synchronize_plans"]
+           "refusal", "synchronize_plans"]

@@ -362,3 +362,18 @@ def test_epoch_traces_fall_back_to_tracing_each_call(refuse_above):
     if refuse_above is not None:
         with pytest.raises(DitronError, match="epoch 101 is too large"):
             traces.trace(101)
+
+
+def test_a_program_graph_mode_refuses_keeps_its_eager_calls(tmp_path_factory):
+    """A real-world program that does not end with a barrier on stream 0 (and does not fence by its waits) has no
+    capture plan: plan_for returns None and keeps the refusal, which a capture then reports."""
+    from test_executor import compiled, small
+
+    from ditron.runtime import callplan
+    exe = compiled(tmp_path_factory, small("all_gather", 2))
+    world = World(2, 1, torch.device("cpu"))
+    assert callplan.plan_for(exe, world, make=True) is None
+    assert callplan.plan_for(exe, world, make=False) is None
+    assert "CUDA-graph mode in a real world needs every call to end with a barrier" in callplan.refusal(exe, world)
+    callplan.close_plans(world)
+    assert callplan.refusal(exe, world) is None
