@@ -33,10 +33,9 @@ the caller's current stream with no host synchronisation (``sync=False``: a stuc
 ``Library.synchronize(world)`` or the watchdog, as for ditron.ops). The outputs are fresh tensors (never an
 input, never reused by a later call), as torch.library requires.
 
-Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. In a
-world of one rank the call is captured as it runs eagerly. In a world of W > 1 ranks the signal values of an eager
-call depend on the call's epoch, so a replay of the caller's graph would meet the signals of the replay before; the
-call is captured instead as one graph-mode call (the program traced once with epoch 1, on parity 0 of the
+Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. The signal
+values of an eager call depend on the call's epoch, so a replay of an eagerly captured call would meet the signals
+of the replay before; the call is captured instead as one graph-mode call (the program traced once with epoch 1, on parity 0 of the
 plan's two sets of signal pads) followed by a closing step on parity 1 that zeroes the own pads of parity 0 (the
 program's final barrier again; for programs that fence by their waits, a barrier by driver memops; else the call
 again: ``ditron.runtime.callplan``), so every replay finds the pads as the capture did; the same plan serves a
