@@ -33,15 +33,18 @@ the caller's current stream with no host synchronisation (``sync=False``: a stuc
 ``Library.synchronize(world)`` or the watchdog, as for ditron.ops). The outputs are fresh tensors (never an
 input, never reused by a later call), as torch.library requires.
 
-Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. In a
-world of one rank the call is captured as it runs eagerly. In a world of W > 1 ranks the signal values of an eager
-call depend on the call's epoch, so a replay of the caller's graph would meet the signals of the replay before; the
-call is captured instead as one graph-mode call (the program traced once with epoch 1, on parity 0 of the
-graph-mode executor's two sets of signal pads) followed by a closing barrier on parity 1 that zeroes the own pads
-of parity 0 (``ditron.runtime.callplan``): every replay finds the pads as the capture did. The graph-mode executor
-of the op (its symmetric heap, kernels, warm-up) must exist before the capture starts: an eager call of the same
-op with the same shapes (a warm-up step of the model, as serving engines run before capturing) makes it; without
-it the capture is refused with an error that says so.
+Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. The signal
+values of an eager call depend on the call's epoch, so a replay of an eagerly captured call would meet the signals
+of the replay before; the call is captured instead as one graph-mode call (the program traced once with epoch 1, on parity 0 of the
+plan's two sets of signal pads) followed by a closing step on parity 1 that zeroes the own pads of parity 0 (the
+program's final barrier again; for programs that fence by their waits, a barrier by driver memops; else the call
+again: ``ditron.runtime.callplan``), so every replay finds the pads as the capture did; the same plan serves a
+world of one rank. The plan (a graph-mode executor of its own: a second symmetric heap per op signature, loaded
+kernels) must exist before the capture starts: the op's first eager call with the same shapes makes it (a
+warm-up step of the model, as torch.cuda.graph's docs and serving engines do before capturing), and a capture
+without it is refused with an error that says so. ``register_world(..., capturable=False)`` skips the plans.
+``synchronize(world)`` waits for the calls of a world; ``close(world)`` frees its plans, after the graphs that
+captured them are released.
 """
 import threading
 from typing import Any
@@ -212,13 +215,17 @@ def _call_key(op: str, tensors, world, library, p: dict[str, Any]) -> tuple:
 
 def _capture(op: str, tensors, world, library, capturable: bool, p, inputs, outputs) -> None:
     """The call inside the caller's CUDA-graph capture: its capture plan (ditron.runtime.callplan)."""
-    from .runtime.callplan import CaptureNotPreparedError, plan_for
+    from .runtime.callplan import CaptureNotPreparedError, plan_for, refusal
     shapes = " and ".join("x".join(map(str, t.shape)) for t in tensors)
     if not capturable:
         raise CaptureNotPreparedError(f"ditron::{op} ({shapes} {tensors[0].dtype}) is being captured into a CUDA "
                                       "graph, but its world was registered with capturable=False; register it with "
                                       "capturable=True (the default)")
     exe = _executable_if_loaded(op, tensors, world, library, p)
+    why = None if exe is None else refusal(exe, world)
+    if why is not None:
+        raise CaptureNotPreparedError(f"ditron::{op} ({shapes} {tensors[0].dtype}) cannot be captured into a CUDA "
+                                      f"graph: {why}")
     plan = None if exe is None else plan_for(exe, world, make=False)
     if plan is None:
         raise CaptureNotPreparedError(

@@ -41,10 +41,12 @@ Imports torch only (never mlir).
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import gc
 from typing import Any
 
-from ..errors import DitronRuntimeError
+from ..errors import DitronError, DitronRuntimeError
 from .program import BarrierAction
 
 
@@ -172,28 +174,46 @@ class CapturePlan:
         self.ex.close()
 
 
-# plans by (executable, world): identity-checked, since ids can be reused
-_PLANS: dict[tuple[int, int], tuple[Any, Any, CapturePlan]] = {}
+# plans by (executable, world): identity-checked, since ids can be reused; a program graph mode refuses keeps its
+# refusal (a GraphModeError) in place of a plan
+_PLANS: dict[tuple[int, int], tuple[Any, Any, Any]] = {}
 
 
 def plan_for(exe: Any, world: Any, *, make: bool) -> CapturePlan | None:
-    """The capture plan of ``exe`` in ``world``; made (outside any capture) when ``make``, else None if missing."""
+    """The capture plan of ``exe`` in ``world``; made (outside any capture) when ``make``, else None if missing.
+    None too where graph mode refuses the program (``refusal`` says why): its eager calls are unaffected."""
+    from .graphs import GraphModeError
     key = (id(exe), id(world))
     found = _PLANS.get(key)
-    if found is not None and found[0] is exe and found[1] is world and not found[2].ex._closed:
-        return found[2]
+    if found is not None and found[0] is exe and found[1] is world:
+        if isinstance(found[2], GraphModeError):
+            return None
+        if not found[2].ex._closed:
+            return found[2]
     if not make:
         return None
-    plan = CapturePlan(exe, world)
+    try:
+        plan = CapturePlan(exe, world)
+    except GraphModeError as err:  # refused before anything was allocated (check_graph_program)
+        _PLANS[key] = (exe, world, err)
+        return None
     _PLANS[key] = (exe, world, plan)
     return plan
+
+
+def refusal(exe: Any, world: Any) -> str | None:
+    """Why ``exe`` cannot be captured in ``world`` (graph mode's refusal of its program), or None."""
+    found = _PLANS.get((id(exe), id(world)))
+    if found is not None and found[0] is exe and found[1] is world and not isinstance(found[2], CapturePlan):
+        return str(found[2])
+    return None
 
 
 def synchronize_plans(world: Any) -> None:
     """Wait for the plans' executors in ``world`` and check their error records (the wait kernels of captured
     calls record a timed-out wait there)."""
     for _, w, plan in list(_PLANS.values()):
-        if w is world and not plan.ex._closed:
+        if w is world and isinstance(plan, CapturePlan) and not plan.ex._closed:
             plan.ex.synchronize()
 
 
@@ -202,7 +222,102 @@ def close_plans(world: Any = None) -> None:
     for key, (_, w, plan) in list(_PLANS.items()):
         if world is None or w is world:
             del _PLANS[key]
-            plan.close()
+            if isinstance(plan, CapturePlan):
+                plan.close()
 
 
-__all__ = ["CaptureNotPreparedError", "CapturePlan", "close_plans", "plan_for", "synchronize_plans"]
+
+# ------------------------------------------------------------------------------------- eager traces per epoch
+
+# The epochs an EpochTraces probes: both parities, small and large values (a value affine in the epoch at all of
+# them is taken as affine; one that is not, such as a parity or a clamp, sends the program back to tracing per call)
+PROBE_EPOCHS = (1, 2, 3, 4, 7, 12, 1001, 65537)
+
+
+class _Affine:
+    """An int field of an action: base + slope * (epoch - 1)."""
+
+    __slots__ = ("base", "slope")
+
+    def __init__(self, base: int, slope: int):
+        self.base, self.slope = base, slope
+
+
+def _template(values: list[Any]):
+    """The template of one field across the probe traces: the value itself when constant, an _Affine, a tuple of
+    templates, or None when it is neither constant nor affine in the epoch."""
+    first = values[0]
+    if all(v == first and type(v) is type(first) for v in values):
+        return ("const", first)
+    if all(type(v) is int for v in values):
+        slope = values[1] - values[0]
+        if all(v == values[0] + slope * (e - 1) for v, e in zip(values, PROBE_EPOCHS)):
+            return ("affine", _Affine(values[0], slope))
+        return None
+    if all(type(v) is tuple and len(v) == len(first) for v in values):
+        parts = [_template([v[i] for v in values]) for i in range(len(first))]
+        return None if any(p is None for p in parts) else ("tuple", parts)
+    return None
+
+
+def _instantiate(t, epoch: int):
+    kind, v = t
+    if kind == "const":
+        return v
+    if kind == "affine":
+        return v.base + v.slope * (epoch - 1)
+    return tuple(_instantiate(p, epoch) for p in v)
+
+
+class EpochTraces:
+    """One rank's eager trace of a host program for any epoch, traced once. ``HostProgram.trace`` interprets the
+    program in Python on every call (tens of microseconds for a one-launch program, hundreds for an all-gather by
+    pull); but in ditron's programs the epoch enters only through signal and wait values, affinely. So the trace is
+    made at the PROBE_EPOCHS; where every probe has the same actions and every field that differs is an int affine in
+    the epoch (tuples elementwise), the trace of epoch e is the probe trace with those fields recomputed: the actions
+    without an epoch-dependent field are the same objects every call, the others are copied with their values set.
+    A program whose trace is not of that form (``affine`` False) is traced per call as before. The result is
+    ``without_entry_fork`` of the trace (what ``Executor.run`` enqueues)."""
+
+    def __init__(self, program: Any, rank: int, world_size: int):
+        from .program import without_entry_fork
+        self.program, self.rank, self.world_size = program, rank, world_size
+        self.affine = False
+        self._fixed: list[Any] = []
+        self._varying: list[tuple[int, Any, tuple]] = []  # (index, probe action, ((field, template), ...))
+        try:
+            probes = [without_entry_fork(program.trace(rank, world_size, e), rank) for e in PROBE_EPOCHS]
+        except DitronError:  # a probe epoch the program refuses: traced per call, its error raised by that call
+            return
+        if any(len(p) != len(probes[0]) or any(type(a) is not type(b) for a, b in zip(p, probes[0]))
+               for p in probes):
+            return
+        fixed, varying = list(probes[0]), []
+        for i, a in enumerate(probes[0]):
+            changes = {}
+            for f in dataclasses.fields(a):
+                values = [getattr(p[i], f.name) for p in probes]
+                t = _template(values)
+                if t is None:
+                    return
+                if t[0] != "const":
+                    changes[f.name] = t[1] if t[0] == "affine" else t
+            if changes:
+                varying.append((i, a, tuple(changes.items())))
+        self._fixed, self._varying, self.affine = fixed, varying, True
+
+    def trace(self, epoch: int) -> list[Any]:
+        from .program import without_entry_fork
+        if not self.affine:
+            return without_entry_fork(self.program.trace(self.rank, self.world_size, epoch), self.rank)
+        out = list(self._fixed)
+        for i, a, changes in self._varying:  # a shallow copy with the epoch's values (dataclasses.replace: 3x more)
+            b = copy.copy(a)
+            for name, t in changes:
+                setattr(b, name, t.base + t.slope * (epoch - 1) if type(t) is _Affine else _instantiate(t, epoch))
+            out[i] = b
+        return out
+
+
+__all__ = ["PROBE_EPOCHS", "CaptureNotPreparedError", "CapturePlan", "EpochTraces", "close_plans", "plan_for",
+           "refusal", "synchronize_plans"]

@@ -289,3 +289,91 @@ def test_without_its_second_step_a_replay_meets_the_last_replays_pads(monkeypatc
     avail = ex.program.alloc_index("g_avail")
     assert all(ex._parity_views[0][(avail, r)].abs().sum() > 0 for r in range(W))
     plan.close()
+
+
+# ------------------------------------------------------------------------------- eager traces per epoch
+
+@pytest.mark.parametrize("op, W", [("all_gather", 3), ("reduce_scatter", 2), ("all_reduce2", 3), ("ag_gemm", 2),
+                                   ("gemm_rs", 4), ("stuck", 2)])
+def test_epoch_traces_equal_the_traces_of_every_epoch(tmp_path_factory, op, W):
+    """EpochTraces (traced once, the epoch's values recomputed) gives what HostProgram.trace gives, at every epoch
+    and rank, for the executor's test programs; actions without an epoch-dependent field are shared."""
+    from test_executor import compiled, small
+
+    from ditron.runtime.callplan import EpochTraces
+    from ditron.runtime.program import HostProgram, without_entry_fork
+    program = HostProgram(compiled(tmp_path_factory, small(op, W)).host_program)
+    for r in range(W):
+        traces = EpochTraces(program, r, W)
+        assert traces.affine
+        for e in (*range(1, 20), 4096, 99991, 2 ** 30):
+            assert traces.trace(e) == without_entry_fork(program.trace(r, W, e), r), (r, e)
+        a, b = traces.trace(5), traces.trace(6)
+        shared = [x is y for x, y in zip(a, b)]
+        assert shared.count(False) == len(traces._varying) and all(x == y for x, y, s in zip(a, b, shared) if s)
+
+
+def test_epoch_traces_equal_the_traces_of_the_lowered_ops(gather_artifacts, tmp_path):
+    """The same for programs ditron-default lowers: a push all-reduce and an AG+GEMM (and the gather program)."""
+    import ditron
+
+    from ditron.runtime.callplan import EpochTraces
+    from ditron.runtime.program import HostProgram, without_entry_fork
+    programs = [(HostProgram(gather_artifacts[3].host_program), 3)]
+    for s in (ops.signature_for("all_reduce", [(128, 64)], "bf16", 2, False, algorithm="push"),
+              ops.signature_for("all_gather", [(40, 24)], "bf16", 2, False)):
+        programs.append((HostProgram(ditron.load(ops.build_one(s, tmp_path)).host_program), 2))
+    for program, W in programs:
+        for r in range(W):
+            traces = EpochTraces(program, r, W)
+            assert traces.affine
+            for e in (1, 2, 3, 10, 11, 777):
+                assert traces.trace(e) == without_entry_fork(program.trace(r, W, e), r), (r, e)
+
+
+class _ParityProgram:
+    """A stand-in host program whose one signal value is the epoch's parity (not affine), or that refuses large
+    epochs."""
+
+    def __init__(self, refuse_above: int | None = None):
+        self.refuse_above, self.traced = refuse_above, 0
+
+    def trace(self, rank, world_size, epoch):
+        from ditron.runtime.program import Buf, HostProgramError, SignalAction
+        self.traced += 1
+        if self.refuse_above is not None and epoch > self.refuse_above:
+            raise HostProgramError(f"epoch {epoch} is too large")
+        return [SignalAction(1, None, 0, Buf("sym", 0), 0, 0, epoch % 2 if self.refuse_above is None else epoch,
+                             "set", "gpu")]
+
+
+@pytest.mark.parametrize("refuse_above", [None, 100])
+def test_epoch_traces_fall_back_to_tracing_each_call(refuse_above):
+    from ditron.errors import DitronError
+    from ditron.runtime.callplan import EpochTraces
+    program = _ParityProgram(refuse_above)
+    traces = EpochTraces(program, 0, 2)
+    assert not traces.affine
+    before = program.traced
+    for e in (1, 2, 3, 8):
+        (a,) = traces.trace(e)
+        assert a.value == (e % 2 if refuse_above is None else e)
+    assert program.traced == before + 4  # traced per call
+    if refuse_above is not None:
+        with pytest.raises(DitronError, match="epoch 101 is too large"):
+            traces.trace(101)
+
+
+def test_a_program_graph_mode_refuses_keeps_its_eager_calls(tmp_path_factory):
+    """A real-world program that does not end with a barrier on stream 0 (and does not fence by its waits) has no
+    capture plan: plan_for returns None and keeps the refusal, which a capture then reports."""
+    from test_executor import compiled, small
+
+    from ditron.runtime import callplan
+    exe = compiled(tmp_path_factory, small("all_gather", 2))
+    world = World(2, 1, torch.device("cpu"))
+    assert callplan.plan_for(exe, world, make=True) is None
+    assert callplan.plan_for(exe, world, make=False) is None
+    assert "CUDA-graph mode in a real world needs every call to end with a barrier" in callplan.refusal(exe, world)
+    callplan.close_plans(world)
+    assert callplan.refusal(exe, world) is None
