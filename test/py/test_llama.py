@@ -149,3 +149,27 @@ def test_the_gpu_test_prebuilds_every_op_its_model_calls():
     sigs = dnn.signatures(model, gpu.W, [gpu.BATCH * gpu.SEQ, gpu.BATCH], target=gpu.TARGET)
     assert len(sigs) == 4 and {s.op for s in sigs} == {"gemm_ar"} and not any(s.virtual for s in sigs)
     assert set(sigs) == {s for s in gpu.signatures() if s.op == "gemm_ar"}
+
+
+def test_fullgraph_compile_through_prefill_and_decode(monkeypatch):
+    """torch.compile(fullgraph=True) of the parallel model over prefill and decode steps: the decode steps'
+    recompile makes the rows symbolic, which ditron's fake implementations take. The operators' GPU implementation
+    is replaced by the op's definition at W = 1 (a @ b), so that the compiled graphs run here."""
+    from ditron import torch_ops
+    rows = []
+
+    def run(op, tensors, handle, params):
+        assert op == "gemm_ar" and torch_ops.world_of(handle).world_size == 1
+        rows.append(tensors[0].shape[0])
+        return tensors[0] @ tensors[1]
+    monkeypatch.setattr(torch_ops, "_run", run)
+    model = _model().to(torch.float32)
+    torch.manual_seed(3)
+    ids, tokens = torch.randint(0, 64, (2, 5)), torch.randint(0, 64, (2, 3))
+    want = steps(model, ids, tokens)
+    tp = dnn.parallelize(copy.deepcopy(model), World.virtual(1, "cpu"))
+    torch._dynamo.reset()
+    got = steps(tp, ids, tokens, call=torch.compile(tp, fullgraph=True, backend="aot_eager"))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert rows == [10] * 4 + [2] * 12, "every row-parallel projection of every step ran the operator"
