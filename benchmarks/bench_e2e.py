@@ -18,7 +18,8 @@ each rank's heads is torch's, the same in both):
   compare the row-parallel step and nothing else.
 
 Phases: prefill of S tokens (batch 1; M = S, S in 1K..16K) and decode steps at batch B (M = B, B in 1..512) over a
-KV cache prefilled with CONTEXT tokens (growing by one per timed step, the same steps for both models). ``--quick``:
+KV cache prefilled with CONTEXT tokens (by the torch model, copied for both; growing by one per timed step, the same
+steps for both models). ``--quick``:
 S in {1K, 4K}, B in {1, 128, 512}. ``--compile``: both models under torch.compile(fullgraph=True) (ditron's op is
 a torch operator: no graph break). A row: the median over repetitions of CUDA-event times (bench_dist.timed: the
 same fixed count of calls on every rank, each repetition the max over ranks), ms per forward; the host time per
@@ -166,15 +167,18 @@ def run(directory: str, quick: bool, layers: int, compiled: bool, out_dir: Path)
         for B in decode:
             ctx = torch.randint(0, CONFIG["vocab_size"], (B, CONTEXT), device="cuda", generator=gen)
             tok = torch.randint(0, CONFIG["vocab_size"], (B, 1), device="cuda", generator=gen)
+            # the context's KV cache, filled once by the torch model (M = B * CONTEXT rows: a shape ditron has no
+            # artifact for) and copied for each model: both hold the same shards of the same heads
+            context = getattr(models["torch_nccl"](input_ids=ctx, use_cache=True), kw)
             steps = {}
             for name, c in calls.items():
-                cache = getattr(models[name](input_ids=ctx, use_cache=True), kw)
+                cache = copy.deepcopy(context)
 
                 def step(c=c, cache=cache):
                     return c(input_ids=tok, use_cache=True, **{kw: cache})
                 steps[name] = step
             rows.append(measure(env, "decode", B, 1, steps, iters=40, timed=timed, rel_err=rel_err))
-            del steps
+            del steps, context
             torch.cuda.empty_cache()
     torch.cuda.synchronize()
     torch_ops.synchronize(env.world)
