@@ -134,13 +134,28 @@ def _params(op: str, shapes, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_signatures_checked: set[tuple] = set()
+_checked: dict[tuple, dict[str, Any]] = {}   # a call's key -> its normalised parameters (checked in full once)
 
 
 def _check(op: str, tensors, world_size: int, params: dict[str, Any]) -> dict[str, Any]:
     """Check the arguments as ditron.ops does; returns the normalised parameters. Concrete sizes get the whole
-    check of ops.Signature; symbolic ones (torch.compile's dynamic shapes) the structural one here, the rest of it
-    deferred to the call (a symbolic size cannot be tested without a guard)."""
+    check of ops.Signature, once per key (op, shapes, dtypes, world size, parameters); symbolic ones (torch.compile's
+    dynamic shapes, which cannot be hashed) the structural one here, the rest of it deferred to the call (a symbolic
+    size cannot be tested without a guard)."""
+    try:
+        key = (op, world_size, tuple(params.items()), *[(t.shape, t.dtype) for t in tensors])
+        p = _checked.get(key)
+    except (TypeError, AttributeError):  # a symbolic size, or not a tensor: checked below
+        key = p = None
+    if p is not None:
+        return p
+    p = _check_all(op, tensors, world_size, params)
+    if key is not None and all(isinstance(d, int) for t in tensors for d in t.shape):
+        _checked[key] = p
+    return p
+
+
+def _check_all(op: str, tensors, world_size: int, params: dict[str, Any]) -> dict[str, Any]:
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise ops.OpError(f"{op}: argument {i} is {type(t).__name__}, not a tensor")
@@ -152,10 +167,7 @@ def _check(op: str, tensors, world_size: int, params: dict[str, Any]) -> dict[st
     shapes = [tuple(t.shape) for t in tensors]
     p = _params(op, shapes, params)
     if all(isinstance(d, int) for s in shapes for d in s):
-        key = (op, tuple(shapes), dtype, world_size, tuple(sorted(p.items())))
-        if key not in _signatures_checked:  # ops.Signature's checks cost tens of microseconds: once per key
-            ops.Signature(op, tuple(shapes), dtype, world_size, False, "cuda:90", tuple(p.items()))
-            _signatures_checked.add(key)
+        ops.Signature(op, tuple(shapes), dtype, world_size, False, "cuda:90", tuple(p.items()))
     elif op in ("ag_gemm", "gemm_rs", "gemm_ar"):
         (a, b) = shapes
         if len(a) != 2 or len(b) != 2:
