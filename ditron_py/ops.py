@@ -42,6 +42,9 @@ later calls reuse (symmetric heap, streams, kernels loaded). ``sync=False`` leav
 stream (``Library.synchronize(world)`` waits, with the watchdog); ``Library.close()`` frees every heap (do it before
 tearing down torch.distributed).
 
+The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and the caller's CUDA graphs):
+ditron.torch_ops.
+
 This module does not define any ``from __future__ import annotations``: the frontend reads the parameter
 annotations of the programs below, which name local variables.
 """
@@ -174,22 +177,7 @@ class Signature:
 
     def output_shape(self) -> tuple[int, ...]:
         """Each rank's output shape."""
-        W, p = self.world_size, self.param
-        if self.op == "ag_gemm":
-            return (W * self.shapes[0][0], self.shapes[1][1])
-        if self.op == "gemm_rs":
-            return (self.shapes[0][0] // W, self.shapes[1][1])
-        if self.op == "gemm_ar":
-            return (self.shapes[0][0], self.shapes[1][1])
-        x = list(self.shapes[0])
-        if self.op == "all_gather":
-            x[p["dim"]] *= W
-        elif self.op == "reduce_scatter":
-            x[p["dim"]] //= W
-        elif self.op == "all_to_all":
-            x[p["split_dim"]] //= W
-            x[p["concat_dim"]] *= W
-        return tuple(x)
+        return output_shape(self.op, self.shapes, self.world_size, self.param)
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "shapes": [list(s) for s in self.shapes], "dtype": self.dtype,
@@ -239,6 +227,28 @@ class Signature:
                               f"virtual world of {self.world_size} may use (spinning kernels would deadlock)")
             tile["num-sms"] = str(given)
         return {k: v for k, v in out.items() if v}
+
+
+def output_shape(op: str, shapes: Sequence[Sequence[Any]], world_size: int, params: Mapping[str, Any]) -> tuple:
+    """Each rank's output shape of ``op`` from each rank's input shapes (``params``: its parameters, dims already
+    in range). Plain arithmetic on the dims, so that torch's symbolic sizes go through it too (ditron.torch_ops'
+    fake implementations)."""
+    W = world_size
+    if op == "ag_gemm":
+        return (W * shapes[0][0], shapes[1][1])
+    if op == "gemm_rs":
+        return (shapes[0][0] // W, shapes[1][1])
+    if op == "gemm_ar":
+        return (shapes[0][0], shapes[1][1])
+    x = list(shapes[0])
+    if op == "all_gather":
+        x[params["dim"]] *= W
+    elif op == "reduce_scatter":
+        x[params["dim"]] //= W
+    elif op == "all_to_all":
+        x[params["split_dim"]] //= W
+        x[params["concat_dim"]] *= W
+    return tuple(x)
 
 
 def signature_for(op: str, shapes: Sequence[Sequence[int]], dtype: str, world_size: int, virtual: bool,
@@ -812,4 +822,4 @@ def _array_module(x):
 
 __all__ = ["ALGORITHMS", "OPS", "ArtifactMissingError", "Library", "OpError", "Signature", "ag_gemm", "all_gather",
            "all_reduce", "all_to_all", "build", "build_one", "choices", "compiler_available", "default_library", "gemm_ar",
-           "gemm_rs", "lower", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]
+           "gemm_rs", "lower", "output_shape", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]
