@@ -138,6 +138,18 @@ def test_make_fx_traces_the_operators():
     assert h in [a for n in gm.graph.nodes for a in n.args]  # the handle is a constant of the graph
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "aot_eager_decomp_partition"])
+def test_aot_autograd_traces_the_operators(backend):
+    """Through AOTAutograd (functionalisation, decompositions) the operators stay whole and the results keep
+    their shapes."""
+    torch._dynamo.reset()
+    h = torch_ops.register_world(real_world(2))
+    f = torch.compile(lambda x, w1, w2: block(x, w1, w2, h), fullgraph=True, backend=backend)
+    y = f(meta(8, 16), meta(16, 32), meta(32, 16))
+    assert tuple(y.shape) == (8, 32) and y.dtype == BF16
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_torch_compile_fullgraph_has_no_graph_break(dynamic):
     """One graph for the whole block (fullgraph=True raises at a break); with dynamic=True one graph serves two

@@ -202,6 +202,25 @@ def test_w1_block_captured_in_our_own_cuda_graph(w1):
     assert check_capture(w1, 1, 0) == []
 
 
+def test_w1_block_under_torch_compile_reduce_overhead(w1):
+    """torch.compile's CUDA graphs (mode="reduce-overhead": warm-up runs, then a capture of the compiled block,
+    replayed): every call against torch."""
+    import torch
+    torch._dynamo.reset()
+    sigs = block_signatures(1, True)
+    f = torch.compile(lambda x, w1_, w2: block(x, w1_, w2, w1), mode="reduce-overhead", fullgraph=True)
+    failures = []
+    for call in range(1, 6):
+        (x, a, b), = inputs_of([(M, K), (K, N), (N, K)], 1, 200 + call)
+        got = f(x, a, b).clone()
+        torch.cuda.synchronize()
+        hidden = ops.reference(sigs[0], [[x, a]])[0].relu().to(torch.bfloat16)
+        want = ops.reference(sigs[1], [[hidden, b]])[0]
+        if not close_enough(got, want):
+            failures.append(f"call {call}: max error {float((got.float() - want).abs().max())}")
+    assert failures == []
+
+
 def test_two_process_world_eager_compiled_and_captured(lib_dir):
     """W = 2 processes on this one GPU: every operator eagerly and compiled, and the block captured in each
     process's own torch.cuda.graph and replayed."""
