@@ -4,7 +4,7 @@
     exe.kernels["add"][(grid,)](x, y, out, n)
 
 The input is an ``mlir`` Module (built in a ditron context), MLIR text, a path to a ``.mlir`` file, or a
-``ditron.frontend`` Program. Steps:
+``ditron.frontend`` Program (task level) or a ``ditron.device`` Program (device level). Steps:
 
 1. read the input as text (the cache key hashes it);
 2. on a cache miss, parse it in a fresh ditron context, verify it, and bring it to core level (``_to_core_level``:
@@ -48,7 +48,7 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
 
     ``src``: an ``mlir.ir.Module``, MLIR text, a path to a .mlir file (a PathLike, or a str on one line
     without braces: MLIR text always has some), or a ``ditron.frontend`` Program (task level, like a .mlir file
-    of task ops: the default pipeline brings it to core level).
+    of task ops: the default pipeline brings it to core level), or a ``ditron.device`` Program (device level).
     ``options``: backend options (num_warps=8, num_stages=4, ...); unknown names or bad values raise TargetError.
     ``out_dir``: also write the artifact there (replacing an artifact already there). ``cache``: use the compile
     cache (default: yes unless $DITRON_NO_CACHE=1); it lives in $DITRON_CACHE_DIR. ``keep_stages``: keep the stage
@@ -105,9 +105,9 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
 # ------------------------------------------------------------------------------------------------------- input
 
 def read_input(src: Any) -> tuple[str, str]:
-    """(MLIR text, source name) of a Module, MLIR text, a .mlir path, or a ``ditron.frontend`` Program (traced
-    here, its locations those of the Python source)."""
-    if type(src).__name__ == "Program" and type(src).__module__ == "ditron.frontend":
+    """(MLIR text, source name) of a Module, MLIR text, a .mlir path, or a ``ditron.frontend`` / ``ditron.device``
+    Program (traced here, its locations those of the Python source)."""
+    if type(src).__name__ == "Program" and type(src).__module__ in ("ditron.frontend", "ditron.device"):
         return src.to_mlir(debuginfo=True), f"<program {src.name}>"
     if isinstance(src, (os.PathLike, str)) and _looks_like_path(src):
         path = os.fspath(src)
@@ -137,6 +137,7 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
                    cache_key: str | None = None, keep_stages: bool = True) -> None:
     """Parse, verify, bring to core level, lower and compile; write the artifact into ``directory``."""
     from .compiler import lower_and_compile
+    from .device import compile_jit_kernels, jit_declarations
     from .dialects import ditron_context, parse_module
     from .dialects.verify import verify
 
@@ -146,12 +147,16 @@ def build_artifact(text: str, source_name: str, target: Any, options: Any, direc
             verify(module)
             host_program = _to_core_level(module, target)
             arg_names = kernel_arg_names(module)
+            jit = jit_declarations(module)  # user @ditron.jit kernels a ditron.device Program launches
             # a host program of copies alone (e.g. a one-rank all_gather) needs no kernel
             copies_only = host_program is not None and not arg_names
             kernels = [] if copies_only else list(lower_and_compile(module, target, options))
         finally:
             del module
             gc.collect()
+    for kernel, params in compile_jit_kernels(jit, target):
+        kernels.append(kernel)
+        arg_names[kernel.name] = params
     if not kernels and host_program is None:
         raise CompileError(f"{source_name}: no kernel to compile (the module has no tt.func)")
     entries = [(k, kernel_signature(k), kernel_abi(k, arg_names.get(k.name))) for k in kernels]

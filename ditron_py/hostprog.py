@@ -56,6 +56,7 @@ from .dialects.opbase import attr_to_py, memref_shape, walk_ops
 from .errors import CompileError, PassError
 from .kernels import I32_LIMIT, KERNEL_ATTR
 from .runtime.program import FENCES
+from .schema import JIT_ATTR
 
 FORMAT_VERSION = 1
 AXIS_ATTR = "ditron.axis"
@@ -110,10 +111,16 @@ def launched_kernels(func: ir.Operation) -> list[str]:
 
 
 def kernels_ready(module: ir.Module) -> bool:
-    """Whether every kernel the device functions launch is a tt.func of module (core level already)."""
+    """Whether every kernel the device functions launch is a tt.func of module (core level already) or a user
+    @ditron.jit kernel's declaration (compiled from Python, ``schema.JIT_ATTR``), and every SM copy names its copy
+    kernel (a program of SM copies and no launch still needs ditron-lower-device-to-core)."""
     tt_funcs = {_sym_name(op.operation) for op in module.body.operations
-                if op.operation.name == "tt.func" and "sym_name" in op.operation.attributes}
-    return all(k in tt_funcs for f in device_functions(module) for k in launched_kernels(f))
+                if (op.operation.name == "tt.func" or JIT_ATTR in op.operation.attributes)
+                and "sym_name" in op.operation.attributes}
+    funcs = device_functions(module)
+    sm_copies_ready = all(COPY_KERNEL_ATTR in op.attributes for f in funcs for op in walk_ops(f)
+                          if (c := device.Copy.match(op)) is not None and c.engine == "sm")
+    return sm_copies_ready and all(k in tt_funcs for f in funcs for k in launched_kernels(f))
 
 
 # ----------------------------------------------------------------------------------------------- serialize
@@ -268,6 +275,15 @@ class _Serializer:
         target = self.symbols.get(name)
         if target is None:
             raise _error(launch, f"launch of '@{name}': no such symbol in the module")
+        if target.name == "func.func" and JIT_ATTR in target.attributes:  # a user @ditron.jit kernel (ditron.device)
+            spec = attr_to_py(target.attributes[JIT_ATTR])
+            params = [str(a) for a in spec["params"]]
+            if n_operands != len(params):
+                raise _error(launch, f"launch of '@{name}' passes {n_operands} operand(s); the kernel takes "
+                                     f"{len(params)}: {', '.join(params)}")
+            # "wait": the pad and value parameters its in-kernel waits use (the watchdog names their slots)
+            self.kernels[name] = {"spins": True, "template": None, "wait": spec.get("wait"), "args": params}
+            return
         if target.name != "tt.func":
             raise _error(launch, f"launch of '@{name}': the kernel is a {target.name}, not a tt.func; run "
                                  "ditron-lower-device-to-core first (it instantiates kernel templates)")
@@ -407,13 +423,14 @@ def _wait_kernel(prims, ip: ir.InsertionPoint) -> None:
 
 def _spin_on(prims, pad, first, count, value, max_iters, err, tag) -> None:
     """The bounded spin until slots pad[first .. first+count) (count <= WAIT_LANES) are all >= value."""
+    from .backends.ops import MLIR_OPS
     from .dialects import ttir as T
 
     lanes = T.make_range(0, WAIT_LANES)
     idx = T.add(T.min_(lanes, T.sub(count, 1)), first)     # lanes past count re-read the last slot
     ptrs = T.addptr(T.splat(pad, [WAIT_LANES]), idx)
-    T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(ptrs, scope="sys", semantic="acquire")), value,
-                   bound=max_iters, err=err, tag=tag)
+    T.bounded_spin(lambda: T.reduce_min(prims.acquire_load(MLIR_OPS, ptrs, scope="sys", semantic="acquire")),
+                   value, bound=max_iters, err=err, tag=tag)
 
 
 def _barrier_kernel(prims, ip: ir.InsertionPoint) -> None:

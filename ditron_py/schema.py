@@ -41,6 +41,8 @@ COPY_KERNEL_ATTR = "ditron.copy_kernel"    # on an SM copy: its copy-template ke
 
 # ---------------------------------------------------------------------------------------------------- core level
 KERNEL_ATTR = "ditron.kernel"              # on a kernel (tt.func) or its declaration: the template record
+JIT_ATTR = "ditron.jit"                    # on a private func.func: it stands for a user @ditron.jit kernel
+                                           # ({key, params}; ditron.device), compiled from Python by ditron.compile
 ABI_ATTR = "ditron.abi"                    # on a lowered kernel: the arguments ditron-lower-core-to-triton appended
 
 # the kinds of the arguments ditron-lower-core-to-triton appends to a kernel, in this order: the rank, the world
