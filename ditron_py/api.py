@@ -177,18 +177,16 @@ def set_module_target(module: Any, target: str, what: str = "compiling for") -> 
 
 
 def _passes_left(module: Any, task_level: bool) -> list[str]:
-    """The passes of ``ditron-default`` a module still needs: all of them at task level; for a device program
-    (lowered, kernels not yet instantiated), those after ditron-lower-task-to-device -- its scheduling unless a
-    stream is already assigned, then the core lowering."""
-    from .dialects.opbase import walk_ops
+    """The passes of ``ditron-default`` a module still needs, from the record of the passes that ran on it
+    (``ditron.pipeline``, written by the pass manager: passes/manager.py). A module without a record is taken at
+    its level: a task program needs them all; a device program (written by hand, or by passes run outside the
+    manager) is what ditron-lower-task-to-device makes, and needs the passes after it."""
+    from .passes.manager import passes_left, passes_run
     from .passes.registry import PIPELINES
     names = list(PIPELINES[TO_CORE_PIPELINE])
-    if task_level or "ditron-lower-task-to-device" not in names:
-        return names
-    rest = names[names.index("ditron-lower-task-to-device") + 1:]
-    scheduled = any("stream" in op.attributes for op in walk_ops(module.operation)
-                    if op.name.startswith("ditron_device."))
-    return [n for n in rest if not (scheduled and n == "ditron-schedule-overlap")]
+    if passes_run(module) or task_level or "ditron-lower-task-to-device" not in names:
+        return passes_left(module, names)
+    return names[names.index("ditron-lower-task-to-device") + 1:]
 
 
 def _task_functions(module: Any) -> list[Any]:
@@ -206,14 +204,20 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     module: its kernels are launched by the caller).
 
     Task-level ops, or launches of kernels not yet instantiated, run the pipeline ``ditron-default``; a device
-    program whose launched kernels are already tt.func kernels is taken as it is. The device function is then
-    serialised (``ditron.hostprog``) and removed, and the runtime kernels it needs (wait, signal) are added for
-    ``target``, so that what is compiled is core level only."""
+    program whose launched kernels are already tt.func kernels is taken as it is; the pass manager's record
+    (``ditron.pipeline``) says which passes of ``ditron-default`` already ran. The pass ditron-emit-host-program
+    then serialises the device function as the host program, removes it and adds the runtime kernels it needs
+    (wait, signal, barrier) for ``target`` (default: the module's ditron.target), so that what is compiled is core
+    level only. A module that already went through that pass (its record says so) gives its host program back."""
     from . import hostprog
     from .dialects.context import diagnostic_at
     from .dialects.opbase import walk_ops
-    from .passes.registry import PIPELINES, parse_pipeline, run_passes
+    from .passes.emit_host_program import EmitHostProgramPass
+    from .passes.manager import PassManager, passes_run
+    from .passes.registry import PIPELINES
 
+    if EmitHostProgramPass.name in passes_run(module):  # ditron-opt ran the whole way: the program is on the module
+        return _take_host_program(module)
     higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
     # a task program need not hold a task op: `return %x` with x sharded and the result replicated is an all-gather
     task_funcs = [op for op in _task_functions(module) if not higher]
@@ -231,7 +235,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
             raise PassError(message, [diagnostic_at(higher[0].location, message)])
         if target is not None:
             set_module_target(module, str(target))
-        run_passes(module, parse_pipeline(",".join(_passes_left(module, task_level))))
+        PassManager(",".join(_passes_left(module, task_level))).run(module)
 
     def left_above_core() -> None:
         left = sorted({op.name for op in walk_ops(module.operation)
@@ -241,11 +245,20 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
 
     if not hostprog.device_functions(module):
         left_above_core()
-    program = hostprog.serialize(module)
-    hostprog.erase_device_functions(module)
-    left_above_core()  # outside the device function, nothing above core level may stay
-    if target is not None:
-        hostprog.add_runtime_kernels(module, program, target)
+    # the last stage: the device function becomes the host program, the runtime kernels join the kernels
+    emit = EmitHostProgramPass(target="" if target is None else str(target))
+    PassManager([emit]).run(module)
+    return _take_host_program(module)
+
+
+def _take_host_program(module: Any) -> dict[str, Any] | None:
+    """The host program ditron-emit-host-program stored on module, removed from it (what is compiled is the
+    kernels); None where the module holds none."""
+    from .passes.emit_host_program import emitted_program
+    from .schema import HOST_PROGRAM_ATTR
+    program = emitted_program(module)
+    if program is not None:
+        del module.operation.attributes[HOST_PROGRAM_ATTR]
     return program
 
 

@@ -341,23 +341,23 @@ def lower(sig: Signature) -> tuple[str, list[dict[str, Any]]]:
 
     from .dialects import ditron_context
     from .dialects.opbase import walk_ops
-    from .dialects.verify import verify
-    from .passes.registry import parse_pipeline
+    from .passes.manager import PassManager
     from .passes.tile import TARGET_ATTR, TILING_ATTR, Tiling
     from mlir import ir
 
     choices: list[dict[str, Any]] = []
-    passes = parse_pipeline(pipeline(sig))
+
+    def read_choices(p, module) -> None:
+        if p.name == "ditron-tile":
+            choices[:] = [{"op": op.name, **{k: v for k, v in vars(Tiling.of(op)).items() if v is not None}}
+                          for op in walk_ops(module.operation) if TILING_ATTR in op.attributes]
+
+    manager = PassManager(pipeline(sig), after_each=read_choices)
     with ditron_context() as ctx:
         module = task_program(sig).build(ctx)
         try:
             module.operation.attributes[TARGET_ATTR] = ir.StringAttr.get(sig.target)
-            for p in passes:
-                p.run(module)
-                verify(module)
-                if p.name == "ditron-tile":
-                    choices = [{"op": op.name, **{k: v for k, v in vars(Tiling.of(op)).items() if v is not None}}
-                               for op in walk_ops(module.operation) if TILING_ATTR in op.attributes]
+            manager.run(module)
             text = module.operation.get_asm(enable_debug_info=True)
         finally:
             del module
