@@ -208,15 +208,16 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     (``ditron.pipeline``) says which passes of ``ditron-default`` already ran. The pass ditron-emit-host-program
     then serialises the device function as the host program, removes it and adds the runtime kernels it needs
     (wait, signal, barrier) for ``target`` (default: the module's ditron.target), so that what is compiled is core
-    level only. A module that already went through that pass (its record says so) gives its host program back."""
+    level only. A module that already went through that pass gives back the host program it holds."""
     from . import hostprog
     from .dialects.context import diagnostic_at
     from .dialects.opbase import walk_ops
     from .passes.emit_host_program import EmitHostProgramPass
-    from .passes.manager import PassManager, passes_run
+    from .passes.manager import PassManager
     from .passes.registry import PIPELINES
+    from .schema import HOST_PROGRAM_ATTR
 
-    if EmitHostProgramPass.name in passes_run(module):  # ditron-opt ran the whole way: the program is on the module
+    if HOST_PROGRAM_ATTR in module.operation.attributes:  # ditron-emit-host-program ran (in ditron-opt)
         return _take_host_program(module)
     higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
     # a task program need not hold a task op: `return %x` with x sharded and the result replicated is an all-gather

@@ -36,6 +36,7 @@ from typing import Any
 from mlir import ir
 
 from ..dialects.context import diagnostic_at
+from ..dialects.device import LEVEL_ATTR, device_functions
 from ..dialects.opbase import walk_ops
 from ..errors import PassError
 from ..schema import HOST_PROGRAM_ATTR, TARGET_ATTR
@@ -75,6 +76,10 @@ class EmitHostProgramPass(Pass):
         if HOST_PROGRAM_ATTR in module.operation.attributes:
             message = (f"{self.name}: the module already holds a host program ({HOST_PROGRAM_ATTR}); the pass runs "
                        "once, on the device program")
+            raise PassError(message, [diagnostic_at(module.operation.location, message)])
+        if not device_functions(module):
+            message = (f"{self.name}: the module has no device-level function (a func.func with {LEVEL_ATTR} = "
+                       "\"device\") to make a host program of")
             raise PassError(message, [diagnostic_at(module.operation.location, message)])
         target = Target.parse(self._target(module))
         program = serialize(module)
