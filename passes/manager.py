@@ -1,6 +1,6 @@
 """The pass manager: the one place where ditron runs passes on a module.
 
-    manager = PassManager("ditron-partition,ditron-tile{sms=8}", print_after_all=True, err=sys.stderr)
+    manager = PassManager("ditron-partition,ditron-tile{num-sms=8}", print_after_all=True, err=sys.stderr)
     manager.run(module)          # verify after each pass; print, time and record as asked
     manager.timings              # [(pass spec, seconds), ...]
 
