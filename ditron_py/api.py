@@ -42,6 +42,16 @@ TARGET_ATTR = "ditron.target"  # the module's target, which ditron-tile's model 
 APPENDED_KINDS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
 
 
+def compile_module(module: Any, target: Any = "cuda:90", **kwargs: Any) -> Executable:
+    """``compile`` of a Module of the current ditron context, handed on as a module: each build runs on a copy of
+    it (the module itself is left as it is), with no printing and parsing in between -- how ditron.ops hands the
+    module its pipeline made to the compile step. Its text (with locations) is still what the cache key hashes.
+    Takes compile's keywords."""
+    if not hasattr(getattr(module, "operation", None), "clone"):
+        raise ParseError(f"compile_module takes an mlir Module, got {type(module).__name__}")
+    return _compile(module, target, module, **kwargs)
+
+
 def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | None = None,  # noqa: A001
             cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
     """Compile a core-level module for ``target`` and return its Executable.
@@ -54,6 +64,12 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
     cache (default: yes unless $DITRON_NO_CACHE=1); it lives in $DITRON_CACHE_DIR. ``keep_stages``: keep the stage
     texts (ttir, ttgir, llir, ptx / amdgcn) in the artifact.
     ``exe.compile_info`` says whether the cache answered and how long the call took."""
+    return _compile(src, target, None, out_dir=out_dir, cache=cache, keep_stages=keep_stages, **options)
+
+
+def _compile(src: Any, target: Any, handed: Any, *, out_dir: str | os.PathLike | None = None,
+             cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
+    """compile; ``handed``: the Module to build from (a copy per build) instead of parsing src's text."""
     from .backends import Target, get_backend
 
     start = time.perf_counter()
@@ -70,7 +86,8 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
                     extra={"keep_stages": keep_stages, "options_hash": opts.hash()})
 
     def build(directory: Path) -> None:
-        build_artifact(text, source_name, tgt, opts, directory, cache_key=key, keep_stages=keep_stages)
+        build_artifact(text, source_name, tgt, opts, directory, cache_key=key, keep_stages=keep_stages,
+                       module=None if handed is None else handed.operation.clone())
 
     use_cache = (not env.cache_disabled()) if cache is None else bool(cache)
     status = "off"
@@ -134,14 +151,17 @@ def _looks_like_path(src: Any) -> bool:
 # ------------------------------------------------------------------------------------------------------- build
 
 def build_artifact(text: str, source_name: str, target: Any, options: Any, directory: Path, *,
-                   cache_key: str | None = None, keep_stages: bool = True) -> None:
-    """Parse, verify, bring to core level, lower and compile; write the artifact into ``directory``."""
+                   cache_key: str | None = None, keep_stages: bool = True, module: Any = None) -> None:
+    """Parse (or take ``module``, of the current context, which this consumes), verify, bring to core level, lower
+    and compile; write the artifact into ``directory``."""
+    import contextlib
+
     from .compiler import lower_and_compile
     from .dialects import ditron_context, parse_module
     from .dialects.verify import verify
 
-    with ditron_context():
-        module = parse_module(text, source_name)
+    with (contextlib.nullcontext() if module is not None else ditron_context()):
+        module = parse_module(text, source_name) if module is None else module
         try:
             verify(module)
             host_program = _to_core_level(module, target)
@@ -376,5 +396,5 @@ def install_dir(out_dir: str | os.PathLike, fill: Any) -> Path:
     return out
 
 
-__all__ = ["build_artifact", "compile", "install_dir", "kernel_abi", "kernel_arg_names", "kernel_signature",
+__all__ = ["build_artifact", "compile", "compile_module", "install_dir", "kernel_abi", "kernel_arg_names", "kernel_signature",
            "read_input"]
