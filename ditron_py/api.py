@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import __version__, env
+from . import __version__, env, schema
 from .artifact import MANIFEST, ArgSpec, ArtifactError, options_json, triton_type, write_artifact
 from .cache import CompileCache, cache_key, triton_version
 from .errors import CompileError, ParseError, PassError, TargetError
@@ -35,11 +35,10 @@ from .runtime.loader import Executable, load_artifact
 # The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
 TO_CORE_PIPELINE = "ditron-default"
 HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
-TARGET_ATTR = "ditron.target"  # the module's target, which ditron-tile's model reads
-# kinds of the arguments ditron-lower-core-to-triton appends, as they appear in the ABI; wait_bound (i64, polls
-# before an in-kernel wait gives up), wait_err (*i32, the rank's error record) and wait_tag (i32, names the launch in
-# that record) are what the executor binds for bounded in-kernel waits (ditron.runtime.timeouts)
-APPENDED_KINDS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
+# the module's target, which ditron-tile's model reads; the kinds of the arguments ditron-lower-core-to-triton
+# appends, as they appear in the ABI (ditron.schema says what each is; the executor binds them)
+TARGET_ATTR = schema.TARGET_ATTR
+APPENDED_KINDS = schema.APPENDED_ARGS
 
 
 def compile_module(module: Any, target: Any = "cuda:90", **kwargs: Any) -> Executable:
@@ -216,7 +215,7 @@ def _task_functions(module: Any) -> list[Any]:
     if MESH_ATTR not in module.operation.attributes:
         return []
     return [op.operation for op in module.body.operations if op.operation.name == "func.func"
-            and "ditron.level" not in op.operation.attributes and KERNEL_ATTR not in op.operation.attributes]
+            and schema.LEVEL_ATTR not in op.operation.attributes and KERNEL_ATTR not in op.operation.attributes]
 
 
 def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
@@ -396,5 +395,6 @@ def install_dir(out_dir: str | os.PathLike, fill: Any) -> Path:
     return out
 
 
-__all__ = ["build_artifact", "compile", "compile_module", "install_dir", "kernel_abi", "kernel_arg_names", "kernel_signature",
+__all__ = ["build_artifact", "compile", "compile_module", "install_dir", "kernel_abi", "kernel_arg_names",
+           "kernel_signature",
            "read_input"]

@@ -45,15 +45,12 @@ from .errors import PassError
 from .kernels import I32_LIMIT, KERNEL_ATTR
 from .kernels.runtime import (BARRIER_KERNEL, WAIT_KERNEL, WAIT_LANES, add_runtime_kernels,  # noqa: F401
                               runtime_kernels_needed, signal_kernel_name)
-from .schema import FENCES
+from .schema import ABI_ATTR, AXIS_ATTR, COPY_KERNEL_ATTR, FENCES, HOST_PROGRAM_VERSION, MESH_ATTR
 
-FORMAT_VERSION = 1
-AXIS_ATTR = "ditron.axis"
-MESH_ATTR = "ditron.mesh"
+FORMAT_VERSION = HOST_PROGRAM_VERSION
 IO_ROLES = ("in", "out", "epoch")
 DEVICE_OPS = device.OP_NAMES
 
-COPY_KERNEL_ATTR = "ditron.copy_kernel"  # on an SM copy: its copy-template kernel (ditron-lower-device-to-core)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -267,7 +264,7 @@ class _Serializer:
                 if isinstance(record.get(part), dict):
                     info["wait"] = record[part]
                     break
-        if n_operands != n_args and "ditron.abi" in target.attributes:
+        if n_operands != n_args and ABI_ATTR in target.attributes:
             raise _error(launch, f"launch of '@{name}': the kernel was already lowered by ditron-lower-core-to-triton "
                                  "(it takes the rank and the peers' heap bases as arguments the launch does not "
                                  "pass); compile the module from before that pass")

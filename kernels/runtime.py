@@ -4,8 +4,8 @@ own waits, signals and barriers, beside the program's kernels. Built as generic 
 
 * ``ditron_rt_wait(pad, first, count, value, max_iters, err, tag)`` — spin (acquire, system scope, the backend's
   ``acquire_load``) until every slot ``pad[first .. first+count)`` (count <= WAIT_LANES) is >= value, at most
-  ``max_iters`` (i64) polls; on giving up it adds 1 to ``err[0]`` and writes ``tag`` to ``err[1]`` (the executor maps the
-  tag back to rank, slots and value and raises WaitTimeoutError).
+  ``max_iters`` (i64) polls; on giving up it adds 1 to ``err[0]`` and writes ``tag`` to ``err[1]`` (the executor maps
+  the tag back to rank, slots and value and raises WaitTimeoutError).
 * ``ditron_rt_signal_<set|add>_<scope>(pad, slot, peer, value)`` — ``pad[slot]`` on rank ``peer`` := value /
   += value with release semantics (``ditron_core.notify``); the executor uses it where the stream write-value
   memop is not available, and for "add".
