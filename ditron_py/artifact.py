@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import DitronRuntimeError
+from .schema import HOST_PROGRAM_VERSION
 
 FORMAT = "ditron-artifact"
 FORMAT_VERSION = 1
-HOST_PROGRAM_VERSION = 1
 MANIFEST = "manifest.json"
 
 BINARY_EXT = {"cuda": "cubin", "hip": "hsaco"}

@@ -350,29 +350,52 @@ def lower(sig: Signature) -> tuple[str, list[dict[str, Any]]]:
     import gc
 
     from .dialects import ditron_context
-    from .dialects.opbase import walk_ops
-    from .dialects.verify import verify
-    from .passes.registry import parse_pipeline
-    from .passes.tile import TARGET_ATTR, TILING_ATTR, Tiling
-    from mlir import ir
 
-    choices: list[dict[str, Any]] = []
-    passes = parse_pipeline(pipeline(sig))
     with ditron_context() as ctx:
-        module = task_program(sig).build(ctx)
+        module, choices = lowered_module(sig, ctx)
         try:
-            module.operation.attributes[TARGET_ATTR] = ir.StringAttr.get(sig.target)
-            for p in passes:
-                p.run(module)
-                verify(module)
-                if p.name == "ditron-tile":
-                    choices = [{"op": op.name, **{k: v for k, v in vars(Tiling.of(op)).items() if v is not None}}
-                               for op in walk_ops(module.operation) if TILING_ATTR in op.attributes]
             text = module.operation.get_asm(enable_debug_info=True)
         finally:
             del module
             gc.collect()
     return text, choices
+
+
+def lowered_module(sig: Signature, ctx: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``lower``'s module itself, built in the ditron context ``ctx`` (the caller drops it before the context)."""
+    from .dialects.opbase import walk_ops
+    from .passes.manager import PassManager
+    from .passes.tile import TARGET_ATTR, TILING_ATTR, Tiling
+    from mlir import ir
+
+    choices: list[dict[str, Any]] = []
+
+    def read_choices(p, module) -> None:
+        if p.name == "ditron-tile":
+            choices[:] = [{"op": op.name, **{k: v for k, v in vars(Tiling.of(op)).items() if v is not None}}
+                          for op in walk_ops(module.operation) if TILING_ATTR in op.attributes]
+
+    manager = PassManager(pipeline(sig), after_each=read_choices)
+    module = task_program(sig).build(ctx)
+    module.operation.attributes[TARGET_ATTR] = ir.StringAttr.get(sig.target)
+    manager.run(module)
+    return module, choices
+
+
+def _compile_signature(sig: Signature, **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """(the Executable of sig's lowered module, handed to ditron.compile as a module; ditron-tile's choices)."""
+    import gc
+
+    from .api import compile_module
+    from .dialects import ditron_context
+
+    with ditron_context() as ctx:
+        module, choices = lowered_module(sig, ctx)
+        try:
+            return compile_module(module, target=sig.target, **options), choices
+        finally:
+            del module
+            gc.collect()
 
 
 def build(signatures: Iterable[Signature], directory: str | os.PathLike, *, force: bool = False,
@@ -391,18 +414,16 @@ def build_one(sig: Signature, directory: str | os.PathLike, *, force: bool = Fal
               keep_stages: bool = False) -> Path:
     """Compile one signature into ``directory/<key>``, atomically (a build racing another keeps the first). An
     artifact already there is kept when it was built from the same ditron sources (else it is rebuilt)."""
-    from .api import compile as ditron_compile
     root = Path(directory)
     final = root / sig.key
     if not force and _read_op_file(final) == sig:
         if _built_from(final) == _source_hash():
             return final
         force = True
-    text, choices = lower(sig)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f"{TMP_PREFIX}{sig.key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        ditron_compile(text, target=sig.target, out_dir=tmp, keep_stages=keep_stages)
+        choices = _compile_signature(sig, out_dir=tmp, keep_stages=keep_stages)[1]
         (tmp / OP_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, "signature": sig.to_json(),
                                                "pipeline": pipeline(sig), "choices": choices,
                                                "source_hash": _source_hash()}, indent=1, sort_keys=True) + "\n")
@@ -529,9 +550,7 @@ class Library:
                 f"then copy DIR here (benchmarks/bench_dist.py --build does this for the benchmark's ops)")
         if self.directory is not None:
             return load_artifact(build_one(sig, self.directory))
-        from .api import compile as ditron_compile
-        text, _ = lower(sig)
-        return ditron_compile(text, target=sig.target)
+        return _compile_signature(sig)[0]
 
     def _check_source(self, path: Path) -> None:
         if self._warned_source:
