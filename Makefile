@@ -22,7 +22,7 @@ test-lit: $(STAMP)
 	$(BIN)/lit -q test/lit
 
 test-py: $(STAMP)
-	$(BIN)/python -m pytest -q test/py
+	$(BIN)/python -m pytest -q -n auto test/py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gemm.py

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from ..schema import NOTIFY_OPS, NOTIFY_RMW, NOTIFY_SEMANTICS, SCOPES, WAIT_SEMANTICS  # noqa: F401 - re-exported
 from .opbase import Operand, OpWrapper, Result, StrAttr
-
-SCOPES = ("gpu", "sys")
-WAIT_SEMANTICS = ("acquire", "relaxed")
-NOTIFY_SEMANTICS = ("release", "relaxed")
-NOTIFY_OPS = ("set", "add", "clear")
-NOTIFY_RMW = {"set": "xchg", "add": "add"}  # notify's op -> the tt.atomic_rmw kind that does it (clear: a CAS)
 
 
 def i32() -> ir.Type:

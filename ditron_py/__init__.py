@@ -14,6 +14,7 @@ _LAZY = {
     "Executable": ("ditron.runtime.loader", "Executable"),
     "load": ("ditron.runtime.loader", "load_artifact"),
     "World": ("ditron.runtime.world", "World"),
+    "jit": ("ditron.language.jit", "jit"),
 }
 
 
@@ -32,4 +33,4 @@ def __dir__():
 
 
 __all__ = ["CompileError", "DitronError", "DitronRuntimeError", "Executable", "ParseError", "PassError",
-           "TargetError", "VerificationError", "WaitTimeoutError", "World", "__version__", "compile", "load"]
+           "TargetError", "VerificationError", "WaitTimeoutError", "World", "__version__", "compile", "jit", "load"]

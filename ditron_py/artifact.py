@@ -33,10 +33,10 @@ from typing import Any, Iterable, Mapping
 
 from .backends.facts import binary_extensions
 from .errors import DitronRuntimeError
+from .schema import HOST_PROGRAM_VERSION
 
 FORMAT = "ditron-artifact"
 FORMAT_VERSION = 1
-HOST_PROGRAM_VERSION = 1
 MANIFEST = "manifest.json"
 
 BINARY_EXT = binary_extensions()  # vendor -> binary file extension, from the vendor tables (backends/*/facts.py)

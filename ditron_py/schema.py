@@ -11,8 +11,8 @@ from __future__ import annotations
 TARGET_ATTR = "ditron.target"              # the GPU target ("cuda:90"); ditron-lower-task-to-device also stamps it
                                            # on the device function it tiled for
 MESH_ATTR = "ditron.mesh"                  # {axes = [...], shape = array<i64: ...>}
-PIPELINE_ATTR = "ditron.pipeline"          # the passes of ditron-default that transformed the module, as pipeline
-                                           # text, in order (written by passes/manager.py)
+PIPELINE_ATTR = "ditron.pipeline"          # the stages of ditron-default (then the emission) that RAN on the
+                                           # module, as pipeline text, in order (written by passes/manager.py)
 HOST_PROGRAM_ATTR = "ditron.host_program"  # the host program, as JSON text (ditron-emit-host-program)
 
 # ---------------------------------------------------------------------------------------------------- task level
@@ -41,12 +41,21 @@ COPY_KERNEL_ATTR = "ditron.copy_kernel"    # on an SM copy: its copy-template ke
 
 # ---------------------------------------------------------------------------------------------------- core level
 KERNEL_ATTR = "ditron.kernel"              # on a kernel (tt.func) or its declaration: the template record
+JIT_ATTR = "ditron.jit"                    # on a private func.func: it stands for a user @ditron.jit kernel
+                                           # ({key, params}; ditron.device), compiled from Python by ditron.compile
 ABI_ATTR = "ditron.abi"                    # on a lowered kernel: the arguments ditron-lower-core-to-triton appended
 
 # the kinds of the arguments ditron-lower-core-to-triton appends to a kernel, in this order: the rank, the world
 # size, the peers' heap bases, and what a bounded in-kernel wait needs (the polls before it gives up, the rank's
 # error record, the tag naming the launch in it); the executor binds them by kind
 APPENDED_ARGS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
+
+# the vocabulary of the distributed primitives (ditron_core ops and ditron.language alike)
+SCOPES = ("gpu", "sys")
+WAIT_SEMANTICS = ("acquire", "relaxed")
+NOTIFY_SEMANTICS = ("release", "relaxed")
+NOTIFY_OPS = ("set", "add", "clear")
+NOTIFY_RMW = {"set": "xchg", "add": "add"}  # notify's op -> the tt.atomic_rmw kind that does it (clear: a CAS)
 
 # ---------------------------------------------------------------------------------------------- the host program
 HOST_PROGRAM_VERSION = 1                   # the format of the host program's JSON (passes/emit_host_program.py)

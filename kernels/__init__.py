@@ -1,6 +1,6 @@
 """ditron.kernels: core kernel templates, generated as IR (never as Python source).
 
-Each template lives in one module here (``gemm.py``, ``copy.py``, ``reduce.py``) and gives two views of the same
+Each template lives in one module here (``copy.py``, ``reduce.py``; ``gemm/``, a package) and gives two views of the same
 kernel, side by side so they cannot drift apart:
 
 * ``build(record, *, ip, loc) -> tt.func op`` — the kernel as generic-form TTIR plus ditron_core primitives

@@ -71,6 +71,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from ..backends import Backend, Target, get_backend
+from ..backends.ops import MLIR_OPS
 from ..dialects import core, ttir
 from ..dialects.context import diagnostic_at
 from ..dialects.opbase import walk_ops
@@ -150,7 +151,8 @@ def _check(op: ir.Operation) -> str | None:
 
 class _KernelLowering:
     """Lowers the core ops of one tt.func for one backend: the backend's ``lower_primitive`` calls back into the
-    rule here for the op, handing it the backend's primitives module (``prims``)."""
+    rule here for the op, handing it the backend's primitives module (``prims``), whose hooks build through ``MLIR_OPS``
+    (backends/ops.py)."""
 
     def __init__(self, func: ir.Operation, backend: Backend):
         self.func, self.backend = func, backend
@@ -216,9 +218,12 @@ class _KernelLowering:
     def spin_until(self, ptr: ir.Value, value: ir.Value, scope: str, semantic: str) -> ir.Value:
         """Spin until min(*ptr) >= value, bounded by the kernel's wait_bound (a give-up is recorded in wait_err);
         the minimum observed (i32)."""
-        return ttir.bounded_spin(lambda: ttir.reduce_min(self.prims.acquire_load(ptr, scope=scope, semantic=semantic)),
+        def poll() -> ir.Value:
+            return ttir.reduce_min(self.prims.acquire_load(MLIR_OPS, ptr, scope=scope, semantic=semantic))
+
+        return ttir.bounded_spin(poll,
                                  value, bound=self.args["wait_bound"], err=self.args["wait_err"],
-                                 tag=self.args["wait_tag"], pause=self.prims.pause)
+                                 tag=self.args["wait_tag"], pause=lambda x: self.prims.pause(MLIR_OPS, x))
 
     def for_each_rank(self, body: Callable[[ir.Value], None]) -> None:
         with ttir.For(0, self.args["num_ranks"], 1) as loop:
@@ -249,7 +254,7 @@ class _KernelLowering:
 
     def consume_token(self, op):
         c = core.ConsumeToken(op)
-        zero = ttir.hint(self.prims.opaque_zero(c.token), "divisibility", OPAQUE_ZERO_DIVISIBILITY)
+        zero = ttir.hint(self.prims.opaque_zero(MLIR_OPS, c.token), "divisibility", OPAQUE_ZERO_DIVISIBILITY)
         x = c.value
         if ttir.is_ptr_like(x.type):
             return [ttir.addptr(x, ttir.broadcast(zero, ttir.shape(x)))]
@@ -262,10 +267,10 @@ class _KernelLowering:
         # has seen the value it waited for (each spins on its own; cleared early, a slot would strand the others)
         ttir.barrier()
         if n.kind == "clear":
-            self.prims.clear_slot(self.peer_pointer(n.ptr, n.peer), n.value, scope=n.scope)
+            self.prims.clear_slot(MLIR_OPS, self.peer_pointer(n.ptr, n.peer), n.value, scope=n.scope)
             return []
         target = self.peer_pointer(n.ptr, n.peer)
-        self.prims.release_rmw(target, n.value, op=n.kind, scope=n.scope, semantic=n.semantic)
+        self.prims.release_rmw(MLIR_OPS, target, n.value, op=n.kind, scope=n.scope, semantic=n.semantic)
         return []
 
     def barrier_all(self, op):
@@ -277,8 +282,8 @@ class _KernelLowering:
         ttir.barrier()  # every thread has read the old generation before it is overwritten
         ttir.store(gen_slot, gen)
         my_slot = ttir.addptr(pad, rank)
-        self.for_each_rank(lambda peer: self.prims.release_rmw(self.peer_pointer(my_slot, peer), gen, op="set",
-                                                                scope=scope, semantic="release"))
+        self.for_each_rank(lambda peer: self.prims.release_rmw(MLIR_OPS, self.peer_pointer(my_slot, peer), gen,
+                                                                op="set", scope=scope, semantic="release"))
 
         def wait_for(peer: ir.Value) -> None:
             self.spin_until(ttir.addptr(pad, peer), gen, scope, "acquire")

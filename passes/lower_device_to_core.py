@@ -31,6 +31,7 @@ from ..dialects.opbase import walk_ops
 from ..errors import DitronError
 from ..kernels import KernelRecord, get_template
 from . import device_kernels as K
+from ..schema import JIT_ATTR
 from .device_builder import KERNEL_ATTR, KernelTable
 from .registry import Pass
 from .rewrite import constant_int
@@ -98,7 +99,7 @@ class LowerDeviceToCorePass(Pass):
     def _check_launches(self, module: ir.Module, funcs) -> None:
         decls = _declarations(module)
         defined = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in module.body.operations
-                   if op.operation.name == "tt.func"}
+                   if op.operation.name == "tt.func" or JIT_ATTR in op.operation.attributes}  # jit: compiled from Python
         for fn in funcs:
             for op in walk_ops(fn):
                 ln = device.Launch.match(op)

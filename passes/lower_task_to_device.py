@@ -36,12 +36,12 @@ from ..dialects.sharding import Mesh, arg_sharding, result_sharding
 from ..errors import PassError, VerificationError
 from ..kernels import KernelRecord
 from . import device_kernels as K
-from . import lower_collectives as C
+from .collectives import COLLECTIVES, LoweringContext, lower_collective, lower_fused
 from .device_builder import LANE_ATTR, DeviceBuilder, KernelTable, str_attr
 from .partition import GLOBAL_SHAPE_ATTR
 from .registry import Pass, option
-from .tile import (LEVEL_ATTR, OVERLAP_KINDS, TILING_ATTR, OverlapGroup, Tiling, functions, op_error,
-                   overlap_groups, require_task_level, shape_of)
+from .tiling import (LEVEL_ATTR, OVERLAP_KINDS, TILING_ATTR, OverlapGroup, Tiling, functions, op_error,
+                     overlap_groups, require_task_level, shape_of)
 
 IO_ATTR = device.IO_ATTR
 AXIS_ATTR = device.AXIS_ATTR
@@ -71,9 +71,10 @@ def _memref_of(t: ir.Type) -> ir.MemRefType:
     return ir.MemRefType.get(list(rt.shape), rt.element_type)
 
 
-class _FunctionLowering:
+class _FunctionLowering(LoweringContext):
     """Lowers one task function. Values map to memrefs: arguments to "in" arguments, returned values to "out"
-    arguments, everything else to symmetric buffers."""
+    arguments, everything else to symmetric buffers. The compute ops are lowered here, the collectives by the
+    lowerings registered in passes/collectives, which see it as a LoweringContext."""
 
     def __init__(self, pass_name: str, module: ir.Module, fn: ir.Operation, mesh: Mesh | None,
                  kernels: KernelTable, end_barrier: str = "auto"):
@@ -94,15 +95,18 @@ class _FunctionLowering:
         return op_error(self.pass_name, op, message)
 
     def crosses(self, *, inbox: ir.Value | None = None) -> None:
-        """Record a cross-rank collective. ``inbox``: it fences itself -- the peers only ever store into this
-        buffer (and signal this rank's pads), and every rank waits, every call, on every peer's stores -- so the
-        call needs no end barrier once the inbox rotates (see ``_end``); None: it needs the barrier (a peer may
-        still read this rank's buffers when the call ends)."""
         self.cross_rank = True
         if inbox is None:
             self.unfenced = True
         else:
             self.rotating.append(inbox)
+
+    def grow_slot_step(self, step: int) -> None:
+        self.slot_step = max(self.slot_step, step)
+
+    def next_gather_id(self) -> int:
+        self.gathers += 1
+        return self.gathers - 1
 
     # ---- set-up
 
@@ -244,13 +248,23 @@ class _FunctionLowering:
             m = self.dests[v]
         else:
             rt = ir.RankedTensorType(v.type)
-            m = self.b.alloc(list(rt.shape), rt.element_type, name)
-            self.symmetric.add(m)
+            m = self.alloc_symmetric(list(rt.shape), rt.element_type, name)
         self.buffers[v] = m
+        return m
+
+    def bind(self, v: ir.Value, m: ir.Value) -> None:
+        self.buffers[v] = m
+
+    def alloc_symmetric(self, shape: Sequence[int], element_type: ir.Type, name: str) -> ir.Value:
+        m = self.b.alloc(list(shape), element_type, name)
+        self.symmetric.add(m)
         return m
 
     def is_symmetric(self, m: ir.Value) -> bool:
         return m in self.symmetric
+
+    def is_input(self, m: ir.Value) -> bool:
+        return m in self.inputs
 
     # ---- dispatch
 
@@ -274,14 +288,8 @@ class _FunctionLowering:
                 self.grouped_matmul(op, t)
             elif task.Elementwise.match(op):
                 self.elementwise(op, t)
-            elif task.AllGather.match(op):
-                self.all_gather(op, t)
-            elif task.ReduceScatter.match(op):
-                self.reduce_scatter(op, t)
-            elif task.AllReduce.match(op):
-                self.all_reduce(op, t)
-            elif task.AllToAll.match(op):
-                self.all_to_all(op, t)
+            elif op.name.split(".", 1)[1] in COLLECTIVES:
+                lower_collective(self, op, t)
             else:
                 raise AssertionError(f"{op.name} passed _check_input but has no lowering")
 
@@ -299,12 +307,7 @@ class _FunctionLowering:
                 self.buffers[g.producer.results[0]] = out
                 self.matmul(g.producer, t, dst=out)
             return
-        if g.kind == "ag_matmul":
-            self.ag_matmul(g, t)
-        elif g.kind == "matmul_rs":
-            self.matmul_rs(g, t)
-        else:
-            self.matmul_ar(g, t)
+        lower_fused(self, g, t)
 
     def _write_outputs(self, outs: Sequence[ir.Value]) -> None:
         """Returned values not written in place (arguments, or a value returned twice): local copies."""
@@ -360,83 +363,10 @@ class _FunctionLowering:
         rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t)
         self.launch(rec, [self.buf(x) for x in e.inputs] + [out], lane="compute", role="elementwise")
 
-    # ---- collectives (passes/lower_collectives.py)
-
-    def all_gather(self, op: ir.Operation, t: Tiling) -> None:
-        ag = task.AllGather(op)
-        out = self.dest(ag.output, "ag")
-        if (t.world or 1) == 1:
-            self._local_copy(self.buf(ag.input), out, lane="compute")
-            return
-        ga = C.gather(self, self.buf(ag.input), out, t, ag.dim, group=None)
-        self.b.wait(ga.ready, ga.slots, lane="compute", role="ag.join")
-
-    def reduce_scatter(self, op: ir.Operation, t: Tiling) -> None:
-        C.reduce_scatter(self, op, t)
-
-    def all_reduce(self, op: ir.Operation, t: Tiling) -> None:
-        C.all_reduce(self, op, t)
-
-    def all_to_all(self, op: ir.Operation, t: Tiling) -> None:
-        C.all_to_all(self, op, t)
-
-    def _local_copy(self, src: ir.Value, dst: ir.Value, *, lane: str) -> None:
+    def local_copy(self, src: ir.Value, dst: ir.Value, *, lane: str) -> None:
         shape = list(ir.MemRefType(src.type).shape)
         self.b.copy(src, dst, src_rank=self.b.rank, dst_rank=self.b.rank, src_offsets=[0] * len(shape),
                     dst_offsets=[0] * len(shape), sizes=shape, engine="copy_engine", lane=lane, role="local")
-
-    # ---- AG + GEMM
-
-    def ag_matmul(self, g: OverlapGroup, t: Tiling) -> None:
-        ag, mm = task.AllGather(g.producer), task.Matmul(g.consumer)
-        x = self.buf(ag.input)
-        gathered = self.dest(ag.output, "ag_gather")
-        ch = C.Chunking.of(t, shape_of(ag.input)[0])
-        if not ch.uniform:
-            raise self.error(g.producer, f"chunk_rows {ch.rows} does not divide the shard's {ch.shard} rows; the "
-                                         "GEMM's per-tile waits need uniform chunks (run ditron-tile, which picks "
-                                         "a divisor)")
-        if t.algorithm == "one_launch":
-            self._gathering_gemm(g, t, x, gathered, ch.shard)
-            return
-        if t.algorithm == "push":
-            ga = C.gather_push(self, x, gathered, t, 0, group=g.group)
-        else:
-            ga = C.gather(self, x, gathered, t, 0, group=g.group, gather_buf=gathered)
-        c = self.dest(mm.result, "mm")
-        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
-                            wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard)
-        self.launch(rec, [gathered, self.buf(mm.rhs), c, ga.ready, self.b.epoch], lane="compute",
-                    role="ag.gemm", group=g.group)
-
-    def _gathering_gemm(self, g: OverlapGroup, t: Tiling, x: ir.Value, gathered: ir.Value, shard: int) -> None:
-        """AG+GEMM in one launch (all-gather=one_launch): the GEMM's programs store this rank's shard into the
-        gathered A of every rank and count it in slot rank of ``ag_ready`` there (gemm template ``gather``), and
-        each tile waits until the slots of its rows count every block of this call. It fences itself
-        (``crosses``): peers only store into the gathered A and count in this rank's pad, and every rank's tiles
-        together wait on every peer's stores each call; so with one lane there is no end barrier, and the gathered
-        A rotates. The waits consume the counts (the last waiter of a slot takes them off, slots W.. count the
-        waiters): the pad is ``ditron.consumed``, and a CUDA graph zeroes nothing before the launch."""
-        mm = task.Matmul(g.consumer)
-        if not self.is_symmetric(gathered):
-            raise self.error(g.producer, "all-gather=one_launch stores into the peers' gathered rows, which must be "
-                                         "a symmetric buffer (not a function result); use pull")
-        from ..kernels import gemm
-        ready = self.b.pad(2 * t.world, "ag_ready", consumed=True)
-        c = self.dest(mm.result, "mm")
-        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
-                            wait={"arg": "ready", "rows_per_slot": shard},
-                            gather={"arg": "x", "own_first": t.own_first is not False}, rows_per_rank=shard,
-                            tile_order="rank_rotated")
-        self.crosses(inbox=gathered)
-        self.launch(rec, [gathered, self.buf(mm.rhs), c, ready, self.b.c(gemm.gather_blocks(rec)), x],
-                    lane="compute", role="ag.gemm", group=g.group)
-
-    def matmul_rs(self, g: OverlapGroup, t: Tiling) -> None:
-        C.matmul_rs(self, g, t)
-
-    def matmul_ar(self, g: OverlapGroup, t: Tiling) -> None:
-        C.matmul_ar(self, g, t)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """AMD lowering of the ditron_core primitives: the only place their GCN-level choices live.
 
-Same hooks as backends/nvidia/primitives.py:
+Same hooks as backends/nvidia/primitives.py (each takes the ``ops`` object of backends/ops.py first):
 
 * ``acquire_load(ptr, scope=, semantic=)`` -- a system- (or agent-) scope atomic add of 0 with acquire semantics
   (``tt.atomic_rmw add, acquire, sys``): LLVM's AMDGPU memory model turns it into ``global_atomic_add ... sc1``
@@ -21,10 +21,9 @@ turned into buffer atomics and keep their exact semantics.)
 """
 from __future__ import annotations
 
-from mlir import ir
+from typing import Any
 
-from ...dialects import ttir
-from ...dialects.core import NOTIFY_RMW
+from ..ops import NOTIFY_RMW, PrimitiveOps
 
 
 def _semantic(semantic: str, scope: str) -> str:
@@ -32,26 +31,21 @@ def _semantic(semantic: str, scope: str) -> str:
     return "acq_rel" if scope == "gpu" and semantic != "relaxed" else semantic
 
 
-def acquire_load(ptr: ir.Value, *, scope: str, semantic: str) -> ir.Value:
-    zero = ttir.c(0, ttir.like(ptr, ttir.i32()))
-    mask = ttir.c(True, ttir.like(ptr, ttir.i1()))
-    return ttir.atomic_rmw("add", ptr, zero, mask, sem=_semantic(semantic, scope), scope=scope)
+def acquire_load(ops: PrimitiveOps, ptr: Any, *, scope: str, semantic: str) -> Any:
+    return ops.atomic_rmw("add", ptr, 0, sem=_semantic(semantic, scope), scope=scope)
 
 
-def release_rmw(ptr: ir.Value, value: ir.Value, *, op: str, scope: str, semantic: str) -> None:
-    mask = ttir.c(True, ttir.like(ptr, ttir.i1()))
-    ttir.atomic_rmw(NOTIFY_RMW[op], ptr, ttir.broadcast(value, ttir.shape(ptr)), mask, sem=_semantic(semantic, scope),
-                    scope=scope)
+def release_rmw(ops: PrimitiveOps, ptr: Any, value: Any, *, op: str, scope: str, semantic: str) -> None:
+    ops.atomic_rmw(NOTIFY_RMW[op], ptr, value, sem=_semantic(semantic, scope), scope=scope)
 
 
-def clear_slot(ptr: ir.Value, value: ir.Value, *, scope: str) -> None:
-    ttir.atomic_cas(ptr, ttir.broadcast(value, ttir.shape(ptr)), ttir.c(0, ttir.like(ptr, ttir.i32())), sem="relaxed",
-                    scope=scope)
+def clear_slot(ops: PrimitiveOps, ptr: Any, value: Any, *, scope: str) -> None:
+    ops.atomic_cas(ptr, value, 0, sem="relaxed", scope=scope)
 
 
-def opaque_zero(token: ir.Value) -> ir.Value:
-    return ttir.inline_asm("v_mov_b32 $0, 0", "=v,v", [token], ttir.i32(), pure=True)
+def opaque_zero(ops: PrimitiveOps, token: Any) -> Any:
+    return ops.inline_asm("v_mov_b32 $0, 0", "=v,v", [token], pure=True)
 
 
-def pause(x: ir.Value) -> ir.Value:
-    return ttir.inline_asm("s_sleep 1\n\tv_mov_b32 $0, $1", "=v,v", [x], ttir.like(x, ttir.i32()), pure=False)
+def pause(ops: PrimitiveOps, x: Any) -> Any:
+    return ops.inline_asm("s_sleep 1\n\tv_mov_b32 $0, $1", "=v,v", [x], pure=False, like=x)

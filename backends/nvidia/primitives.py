@@ -1,7 +1,8 @@
 """NVIDIA lowering of the ditron_core primitives: the only place their PTX-level choices live.
 
-Hooks (every vendor's primitives module has the same five; ditron-lower-core-to-triton builds the rest -- spin loops,
-peer addresses, barriers -- from them):
+Hooks (every vendor's primitives module has the same five, each taking first the ``ops`` object that builds the IR
+(backends/ops.py: MLIR bindings for ditron-lower-core-to-triton, Triton's builder for ``@ditron.jit`` kernels); the
+two callers build the rest -- spin loops, peer addresses, barriers -- from them):
 
 * ``acquire_load(ptr, scope=, semantic=)`` -- each slot ptr points at (scalar or tensor of !tt.ptr<i32>), read with
   acquire (or relaxed) semantics at gpu or sys scope. Here: inline PTX ``ld.acquire.sys.global.b32`` run by every
@@ -21,35 +22,31 @@ peer addresses, barriers -- from them):
 """
 from __future__ import annotations
 
-from mlir import ir
+from typing import Any
 
-from ...dialects import ttir
-from ...dialects.core import NOTIFY_RMW
+from ..ops import NOTIFY_RMW, PrimitiveOps
 
 PTX_SCOPES = {"gpu": "gpu", "sys": "sys"}
 PTX_LOAD_SEMANTICS = {"acquire": "acquire", "relaxed": "relaxed"}
 SPIN_PAUSE_NS = 64
 
 
-def acquire_load(ptr: ir.Value, *, scope: str, semantic: str) -> ir.Value:
+def acquire_load(ops: PrimitiveOps, ptr: Any, *, scope: str, semantic: str) -> Any:
     asm = f"ld.{PTX_LOAD_SEMANTICS[semantic]}.{PTX_SCOPES[scope]}.global.b32 $0, [$1];"
-    return ttir.inline_asm(asm, "=r,l", [ptr], ttir.like(ptr, ttir.i32()), pure=False)
+    return ops.inline_asm(asm, "=r,l", [ptr], pure=False, like=ptr)
 
 
-def release_rmw(ptr: ir.Value, value: ir.Value, *, op: str, scope: str, semantic: str) -> None:
-    mask = ttir.c(True, ttir.like(ptr, ttir.i1()))
-    ttir.atomic_rmw(NOTIFY_RMW[op], ptr, ttir.broadcast(value, ttir.shape(ptr)), mask, sem=semantic, scope=scope)
+def release_rmw(ops: PrimitiveOps, ptr: Any, value: Any, *, op: str, scope: str, semantic: str) -> None:
+    ops.atomic_rmw(NOTIFY_RMW[op], ptr, value, sem=semantic, scope=scope)
 
 
-def clear_slot(ptr: ir.Value, value: ir.Value, *, scope: str) -> None:
-    ttir.atomic_cas(ptr, ttir.broadcast(value, ttir.shape(ptr)), ttir.c(0, ttir.like(ptr, ttir.i32())), sem="relaxed",
-                    scope=scope)
+def clear_slot(ops: PrimitiveOps, ptr: Any, value: Any, *, scope: str) -> None:
+    ops.atomic_cas(ptr, value, 0, sem="relaxed", scope=scope)
 
 
-def opaque_zero(token: ir.Value) -> ir.Value:
-    return ttir.inline_asm("mov.b32 $0, 0;", "=r,r", [token], ttir.i32(), pure=True)
+def opaque_zero(ops: PrimitiveOps, token: Any) -> Any:
+    return ops.inline_asm("mov.b32 $0, 0;", "=r,r", [token], pure=True)
 
 
-def pause(x: ir.Value) -> ir.Value:
-    return ttir.inline_asm(f"nanosleep.u32 {SPIN_PAUSE_NS};\n\tmov.b32 $0, $1;", "=r,r", [x], ttir.like(x, ttir.i32()),
-                           pure=False)
+def pause(ops: PrimitiveOps, x: Any) -> Any:
+    return ops.inline_asm(f"nanosleep.u32 {SPIN_PAUSE_NS};\n\tmov.b32 $0, $1;", "=r,r", [x], pure=False, like=x)

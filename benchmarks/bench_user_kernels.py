@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""User-written distributed kernels against ditron's built-ins, same shapes, same run: AG+GEMM written with the
+device builder (examples/ag_gemm_user.py: copy-engine chunk pushes + a GEMM with per-tile waits, either the GEMM
+template or the user @ditron.jit kernel ag_gemm_tiles: columns user_us and user_jit_us) beside the built-in ``ditron.ops.ag_gemm`` (compiled through ditron-default, its algorithm chosen by the cost
+model) and ``torch.matmul`` of the gathered rows (the GEMM alone: the floor of any AG+GEMM).
+
+Two steps, because the GPU box has torch + triton but not the MLIR bindings:
+
+    python benchmarks/bench_user_kernels.py --build DIR --world 1 2 [--mode virtual|real|both] [--quick]
+        CPU box with ditron + MLIR: the user programs' artifacts (ditron.device Program.compile) and the built-in
+        ops' (ditron.ops.build) into DIR
+    python benchmarks/bench_user_kernels.py --run DIR --virtual W [--quick] [--no-graph]
+        one GPU: W ranks in this process (ditron.World.virtual)
+    torchrun --nproc-per-node W benchmarks/bench_user_kernels.py --run DIR [--quick] [--no-graph]
+        one process per GPU (ditron.World.from_torch)
+
+Cases: y[M, N] = x[M, K] @ w[K, N], x's rows and w's columns sharded over W ranks, (N, K) from LLaMA-3-8B (14336,
+4096) and LLaMA-3-70B (28672, 8192), M in {1024, 4096, 8192} (--quick: 70B, M in {1024, 8192}); the user program
+pushes its shard in 4 chunks. In a virtual world the user GEMM gets the share of SMs one rank may hold
+(World.cta_budget), as ditron.ops gives its own. Timing (bench_dist.timed): CUDA events around a fixed number of
+calls, the median of repetitions, each the max over ranks; both sides in CUDA-graph mode unless --no-graph.
+Output: a table, benchmarks/results/user_kernels_<virtual|real>_w<W>.csv, and the ratio user / built-in per row
+(the acceptance goal: within 1.05).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "examples"))
+
+import ag_gemm_user  # noqa: E402
+import bench_dist  # noqa: E402
+
+TARGET = "cuda:90"
+CHUNKS = 4
+NUM_SMS = 132
+GEMMS = ("template", "jit")  # the user program's GEMM: the built-in template with per-tile waits, or a user kernel
+
+
+@dataclass(frozen=True)
+class Case:
+    M: int
+    N: int
+    K: int
+
+    @property
+    def label(self) -> str:
+        return f"ag_gemm M={self.M} N={self.N} K={self.K}"
+
+    def shapes(self, W: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (self.M // W, self.K), (self.K, self.N // W)
+
+    def user_name(self, W: int, virtual: bool, gemm: str = "template") -> str:
+        kind = "" if gemm == "template" else f"_{gemm}"
+        return f"user_ag_gemm{kind}_w{W}{'v' if virtual else 'r'}_{self.M}x{self.N}x{self.K}"
+
+    def user_program(self, W: int, virtual: bool, gemm: str = "template"):
+        budget = NUM_SMS
+        if virtual and W > 1:
+            from ditron.runtime.world import World
+            budget = World(W, None, None).cta_budget(NUM_SMS)
+        return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=budget, target=TARGET, chunks=CHUNKS,
+                                  gemm=gemm)
+
+    def signature(self, W: int, virtual: bool):
+        from ditron import ops
+        return ops.signature_for("ag_gemm", self.shapes(W), "bf16", W, virtual, TARGET)
+
+
+def cases(quick: bool) -> list[Case]:
+    shapes = [(28672, 8192)] if quick else [(14336, 4096), (28672, 8192)]
+    ms = (1024, 8192) if quick else (1024, 4096, 8192)
+    return [Case(M, N, K) for N, K in shapes for M in ms]
+
+
+def build(directory: Path, worlds: list[int], modes: list[str], quick: bool) -> None:
+    from ditron import ops
+    directory.mkdir(parents=True, exist_ok=True)
+    for W in worlds:
+        for mode in modes:
+            virtual = mode == "virtual"
+            if not virtual and W == 1:
+                continue
+            for case in cases(quick):
+                for gemm in GEMMS:
+                    out = directory / case.user_name(W, virtual, gemm)
+                    if not out.exists():
+                        case.user_program(W, virtual, gemm).compile(TARGET, out_dir=out, cache=False,
+                                                                    keep_stages=False)
+                ops.build([case.signature(W, virtual)], directory)
+                print(f"built {case.label} W={W} {mode}", flush=True)
+
+
+def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: int | None) -> None:
+    import torch
+
+    import ditron
+    from ditron import ops
+    env = bench_dist.make_env(virtual)
+    W, v = env.W, env.virtual
+    lib = ops.Library(directory, target=TARGET, compile=False)
+    rows = []
+    for case in cases(quick):
+        (m, k), (_, n) = case.shapes(W)
+        ranks = range(W) if v else [env.rank]
+        xs = [[bench_dist.rand((m, k), 1 + r, 0.5), bench_dist.rand((k, n), 101 + r, 0.05)] for r in ranks]
+        exe = ditron.load(directory / case.user_name(W, v))
+        ex = exe.executor(env.world, graph=graph)
+        jit_exe = ditron.load(directory / case.user_name(W, v, "jit"))
+        jit_ex = jit_exe.executor(env.world, graph=graph)
+        user_in = xs if v else xs[0]
+        builtin_a = [x[0] for x in xs] if v else xs[0][0]
+        builtin_b = [x[1] for x in xs] if v else xs[0][1]
+        got_user = ex.run(user_in)
+        got_builtin = ops.ag_gemm(builtin_a, builtin_b, env.world, library=lib, graph=graph)
+        mine = got_user[0][0] if v else got_user[0]
+        theirs = got_builtin[0] if v else got_builtin
+        err = bench_dist.rel_err(mine, theirs)
+        got_jit = jit_ex.run(user_in)
+        err_jit = bench_dist.rel_err(got_jit[0][0] if v else got_jit[0], theirs)
+        gathered = torch.empty(case.M, k, dtype=torch.bfloat16, device="cuda")
+        n_iter = iters or max(10, min(300, int(2e-2 / max(2.0 * case.M * case.K * case.N / W / 7e14, 1e-6))))
+
+        def user_call():
+            ex.run(user_in, sync=False)
+
+        def jit_call():
+            jit_ex.run(user_in, sync=False)
+
+        def builtin_call():
+            ops.ag_gemm(builtin_a, builtin_b, env.world, library=lib, graph=graph, sync=False)
+
+        def gemm_call():  # the GEMM of every local rank, no gather: the floor
+            for x in xs:
+                torch.matmul(gathered, x[1])
+
+        t_builtin = bench_dist.timed(env, builtin_call, n_iter)
+        t_user = bench_dist.timed(env, user_call, n_iter)
+        t_jit = bench_dist.timed(env, jit_call, n_iter)
+        t_builtin2 = bench_dist.timed(env, builtin_call, n_iter)  # again: a drift of the GPU shows as a spread
+        t_gemm = bench_dist.timed(env, gemm_call, n_iter)
+        lib.synchronize(env.world)
+        ex.synchronize()
+        jit_ex.synchronize()
+        builtin = min(t_builtin, t_builtin2)
+        row = {"case": case.label, "W": W, "world": "virtual" if v else "real", "graph": graph, "iters": n_iter,
+               "user_us": round(t_user, 2), "builtin_us": round(builtin, 2),
+               "builtin_spread_us": round(abs(t_builtin - t_builtin2), 2), "gemm_us": round(t_gemm, 2),
+               "user_over_builtin": round(t_user / builtin, 4), "rel_err_vs_builtin": f"{err:.2e}",
+               "user_jit_us": round(t_jit, 2), "user_jit_over_builtin": round(t_jit / builtin, 4),
+               "jit_rel_err_vs_builtin": f"{err_jit:.2e}",
+               "builtin_choice": bench_dist.summarize_choices(lib.path(case.signature(W, v)))}
+        rows.append(row)
+        env.log(f"{case.label:36s} W={W} user {t_user:9.1f} us  user-jit {t_jit:9.1f} us  built-in "
+                f"{builtin:9.1f} us  (x{t_user / builtin:.3f}, jit x{t_jit / builtin:.3f})  gemm {t_gemm:9.1f} us  "
+                f"err {err:.1e} / {err_jit:.1e}")
+        exe.close()
+        jit_exe.close()
+    lib.close()
+    if env.rank == 0 and rows:
+        out = HERE / "results" / f"user_kernels_{'virtual' if v else 'real'}_w{W}{'' if graph else '_eager'}.csv"
+        out.parent.mkdir(exist_ok=True)
+        with open(out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {out}", flush=True)
+    if not v:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", metavar="DIR", type=Path, help="compile the artifacts into DIR (needs ditron + MLIR)")
+    p.add_argument("--world", type=int, nargs="+", default=[1, 2], help="with --build: world sizes")
+    p.add_argument("--mode", choices=("virtual", "real", "both"), default="both", help="with --build")
+    p.add_argument("--run", metavar="DIR", type=Path, help="benchmark with the artifacts in DIR (needs a GPU)")
+    p.add_argument("--virtual", type=int, metavar="W", help="with --run: W ranks on this one GPU")
+    p.add_argument("--quick", action="store_true", help="the 70B shapes at M = 1024 and 8192 only")
+    p.add_argument("--no-graph", action="store_true", help="eager executors on both sides")
+    p.add_argument("--iters", type=int, help="calls per timing (default: from the case's size)")
+    a = p.parse_args(argv)
+    if a.build:
+        build(a.build, a.world, ["virtual", "real"] if a.mode == "both" else [a.mode], a.quick)
+    elif a.run:
+        run(a.run, a.virtual, a.quick, not a.no_graph, a.iters)
+    else:
+        p.error("give --build DIR or --run DIR")
+
+
+if __name__ == "__main__":
+    main()

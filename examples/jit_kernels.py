@@ -1,0 +1,86 @@
+"""@ditron.jit kernels launched from ditron.device programs: ``ag_gemm_tiles``, the GEMM of examples/ag_gemm_user.py
+with ``gemm="jit"`` (each tile waits for the chunks of its rows), and ``scale_after_wait``, a small kernel that waits
+in-kernel until slot 0 of its pad holds the epoch (acquire), then writes 2 * x into y (test/py/test_device_builder*).
+
+ditron.language (imported here) needs the compiler's MLIR bindings: a GPU box running prebuilt artifacts never
+imports this module."""
+import triton.language as tl
+
+import ditron
+import ditron.language as dl
+
+SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "pad_ptr": "*i32", "n": "i32", "epoch": "i32"}
+
+# the user GEMM's tiling (gemm="jit"); num_warps / num_stages are its compile options
+JIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
+JIT_OPTIONS = {"num_warps": 8, "num_stages": 3}
+
+
+@ditron.jit
+def ag_gemm_tiles(a_ptr, b_ptr, c_ptr, ready_ptr, M, N, K, m, epoch, CHUNK: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """C[M, N] = A[M, K] @ B[K, N], persistent over the tiles, each tile waiting for the chunks of its rows: rows
+    [s * CHUNK, (s + 1) * CHUNK) of A are there once slot s of this rank's ready pad holds the epoch (acquire).
+    Tiles in grouped order, rotated to start on this rank's own rows (m per rank: they are there first)."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    shift = (dl.rank() * m) // BLOCK_M
+    for tile in range(pid, tiles_m * tiles_n, programs):
+        group = tile // (GROUP_M * tiles_n)
+        first_m = group * GROUP_M
+        size_m = tl.minimum(tiles_m - first_m, GROUP_M)
+        pid_m = (first_m + (tile % (GROUP_M * tiles_n)) % size_m + shift) % tiles_m
+        pid_n = (tile % (GROUP_M * tiles_n)) // size_m
+        row0 = pid_m * BLOCK_M
+        token = epoch
+        for s in range(row0 // CHUNK, (tl.minimum(row0 + BLOCK_M, M) - 1) // CHUNK + 1):
+            token = dl.wait(ready_ptr, s, epoch)
+        offs_m = row0 + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = dl.consume_token(a_ptr, token) + offs_m[:, None] * K + offs_k[None, :]
+        b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] + k0 < K), other=0.0)
+            b = tl.load(b_ptrs, mask=(offs_k[:, None] + k0 < K) & (offs_n[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K * N
+        c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@ditron.jit
+def scale_after_wait(x_ptr, y_ptr, pad_ptr, n, epoch, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    token = dl.wait(pad_ptr, 0, epoch)
+    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(dl.consume_token(x_ptr, token) + offs, mask=mask)
+        tl.store(y_ptr + offs, x * 2, mask=mask)
+
+
+def scale_program(W: int, n: int = 1000, *, grid: int = 4, block: int = 256, copy_stream: int = 0,
+                  signal: bool = True):
+    """A device program around it: rank r pushes x into g on rank r + 1 (on ``copy_stream``) and sets slot 0 of
+    its pad there; the kernel, launched on stream 0, waits for it in-kernel and writes y = 2 * g. ``signal=False``
+    plants a missing signal: every kernel's wait times out."""
+    import ditron.device as dd
+    p = dd.Program("jit_scale" if signal else "jit_stuck", W)
+    x = p.input("x", (n,), "f32")
+    y = p.output("y", (n,), "f32")
+    g = p.symmetric("g", (n,), "f32")
+    ready = p.signal_pad("ready", 1)
+    nxt = (p.rank + 1) % p.num_ranks
+    p.copy(x, g, dst_rank=nxt, stream=copy_stream)
+    if signal:
+        p.signal(ready, rank=nxt, slot=0, stream=copy_stream)
+    k = p.jit(scale_after_wait, signature=SIGNATURE, constexprs={"BLOCK": block},
+              wait={"arg": "pad_ptr", "value_arg": "epoch"})
+    p.launch(k, [g, y, ready, n, p.epoch], grid=grid, stream=0)
+    p.barrier()
+    return p
