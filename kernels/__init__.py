@@ -1,7 +1,7 @@
 """ditron.kernels: core kernel templates, generated as IR (never as Python source).
 
-Each template lives in one module here (``copy.py``, ``reduce.py``; ``gemm/``, a package) and gives two views of the same
-kernel, side by side so they cannot drift apart:
+Each template lives in one module here (``copy.py``, ``reduce.py``; ``gemm/``, a package) and gives two views of
+the same kernel, side by side so they cannot drift apart:
 
 * ``build(record, *, ip, loc) -> tt.func op`` — the kernel as generic-form TTIR plus ditron_core primitives
   (``ditron_core.wait``/``notify``/``symm_at``/``rank``...), built at ``ip`` (a module body). The op carries the
