@@ -9,7 +9,14 @@ Rows (µs per call, the median of 5 repetitions of 3000 calls each, ``sync=False
 world of one rank, the same host path as a real rank's): ``ops.all_reduce`` (the public call), ``Executable.run``,
 ``Executor.run`` (the graph key and its lookup), ``BoundCall`` (``Executor.bind``: no key), the graph launch alone
 through torch (``CUDAGraph.replay``) and through the driver (``cuGraphLaunch``), the completion event, and, for
-scale, one torch elementwise op. Printed and written to benchmarks/results/host_w1.csv (``--out DIR``: there).
+scale, one torch elementwise op.
+
+Then the calls a model makes, with a fresh input tensor each call (cycling through FRESH tensors at distinct
+addresses, as a model's activations come) and no given output (the median of 5 repetitions of 300 calls): the eager
+``ops.all_reduce``, ``ops.all_reduce(graph=True)`` (a capture per new tensor set), the torch operator
+``torch.ops.ditron.all_reduce`` eagerly and through ``torch.compile(fullgraph=True)``, and the replay of the
+caller's own ``torch.cuda.graph`` holding the operator (ditron.runtime.callplan). Printed and written to
+benchmarks/results/host_w1.csv (``--out DIR``: there).
 """
 from __future__ import annotations
 
@@ -23,6 +30,8 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPE = (128, 256)     # 64 KB of bf16: the kernel is short, the call is host-bound
 CALLS, REPEATS = 3000, 5
+FRESH_CALLS = 300      # per repetition, for the rows with a fresh tensor per call (some capture a graph per call)
+FRESH = 64             # distinct input tensors the fresh rows cycle through (more than the graph cache holds)
 
 
 def signature():
@@ -36,19 +45,51 @@ def build(directory: Path) -> None:
     print(f"built {signature().key} into {directory}")
 
 
-def timed(fn) -> float:
+def timed(fn, calls: int = CALLS) -> float:
     import torch
-    for _ in range(200):
+    for _ in range(min(200, calls)):
         fn()
     torch.cuda.synchronize()
     runs = []
     for _ in range(REPEATS):
         start = time.perf_counter()
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
-        runs.append((time.perf_counter() - start) * 1e6 / CALLS)
+        runs.append((time.perf_counter() - start) * 1e6 / calls)
         torch.cuda.synchronize()
     return statistics.median(runs)
+
+
+def fresh_rows(x0, world, lib) -> list[tuple[str, object]]:
+    """The rows with a fresh input tensor per call: (name, fn)."""
+    import itertools
+
+    import torch
+
+    from ditron import ops, torch_ops
+    pool = [x0.clone() for _ in range(FRESH)]
+    nxt = itertools.cycle(pool).__next__
+    handle = torch_ops.register_world(world, lib)
+    op = torch.ops.ditron.all_reduce
+    compiled = torch.compile(lambda x: op(x, handle, "one_shot"), fullgraph=True)
+    static = x0.clone()
+    op(static, handle, "one_shot")  # the warm-up that makes the capture plan
+    compiled(static)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = op(static, handle, "one_shot")
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, static)  # W = 1: the all-reduce is the identity
+    return [
+        ("ops.all_reduce eager, fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False, library=lib)),
+        ("ops.all_reduce(graph=True), fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False,
+                                                                       library=lib, graph=True)),
+        ("torch.ops.ditron.all_reduce, fresh x", lambda: op(nxt(), handle, "one_shot")),
+        ("torch.compile(fullgraph) of it, fresh x", lambda: compiled(nxt())),
+        ("user torch.cuda.graph holding it", graph.replay),
+    ]
 
 
 def run(directory: Path, out_dir: Path = RESULTS) -> int:
@@ -91,8 +132,14 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
     for name, fn in rows:
         us = timed(fn)
         results.append({"call": name, "host_us": round(us, 2)})
-        print(f"  {name:32s} {us:7.2f} us")
+        print(f"  {name:40s} {us:7.2f} us")
     torch.testing.assert_close(out[0], x[0])  # W = 1: the all-reduce is the identity
+    for name, fn in fresh_rows(x[0], world, lib):
+        us = timed(fn, FRESH_CALLS)
+        results.append({"call": name, "host_us": round(us, 2)})
+        print(f"  {name:40s} {us:7.2f} us")
+    from ditron import torch_ops
+    torch_ops.close(world)
     lib.close()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "host_w1.csv"

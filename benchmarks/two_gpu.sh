@@ -4,17 +4,19 @@
 #   bash benchmarks/two_gpu.sh build build/two_gpu        # CPU box: every bench_dist case for W = 2, real world
 #   bash benchmarks/two_gpu.sh run build/two_gpu OUTDIR    # two-GPU box: the link's ceilings and overlap rows,
 #                                                           # then a full bench_dist run of those artifacts
+#   bash benchmarks/two_gpu.sh e2e build/two_gpu OUTDIR    # two-GPU box: bench_e2e (a TP = 2 Llama: ditron.nn
+#                                                           # against torch + NCCL), its own device call
 #
 # Each run step stays under ten minutes (the device tool's limit per call); its tables go to OUTDIR/*.log and the
 # CSV / PNG files to OUTDIR.
 set -u
-mode=${1:?usage: two_gpu.sh build DIR | run DIR OUTDIR}
+mode=${1:?usage: two_gpu.sh build DIR | run DIR OUTDIR | e2e DIR OUTDIR}
 dir=${2:?the artifact directory}
 cd "$(dirname "$0")/.."
 py=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 case "$mode" in
   build)
-    "$py" benchmarks/bench_dist.py --build "$dir" --world 2 --mode real ;;
+    "$py" benchmarks/bench_dist.py --build "$dir" --world 2 --mode real && "$py" benchmarks/bench_e2e.py --build "$dir" ;;
   run)
     out=${3:?the output directory}
     mkdir -p "$out"
@@ -23,6 +25,8 @@ case "$mode" in
     timeout 240 torchrun --nproc-per-node=2 -- benchmarks/bench_link.py --quick --out "$out" > "$out/link.log" 2>&1
     timeout 330 torchrun --nproc-per-node=2 -- benchmarks/bench_dist.py --run "$dir" --out "$out" > "$out/dist.log" 2>&1
     tail -n 40 "$out/link.log" "$out/dist.log" ;;
+  e2e)
+    out=${3:?the output directory}; mkdir -p "$out"; CUDA_DEVICE_MAX_CONNECTIONS=32 timeout 570 torchrun --nproc-per-node=2 -- benchmarks/bench_e2e.py --run "$dir" --out "$out" > "$out/e2e.log" 2>&1; tail -n 30 "$out/e2e.log" ;;
   *)
-    echo "usage: two_gpu.sh build DIR | run DIR OUTDIR" >&2; exit 2 ;;
+    echo "usage: two_gpu.sh build DIR | run DIR OUTDIR | e2e DIR OUTDIR" >&2; exit 2 ;;
 esac

@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable
 
-from . import __version__, env
+from . import __version__, env, schema
 from .artifact import MANIFEST, ArgSpec, ArtifactError, options_json, triton_type, write_artifact
 from .cache import CompileCache, cache_key, triton_version
 from .errors import CompileError, ParseError, PassError, TargetError
@@ -35,11 +35,20 @@ from .runtime.loader import Executable, load_artifact
 # The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
 TO_CORE_PIPELINE = "ditron-default"
 HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
-TARGET_ATTR = "ditron.target"  # the module's target, which ditron-tile's model reads
-# kinds of the arguments ditron-lower-core-to-triton appends, as they appear in the ABI; wait_bound (i64, polls
-# before an in-kernel wait gives up), wait_err (*i32, the rank's error record) and wait_tag (i32, names the launch in
-# that record) are what the executor binds for bounded in-kernel waits (ditron.runtime.timeouts)
-APPENDED_KINDS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
+# the module's target, which ditron-tile's model reads; the kinds of the arguments ditron-lower-core-to-triton
+# appends, as they appear in the ABI (ditron.schema says what each is; the executor binds them)
+TARGET_ATTR = schema.TARGET_ATTR
+APPENDED_KINDS = schema.APPENDED_ARGS
+
+
+def compile_module(module: Any, target: Any = "cuda:90", **kwargs: Any) -> Executable:
+    """``compile`` of a Module of the current ditron context, handed on as a module: each build runs on a copy of
+    it (the module itself is left as it is), with no printing and parsing in between -- how ditron.ops hands the
+    module its pipeline made to the compile step. Its text (with locations) is still what the cache key hashes.
+    Takes compile's keywords."""
+    if not hasattr(getattr(module, "operation", None), "clone"):
+        raise ParseError(f"compile_module takes an mlir Module, got {type(module).__name__}")
+    return _compile(module, target, module, **kwargs)
 
 
 def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | None = None,  # noqa: A001
@@ -54,6 +63,12 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
     cache (default: yes unless $DITRON_NO_CACHE=1); it lives in $DITRON_CACHE_DIR. ``keep_stages``: keep the stage
     texts (ttir, ttgir, llir, ptx / amdgcn) in the artifact.
     ``exe.compile_info`` says whether the cache answered and how long the call took."""
+    return _compile(src, target, None, out_dir=out_dir, cache=cache, keep_stages=keep_stages, **options)
+
+
+def _compile(src: Any, target: Any, handed: Any, *, out_dir: str | os.PathLike | None = None,
+             cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
+    """compile; ``handed``: the Module to build from (a copy per build) instead of parsing src's text."""
     from .backends import Target, get_backend
 
     start = time.perf_counter()
@@ -70,7 +85,8 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
                     extra={"keep_stages": keep_stages, "options_hash": opts.hash()})
 
     def build(directory: Path) -> None:
-        build_artifact(text, source_name, tgt, opts, directory, cache_key=key, keep_stages=keep_stages)
+        build_artifact(text, source_name, tgt, opts, directory, cache_key=key, keep_stages=keep_stages,
+                       module=None if handed is None else handed.operation.clone())
 
     use_cache = (not env.cache_disabled()) if cache is None else bool(cache)
     status = "off"
@@ -134,15 +150,18 @@ def _looks_like_path(src: Any) -> bool:
 # ------------------------------------------------------------------------------------------------------- build
 
 def build_artifact(text: str, source_name: str, target: Any, options: Any, directory: Path, *,
-                   cache_key: str | None = None, keep_stages: bool = True) -> None:
-    """Parse, verify, bring to core level, lower and compile; write the artifact into ``directory``."""
+                   cache_key: str | None = None, keep_stages: bool = True, module: Any = None) -> None:
+    """Parse (or take ``module``, of the current context, which this consumes), verify, bring to core level, lower
+    and compile; write the artifact into ``directory``."""
+    import contextlib
+
     from .compiler import lower_and_compile
     from .device import compile_jit_kernels, jit_declarations
     from .dialects import ditron_context, parse_module
     from .dialects.verify import verify
 
-    with ditron_context():
-        module = parse_module(text, source_name)
+    with (contextlib.nullcontext() if module is not None else ditron_context()):
+        module = parse_module(text, source_name) if module is None else module
         try:
             verify(module)
             host_program = _to_core_level(module, target)
@@ -182,18 +201,16 @@ def set_module_target(module: Any, target: str, what: str = "compiling for") -> 
 
 
 def _passes_left(module: Any, task_level: bool) -> list[str]:
-    """The passes of ``ditron-default`` a module still needs: all of them at task level; for a device program
-    (lowered, kernels not yet instantiated), those after ditron-lower-task-to-device -- its scheduling unless a
-    stream is already assigned, then the core lowering."""
-    from .dialects.opbase import walk_ops
+    """The passes of ``ditron-default`` a module still needs, from the record of the passes that ran on it
+    (``ditron.pipeline``, written by the pass manager: passes/manager.py). A module without a record is taken at
+    its level: a task program needs them all; a device program (written by hand, or by passes run outside the
+    manager) is what ditron-lower-task-to-device makes, and needs the passes after it."""
+    from .passes.manager import passes_left, passes_run
     from .passes.registry import PIPELINES
     names = list(PIPELINES[TO_CORE_PIPELINE])
-    if task_level or "ditron-lower-task-to-device" not in names:
-        return names
-    rest = names[names.index("ditron-lower-task-to-device") + 1:]
-    scheduled = any("stream" in op.attributes for op in walk_ops(module.operation)
-                    if op.name.startswith("ditron_device."))
-    return [n for n in rest if not (scheduled and n == "ditron-schedule-overlap")]
+    if passes_run(module) or task_level or "ditron-lower-task-to-device" not in names:
+        return passes_left(module, names)
+    return names[names.index("ditron-lower-task-to-device") + 1:]
 
 
 def _task_functions(module: Any) -> list[Any]:
@@ -203,7 +220,7 @@ def _task_functions(module: Any) -> list[Any]:
     if MESH_ATTR not in module.operation.attributes:
         return []
     return [op.operation for op in module.body.operations if op.operation.name == "func.func"
-            and "ditron.level" not in op.operation.attributes and KERNEL_ATTR not in op.operation.attributes]
+            and schema.LEVEL_ATTR not in op.operation.attributes and KERNEL_ATTR not in op.operation.attributes]
 
 
 def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
@@ -211,14 +228,21 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
     module: its kernels are launched by the caller).
 
     Task-level ops, or launches of kernels not yet instantiated, run the pipeline ``ditron-default``; a device
-    program whose launched kernels are already tt.func kernels is taken as it is. The device function is then
-    serialised (``ditron.hostprog``) and removed, and the runtime kernels it needs (wait, signal) are added for
-    ``target``, so that what is compiled is core level only."""
+    program whose launched kernels are already tt.func kernels is taken as it is; the pass manager's record
+    (``ditron.pipeline``) says which passes of ``ditron-default`` already ran. The pass ditron-emit-host-program
+    then serialises the device function as the host program, removes it and adds the runtime kernels it needs
+    (wait, signal, barrier) for ``target`` (default: the module's ditron.target), so that what is compiled is core
+    level only. A module that already went through that pass gives back the host program it holds."""
     from . import hostprog
     from .dialects.context import diagnostic_at
     from .dialects.opbase import walk_ops
-    from .passes.registry import PIPELINES, parse_pipeline, run_passes
+    from .passes.emit_host_program import EmitHostProgramPass
+    from .passes.manager import PassManager
+    from .passes.registry import PIPELINES
+    from .schema import HOST_PROGRAM_ATTR
 
+    if HOST_PROGRAM_ATTR in module.operation.attributes:  # ditron-emit-host-program ran (in ditron-opt)
+        return _take_host_program(module)
     higher = [op for op in walk_ops(module.operation) if op.name.split(".")[0] in HIGHER_LEVEL_DIALECTS]
     # a task program need not hold a task op: `return %x` with x sharded and the result replicated is an all-gather
     task_funcs = [op for op in _task_functions(module) if not higher]
@@ -236,7 +260,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
             raise PassError(message, [diagnostic_at(higher[0].location, message)])
         if target is not None:
             set_module_target(module, str(target))
-        run_passes(module, parse_pipeline(",".join(_passes_left(module, task_level))))
+        PassManager(",".join(_passes_left(module, task_level))).run(module)
 
     def left_above_core() -> None:
         left = sorted({op.name for op in walk_ops(module.operation)
@@ -246,11 +270,20 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
 
     if not hostprog.device_functions(module):
         left_above_core()
-    program = hostprog.serialize(module)
-    hostprog.erase_device_functions(module)
-    left_above_core()  # outside the device function, nothing above core level may stay
-    if target is not None:
-        hostprog.add_runtime_kernels(module, program, target)
+    # the last stage: the device function becomes the host program, the runtime kernels join the kernels
+    emit = EmitHostProgramPass(target="" if target is None else str(target))
+    PassManager([emit]).run(module)
+    return _take_host_program(module)
+
+
+def _take_host_program(module: Any) -> dict[str, Any] | None:
+    """The host program ditron-emit-host-program stored on module, removed from it (what is compiled is the
+    kernels); None where the module holds none."""
+    from .passes.emit_host_program import emitted_program
+    from .schema import HOST_PROGRAM_ATTR
+    program = emitted_program(module)
+    if program is not None:
+        del module.operation.attributes[HOST_PROGRAM_ATTR]
     return program
 
 
@@ -367,5 +400,6 @@ def install_dir(out_dir: str | os.PathLike, fill: Any) -> Path:
     return out
 
 
-__all__ = ["build_artifact", "compile", "install_dir", "kernel_abi", "kernel_arg_names", "kernel_signature",
+__all__ = ["build_artifact", "compile", "compile_module", "install_dir", "kernel_abi", "kernel_arg_names",
+           "kernel_signature",
            "read_input"]

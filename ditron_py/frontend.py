@@ -660,16 +660,14 @@ class Program:
 
     def to_mlir(self, pipeline: str = "", *, debuginfo: bool = False) -> str:
         """The module as MLIR text (generic form for ditron ops), after the pass pipeline if one is given
-        (e.g. "ditron-partition,ditron-fuse-overlap"); verified after each pass."""
-        from .dialects.verify import verify
+        (e.g. "ditron-partition,ditron-fuse-overlap"); verified after each pass. The text is a view of what the
+        passes made: it carries no record of them (``ditron.pipeline``, passes/manager.py)."""
         with ditron_context() as ctx:
             module = self.build(ctx)
             try:
                 if pipeline:
-                    from .passes.registry import parse_pipeline
-                    for p in parse_pipeline(pipeline):
-                        p.run(module)
-                        verify(module)
+                    from .passes.manager import PassManager
+                    PassManager(pipeline, record=False).run(module)
                 return module.operation.get_asm(enable_debug_info=debuginfo)
             finally:
                 del module

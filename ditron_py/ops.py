@@ -42,6 +42,9 @@ later calls reuse (symmetric heap, streams, kernels loaded). ``sync=False`` leav
 stream (``Library.synchronize(world)`` waits, with the watchdog); ``Library.close()`` frees every heap (do it before
 tearing down torch.distributed).
 
+The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and the caller's CUDA graphs):
+ditron.torch_ops.
+
 This module does not define any ``from __future__ import annotations``: the frontend reads the parameter
 annotations of the programs below, which name local variables.
 """
@@ -174,22 +177,7 @@ class Signature:
 
     def output_shape(self) -> tuple[int, ...]:
         """Each rank's output shape."""
-        W, p = self.world_size, self.param
-        if self.op == "ag_gemm":
-            return (W * self.shapes[0][0], self.shapes[1][1])
-        if self.op == "gemm_rs":
-            return (self.shapes[0][0] // W, self.shapes[1][1])
-        if self.op == "gemm_ar":
-            return (self.shapes[0][0], self.shapes[1][1])
-        x = list(self.shapes[0])
-        if self.op == "all_gather":
-            x[p["dim"]] *= W
-        elif self.op == "reduce_scatter":
-            x[p["dim"]] //= W
-        elif self.op == "all_to_all":
-            x[p["split_dim"]] //= W
-            x[p["concat_dim"]] *= W
-        return tuple(x)
+        return output_shape(self.op, self.shapes, self.world_size, self.param)
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "shapes": [list(s) for s in self.shapes], "dtype": self.dtype,
@@ -239,6 +227,28 @@ class Signature:
                               f"virtual world of {self.world_size} may use (spinning kernels would deadlock)")
             tile["num-sms"] = str(given)
         return {k: v for k, v in out.items() if v}
+
+
+def output_shape(op: str, shapes: Sequence[Sequence[Any]], world_size: int, params: Mapping[str, Any]) -> tuple:
+    """Each rank's output shape of ``op`` from each rank's input shapes (``params``: its parameters, dims already
+    in range). Plain arithmetic on the dims, so that torch's symbolic sizes go through it too (ditron.torch_ops'
+    fake implementations)."""
+    W = world_size
+    if op == "ag_gemm":
+        return (W * shapes[0][0], shapes[1][1])
+    if op == "gemm_rs":
+        return (shapes[0][0] // W, shapes[1][1])
+    if op == "gemm_ar":
+        return (shapes[0][0], shapes[1][1])
+    x = list(shapes[0])
+    if op == "all_gather":
+        x[params["dim"]] *= W
+    elif op == "reduce_scatter":
+        x[params["dim"]] //= W
+    elif op == "all_to_all":
+        x[params["split_dim"]] //= W
+        x[params["concat_dim"]] *= W
+    return tuple(x)
 
 
 def signature_for(op: str, shapes: Sequence[Sequence[int]], dtype: str, world_size: int, virtual: bool,
@@ -340,29 +350,52 @@ def lower(sig: Signature) -> tuple[str, list[dict[str, Any]]]:
     import gc
 
     from .dialects import ditron_context
-    from .dialects.opbase import walk_ops
-    from .dialects.verify import verify
-    from .passes.registry import parse_pipeline
-    from .passes.tile import TARGET_ATTR, TILING_ATTR, Tiling
-    from mlir import ir
 
-    choices: list[dict[str, Any]] = []
-    passes = parse_pipeline(pipeline(sig))
     with ditron_context() as ctx:
-        module = task_program(sig).build(ctx)
+        module, choices = lowered_module(sig, ctx)
         try:
-            module.operation.attributes[TARGET_ATTR] = ir.StringAttr.get(sig.target)
-            for p in passes:
-                p.run(module)
-                verify(module)
-                if p.name == "ditron-tile":
-                    choices = [{"op": op.name, **{k: v for k, v in vars(Tiling.of(op)).items() if v is not None}}
-                               for op in walk_ops(module.operation) if TILING_ATTR in op.attributes]
             text = module.operation.get_asm(enable_debug_info=True)
         finally:
             del module
             gc.collect()
     return text, choices
+
+
+def lowered_module(sig: Signature, ctx: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """``lower``'s module itself, built in the ditron context ``ctx`` (the caller drops it before the context)."""
+    from .dialects.opbase import walk_ops
+    from .passes.manager import PassManager
+    from .passes.tile import TARGET_ATTR, TILING_ATTR, Tiling
+    from mlir import ir
+
+    choices: list[dict[str, Any]] = []
+
+    def read_choices(p, module) -> None:
+        if p.name == "ditron-tile":
+            choices[:] = [{"op": op.name, **{k: v for k, v in vars(Tiling.of(op)).items() if v is not None}}
+                          for op in walk_ops(module.operation) if TILING_ATTR in op.attributes]
+
+    manager = PassManager(pipeline(sig), after_each=read_choices)
+    module = task_program(sig).build(ctx)
+    module.operation.attributes[TARGET_ATTR] = ir.StringAttr.get(sig.target)
+    manager.run(module)
+    return module, choices
+
+
+def _compile_signature(sig: Signature, **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """(the Executable of sig's lowered module, handed to ditron.compile as a module; ditron-tile's choices)."""
+    import gc
+
+    from .api import compile_module
+    from .dialects import ditron_context
+
+    with ditron_context() as ctx:
+        module, choices = lowered_module(sig, ctx)
+        try:
+            return compile_module(module, target=sig.target, **options), choices
+        finally:
+            del module
+            gc.collect()
 
 
 def build(signatures: Iterable[Signature], directory: str | os.PathLike, *, force: bool = False,
@@ -381,18 +414,16 @@ def build_one(sig: Signature, directory: str | os.PathLike, *, force: bool = Fal
               keep_stages: bool = False) -> Path:
     """Compile one signature into ``directory/<key>``, atomically (a build racing another keeps the first). An
     artifact already there is kept when it was built from the same ditron sources (else it is rebuilt)."""
-    from .api import compile as ditron_compile
     root = Path(directory)
     final = root / sig.key
     if not force and _read_op_file(final) == sig:
         if _built_from(final) == _source_hash():
             return final
         force = True
-    text, choices = lower(sig)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f"{TMP_PREFIX}{sig.key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        ditron_compile(text, target=sig.target, out_dir=tmp, keep_stages=keep_stages)
+        choices = _compile_signature(sig, out_dir=tmp, keep_stages=keep_stages)[1]
         (tmp / OP_FILE).write_text(json.dumps({"format_version": FORMAT_VERSION, "signature": sig.to_json(),
                                                "pipeline": pipeline(sig), "choices": choices,
                                                "source_hash": _source_hash()}, indent=1, sort_keys=True) + "\n")
@@ -519,9 +550,7 @@ class Library:
                 f"then copy DIR here (benchmarks/bench_dist.py --build does this for the benchmark's ops)")
         if self.directory is not None:
             return load_artifact(build_one(sig, self.directory))
-        from .api import compile as ditron_compile
-        text, _ = lower(sig)
-        return ditron_compile(text, target=sig.target)
+        return _compile_signature(sig)[0]
 
     def _check_source(self, path: Path) -> None:
         if self._warned_source:
@@ -812,4 +841,4 @@ def _array_module(x):
 
 __all__ = ["ALGORITHMS", "OPS", "ArtifactMissingError", "Library", "OpError", "Signature", "ag_gemm", "all_gather",
            "all_reduce", "all_to_all", "build", "build_one", "choices", "compiler_available", "default_library", "gemm_ar",
-           "gemm_rs", "lower", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]
+           "gemm_rs", "lower", "output_shape", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]

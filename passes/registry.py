@@ -31,6 +31,7 @@ PASSES: dict[str, str] = {
     "ditron-lower-task-to-device": "lower_task_to_device:LowerTaskToDevicePass",
     "ditron-schedule-overlap": "schedule_overlap:ScheduleOverlapPass",
     "ditron-lower-device-to-core": "lower_device_to_core:LowerDeviceToCorePass",
+    "ditron-emit-host-program": "emit_host_program:EmitHostProgramPass",
 }
 
 # named pipeline -> its passes (each may carry {options})
@@ -254,9 +255,7 @@ def parse_pipeline(text: str, _expanding: tuple[str, ...] = ()) -> list[Pass]:
 
 
 def run_passes(module: ir.Module, passes: list[Pass]) -> None:
-    """Run passes in order on module, verifying the result of each (as ditron-opt does by default), so that IR a
-    pass leaves invalid is reported after that pass, not by whatever reads it next. Raises DitronError."""
-    from ..dialects.verify import verify
-    for p in passes:
-        p.run(module)
-        verify(module)
+    """Run passes in order on module through the pass manager (passes/manager.py): verified after each, recorded.
+    Raises DitronError."""
+    from .manager import PassManager
+    PassManager(passes).run(module)

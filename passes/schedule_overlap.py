@@ -12,6 +12,8 @@
 * engines: ``engine=copy_engine|sm`` puts every chunk copy on one engine (default: ditron-tile's choice).
 * SM partition: ``comm-sms=N`` gives reduction kernels and SM copies N SMs and the GEMMs running beside them the
   rest; by default ditron-tile's split is kept.
+* a device function whose ops name their streams and carry no ``ditron.lane`` (scheduled by hand) is left as it
+  is: lanes are what this pass maps onto streams.
 
     "ditron_device.copy"(%g, %g, %q, %r, ...) {ditron.lane = "comm", ditron.role = "ag.pull", engine = "copy_engine"}
     "ditron_device.launch"(%g, %w, %c, %ready, %epoch) {ditron.lane = "compute", kernel = @gemm, tile_order = "grouped"}
@@ -359,12 +361,7 @@ def _next_op(op: ir.Operation) -> ir.OpView | None:
 
 def _template_check(rec):
     from ..kernels import get_template
-    try:
-        return getattr(get_template(rec["template"]), "check", None)
-    except KeyError:
-        import importlib
-        module = importlib.import_module(f"ditron.kernels.{rec['template']}")
-        return getattr(module, "check", None)
+    return getattr(get_template(rec["template"]), "check", None)
 
 
 def _remove_unused_declarations(module: ir.Module) -> None:
@@ -412,5 +409,8 @@ class ScheduleOverlapPass(Pass):
                                                                "ditron-schedule-overlap")
         kernels = KernelTable(module)
         for fn in device_funcs:
+            ops = list(walk_ops(fn))
+            if any("stream" in op.attributes for op in ops) and not any(LANE_ATTR in op.attributes for op in ops):
+                continue  # streams written by hand and no lane to map onto them: nothing to schedule
             _Scheduler(self, module, fn, kernels).run()
         _remove_unused_declarations(module)

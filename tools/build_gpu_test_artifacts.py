@@ -9,7 +9,13 @@ Then, on the GPU machine (torch + triton, no MLIR bindings needed):
     CUDA_DEVICE_MAX_CONNECTIONS=32 DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu \
         test/py/test_executor_gpu.py
 
-OUTDIR/executor holds the host-program artifacts of test_executor_gpu.py (``--no-executor`` skips them).
+OUTDIR/executor holds the host-program artifacts of test_executor_gpu.py (``--no-executor`` skips them),
+OUTDIR/torch_ops the op artifacts of test_torch_ops_gpu.py (``--no-torch-ops`` skips them), OUTDIR/nn those of
+test_llama_gpu.py (ditron.nn and the tensor-parallel Llama; ``--no-nn`` skips them):
+
+    CUDA_DEVICE_MAX_CONNECTIONS=32 DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu \
+        test/py/test_torch_ops_gpu.py
+    DITRON_TEST_ARTIFACTS=OUTDIR python -m pytest -q -m gpu test/py/test_llama_gpu.py
 
 ``--timing`` also prints the compile time of the vector add: ditron cold (cache miss) and cached, beside
 ``triton.compile`` of the same kernel written in Triton's Python, cold and from Triton's cache.
@@ -151,11 +157,35 @@ def build(outdir: str | Path) -> dict[str, Path]:
 def build_executor(outdir: str | Path, names=None) -> dict[str, Path]:
     """Compile the device-level programs of test/py/test_executor_gpu.py (test/py/executor_programs) into
     OUTDIR/executor/<case>; {case: path}."""
+    _tests_on_path()
+    import executor_programs
+    return executor_programs.build_all(Path(outdir) / "executor", names)
+
+
+def build_nn(outdir: str | Path) -> dict[str, Path]:
+    """Compile every op test/py/test_llama_gpu.py calls (its ``signatures()``: each shape the tensor-parallel Llama
+    meets at prefill and decode) into the op library OUTDIR/nn; {"nn/<key>": path}."""
+    _tests_on_path()
+    import test_llama_gpu
+
+    from ditron import ops
+    return {f"nn/{sig.key}": path for sig, path in ops.build(test_llama_gpu.signatures(), Path(outdir) / "nn").items()}
+
+
+def _tests_on_path() -> None:
     tests = Path(__file__).resolve().parents[1] / "test" / "py"
     if str(tests) not in sys.path:
         sys.path.insert(0, str(tests))
-    import executor_programs
-    return executor_programs.build_all(Path(outdir) / "executor", names)
+
+
+def build_torch_ops(outdir: str | Path) -> dict[str, Path]:
+    """Compile the op artifacts of test/py/test_torch_ops_gpu.py into OUTDIR/torch_ops (an ops.Library directory);
+    {signature key: path}."""
+    _tests_on_path()
+    import test_torch_ops_gpu
+    from ditron import ops
+    built = ops.build(test_torch_ops_gpu.signatures(), Path(outdir) / "torch_ops")
+    return {sig.key: path for sig, path in built.items()}
 
 
 def _triton_vector_add():
@@ -227,12 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timing", action="store_true", help="also print compile times (ditron vs triton.compile)")
     p.add_argument("--no-executor", action="store_true",
                    help="skip the host-program artifacts of test/py/test_executor_gpu.py (OUTDIR/executor)")
+    p.add_argument("--no-torch-ops", action="store_true",
+                   help="skip the op artifacts of test/py/test_torch_ops_gpu.py (OUTDIR/torch_ops)")
+    p.add_argument("--no-nn", action="store_true", help="skip the op artifacts of test/py/test_llama_gpu.py (OUTDIR/nn)")
     args = p.parse_args(argv)
     from ditron.errors import DitronError
     try:
         built = build(args.outdir)
         if not args.no_executor:
             built.update({f"executor/{k}": v for k, v in build_executor(args.outdir).items()})
+        if not args.no_torch_ops:
+            built.update({f"torch_ops/{k}": v for k, v in build_torch_ops(args.outdir).items()})
+        if not args.no_nn:
+            built.update(build_nn(args.outdir))
     except DitronError as err:
         sys.stderr.write(err.render() + "\n")
         return 1

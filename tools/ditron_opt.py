@@ -12,7 +12,6 @@ import argparse
 import gc
 import os
 import sys
-import time
 from typing import Callable, Sequence, TextIO
 
 SPLIT_MARKER = "// -----"
@@ -89,7 +88,11 @@ def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
     """Parse, verify, run the passes; the printed result. Raises DitronError."""
     from ditron.dialects import ditron_context, parse_module
     from ditron.dialects.verify import verify
+    from ditron.passes.manager import PassManager
 
+    manager = PassManager(passes, verify_each=args.verify_each, print_after_all=args.print_ir_after_all,
+                          print_after=args.print_ir_after, time_passes=args.time_passes,
+                          debuginfo=args.mlir_print_debuginfo, err=err)
     with ditron_context():
         module = parse_module(text, filename)
         try:
@@ -98,17 +101,7 @@ def process_chunk(text: str, filename: str, args, passes, err: TextIO) -> str:
                 set_module_target(module, args.target, "--target")
             if args.verify_each:
                 verify(module)
-            after = set(args.print_ir_after)
-            for p in passes:
-                start = time.perf_counter()
-                p.run(module)
-                if args.time_passes:
-                    err.write(f"// time {p.name}: {1e3 * (time.perf_counter() - start):.2f} ms\n")
-                if args.verify_each:
-                    verify(module)
-                if args.print_ir_after_all or p.name in after:
-                    err.write(f"// -----// IR Dump After {p.spec()} //----- //\n")
-                    err.write(_print_module(module, args.mlir_print_debuginfo) + "\n")
+            manager.run(module)
             return _emit(module, args)
         finally:
             del module

@@ -83,7 +83,8 @@ def _world_size(module, requested: int | None) -> int:
 def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from ..dialects.context import ditron_context, parse_file
     from ..dialects.verify import verify
-    from ..passes.registry import parse_pipeline, run_passes
+    from ..passes.manager import PassManager
+    from ..passes.registry import parse_pipeline
     from . import simulate, task_reference
     from .mutate import run_mutants
     from ..dialects.device import device_functions
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
         def build():
             m = parse_file(args.input)
-            run_passes(m, passes)
+            PassManager(passes).run(m)
             return m
 
         options = dict(calls=args.calls, function=args.function, num_sms=args.num_sms,

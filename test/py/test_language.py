@@ -22,7 +22,6 @@ from ditron.sim.report import SimulationError
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 TARGETS = ("cuda:80", "cuda:90", "hip:gfx942", "hip:gfx950")
-HERE = Path(__file__).resolve()
 
 
 def _line(fn, text: str) -> int:

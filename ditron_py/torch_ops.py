@@ -1,0 +1,376 @@
+"""ditron.torch_ops: every op of ditron.ops as a torch operator (torch.library, namespace ``ditron``), so that a model
+calling them compiles under ``torch.compile(fullgraph=True)`` with no graph break and runs inside the model's own
+``torch.cuda.graph`` capture.
+
+    import ditron, torch
+    from ditron import torch_ops
+    world = ditron.World.from_torch()                 # under torchrun (or World.virtual(1) on one GPU)
+    tp = torch_ops.register_world(world)              # the world's handle: a plain string
+    y = torch.ops.ditron.ag_gemm(a, b, tp)            # this rank's a [m, K], b [K, n] -> [W*m, n]
+    y = torch_ops.ag_gemm(a, b, tp)                   # the same operator, through a Python wrapper
+
+Schemas (``world``: the handle of a registered world; shapes are this rank's, W its world size; ditron.ops says what
+each op computes):
+
+    ditron::ag_gemm(Tensor a, Tensor b, str world) -> Tensor                                [W*m, n]
+    ditron::gemm_rs(Tensor a, Tensor b, str world) -> Tensor                                [M/W, N]
+    ditron::gemm_ar(Tensor a, Tensor b, str world, str algorithm="auto") -> Tensor          [M, N]
+    ditron::all_gather(Tensor x, str world, int dim=0) -> Tensor                            dim * W
+    ditron::reduce_scatter(Tensor x, str world, int dim=0) -> Tensor                        dim / W
+    ditron::all_reduce(Tensor x, str world, str algorithm="auto") -> Tensor                 x's shape
+    ditron::all_to_all(Tensor x, str world, int split_dim=0, int concat_dim=0) -> Tensor    split / W, concat * W
+
+A world is not a tensor, so an operator names it by a string, as torch's functional collectives name a process
+group: ``register_world(world, library=None)`` gives the handle (the same one for the same world and library) and
+``world_of(handle)`` the world back. The handle is a constant of the traced graph; the fake implementations read
+the world size from it, so the output shapes and dtypes are known without running anything (FakeTensor, meta,
+make_fx, torch.compile, with symbolic sizes too). Each operator takes one tensor per argument: this rank's, in a
+real world (``World.from_torch()``) or in a virtual world of one rank; a virtual world of W > 1 ranks (one list of
+W tensors per argument) is ditron.ops' own calls.
+
+A call checks its arguments as ditron.ops does (the same OpError), allocates its output, and enqueues the op on
+the caller's current stream with no host synchronisation (``sync=False``: a stuck call is found by the next
+``Library.synchronize(world)`` or the watchdog, as for ditron.ops). The outputs are fresh tensors (never an
+input, never reused by a later call), as torch.library requires.
+
+Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. The signal
+values of an eager call depend on the call's epoch, so a replay of an eagerly captured call would meet the signals
+of the replay before; the call is captured instead as one graph-mode call (the program traced once with epoch 1, on parity 0 of the
+plan's two sets of signal pads) followed by a closing step on parity 1 that zeroes the own pads of parity 0 (the
+program's final barrier again; for programs that fence by their waits, a barrier by driver memops; else the call
+again: ``ditron.runtime.callplan``), so every replay finds the pads as the capture did; the same plan serves a
+world of one rank. The plan (a graph-mode executor of its own: a second symmetric heap per op signature, loaded
+kernels) must exist before the capture starts: the op's first eager call with the same shapes makes it (a
+warm-up step of the model, as torch.cuda.graph's docs and serving engines do before capturing), and a capture
+without it is refused with an error that says so. ``register_world(..., capturable=False)`` skips the plans.
+``synchronize(world)`` waits for the calls of a world; ``close(world)`` frees its plans, after the graphs that
+captured them are released.
+"""
+import threading
+from typing import Any
+
+import torch
+
+from . import ops
+from .errors import DitronError
+
+NAMESPACE = "ditron"
+PREFIX = "ditron-world-"
+
+
+class WorldHandleError(DitronError, ValueError):
+    """A world handle that names no world registered in this process (or a world that torch operators cannot
+    take)."""
+
+
+# ------------------------------------------------------------------------------------------------ worlds
+
+_lock = threading.Lock()
+# handle -> (world, library or None: ops.default_library(), capturable)
+_worlds: dict[str, tuple[Any, Any, bool]] = {}
+
+
+def register_world(world, library: "ops.Library | None" = None, *, capturable: bool = True) -> str:
+    """The handle (a string) that names ``world`` in the torch operators, with the ops.Library its calls use
+    (default ``ops.default_library()``) and whether they may be captured into the caller's CUDA graphs
+    (``capturable``: an op's first eager call then also makes its capture plan, a graph-mode executor with its own
+    symmetric heap, see ditron.runtime.callplan; False saves that memory, and a capture of the op is refused). The
+    same world and options always get the same handle; in a real world every rank registers its worlds in the same
+    order, so a handle names the same world on every rank."""
+    if not (hasattr(world, "world_size") and hasattr(world, "is_virtual")):
+        raise WorldHandleError(f"register_world takes a ditron.World (World.virtual(1) or World.from_torch()), got "
+                               f"{type(world).__name__}")
+    if world.is_virtual and world.world_size != 1:
+        raise WorldHandleError(f"torch operators take one tensor per argument: this process's rank; a virtual world "
+                               f"of {world.world_size} ranks takes one list of tensors per argument, through "
+                               "ditron.ops (use World.virtual(1) or World.from_torch())")
+    if library is not None and not isinstance(library, ops.Library):
+        raise WorldHandleError(f"register_world: library= takes an ops.Library, got {type(library).__name__}")
+    if not isinstance(capturable, bool):
+        raise WorldHandleError(f"register_world: capturable= takes True or False, got {capturable!r}")
+    with _lock:
+        for name, (w, lib, cap) in _worlds.items():
+            if w is world and lib is library and cap is capturable:
+                return name
+        kind = "v" if world.is_virtual else "r"
+        name = f"{PREFIX}{len(_worlds)}-w{world.world_size}{kind}"
+        _worlds[name] = (world, library, capturable)
+        return name
+
+
+def world_of(handle: str):
+    """The world a handle names (WorldHandleError if none)."""
+    return _entry(handle)[0]
+
+
+def unregister_world(handle: str) -> None:
+    """Forget a handle (its calls then raise WorldHandleError); the world itself is untouched."""
+    with _lock:
+        if _worlds.pop(handle, None) is None:
+            raise WorldHandleError(f"no world is registered under the handle {handle!r}")
+
+
+def _entry(handle: str) -> tuple[Any, Any, bool]:
+    try:
+        return _worlds[handle]
+    except (KeyError, TypeError):
+        known = ", ".join(sorted(_worlds)) or "none"
+        raise WorldHandleError(f"{handle!r} is not the handle of a world registered in this process (registered: "
+                               f"{known}); ditron.torch_ops.register_world(world) gives one") from None
+
+
+# --------------------------------------------------------------------------------------------- arguments
+
+def _params(op: str, shapes, params: dict[str, Any]) -> dict[str, Any]:
+    """The op's parameters with its dims in range (as ops.Signature normalises them), or OpError."""
+    out = dict(params)
+    for name in ("dim", "split_dim", "concat_dim"):
+        if name in out:
+            rank = len(shapes[0])
+            d = out[name]
+            if not -rank <= d < rank:
+                raise ops.OpError(f"{op}: {name} {d} is out of range for a tensor of shape {list(shapes[0])}")
+            out[name] = d % rank
+    return out
+
+
+_checked: dict[tuple, dict[str, Any]] = {}   # a call's key -> its normalised parameters (checked in full once)
+
+
+def _check(op: str, tensors, world_size: int, params: dict[str, Any]) -> dict[str, Any]:
+    """Check the arguments as ditron.ops does; returns the normalised parameters. Concrete sizes get the whole
+    check of ops.Signature, once per key (op, shapes, dtypes, world size, parameters); symbolic ones (torch.compile's
+    dynamic shapes, which cannot be hashed) the structural one here, the rest of it deferred to the call (a symbolic
+    size cannot be tested without a guard)."""
+    try:
+        key = (op, world_size, tuple(params.items()), *[(t.shape, t.dtype) for t in tensors])
+        p = _checked.get(key)
+    except (TypeError, AttributeError):  # a symbolic size, or not a tensor: checked below
+        key = p = None
+    if p is not None:
+        return p
+    p = _check_all(op, tensors, world_size, params)
+    if key is not None and all(isinstance(d, int) for t in tensors for d in t.shape):
+        _checked[key] = p
+    return p
+
+
+def _check_all(op: str, tensors, world_size: int, params: dict[str, Any]) -> dict[str, Any]:
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ops.OpError(f"{op}: argument {i} is {type(t).__name__}, not a tensor")
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        raise ops.OpError(f"{op}: the arguments have different element types "
+                          f"({', '.join(sorted(str(d) for d in dtypes))})")
+    dtype = ops._dtype_name(tensors[0])
+    shapes = [tuple(t.shape) for t in tensors]
+    p = _params(op, shapes, params)
+    if all(isinstance(d, int) for s in shapes for d in s):
+        ops.Signature(op, tuple(shapes), dtype, world_size, False, "cuda:90", tuple(p.items()))
+    elif op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+        (a, b) = shapes
+        if len(a) != 2 or len(b) != 2:
+            raise ops.OpError(f"{op}: needs a [M, K] and b [K, N], got {len(a)}-d and {len(b)}-d tensors")
+        torch._check(a[1] == b[0], lambda: f"{op}: a [M, K] and b [K, N] need the same K, got {a} and {b}")
+    return p
+
+
+def _output(op: str, tensors, world_size: int, params: dict[str, Any]):
+    shape = ops.output_shape(op, [tuple(t.shape) for t in tensors], world_size, params)
+    return tensors[0].new_empty(shape)
+
+
+def _run(op: str, tensors, handle: str, params: dict[str, Any]):
+    """The operator's implementation: one call of the ditron.ops op on this rank's tensors, enqueued on the current
+    stream (captured into the caller's graph when the caller captures one)."""
+    world, library, capturable = _entry(handle)
+    p = _check(op, tensors, world.world_size, params)
+    for i, t in enumerate(tensors):
+        if t.device.type != "cuda":
+            raise ops.OpError(f"{op}: argument {i} is on {t.device}; ditron's ops run on CUDA tensors")
+    out = _output(op, tensors, world.world_size, p)
+    virtual = world.is_virtual
+    inputs = [list(tensors)] if virtual else list(tensors)
+    outputs = [[out]] if virtual else [out]
+    if torch.cuda.is_current_stream_capturing():
+        _capture(op, tensors, world, library, capturable, p, inputs, outputs)
+        return out
+    ops._call(op, [[t] for t in tensors] if virtual else list(tensors), world, p, [out] if virtual else out, False,
+              library, None)
+    if capturable:  # the plan a later capture of this call needs, made now (in a real world: collectively)
+        from .runtime.callplan import plan_for
+        plan_for(_executable(op, tensors, world, library, p), world, make=True)
+    return out
+
+
+_executables: dict[tuple, tuple[Any, Any, Any]] = {}   # call key -> (world, library, Executable)
+
+
+def _executable(op: str, tensors, world, library, p: dict[str, Any]):
+    """The loaded Executable of a call (as ops._call finds it), cached by the call's key."""
+    exe = _executable_if_loaded(op, tensors, world, library, p)
+    if exe is not None:
+        return exe
+    lib = library or ops.default_library()
+    sig = ops.Signature(op, tuple(tuple(t.shape) for t in tensors), ops._dtype_name(tensors[0]), world.world_size,
+                        world.is_virtual, lib.target or lib.default_target(), tuple(p.items()))
+    exe = lib.executable(sig)
+    _executables[_call_key(op, tensors, world, library, p)] = (world, library, exe)
+    return exe
+
+
+def _call_key(op: str, tensors, world, library, p: dict[str, Any]) -> tuple:
+    return (op, id(world), id(library), tuple(tuple(t.shape) for t in tensors), tensors[0].dtype,
+            tuple(sorted(p.items())))
+
+
+def _capture(op: str, tensors, world, library, capturable: bool, p, inputs, outputs) -> None:
+    """The call inside the caller's CUDA-graph capture: its capture plan (ditron.runtime.callplan)."""
+    from .runtime.callplan import CaptureNotPreparedError, plan_for, refusal
+    shapes = " and ".join("x".join(map(str, t.shape)) for t in tensors)
+    if not capturable:
+        raise CaptureNotPreparedError(f"ditron::{op} ({shapes} {tensors[0].dtype}) is being captured into a CUDA "
+                                      "graph, but its world was registered with capturable=False; register it with "
+                                      "capturable=True (the default)")
+    exe = _executable_if_loaded(op, tensors, world, library, p)
+    why = None if exe is None else refusal(exe, world)
+    if why is not None:
+        raise CaptureNotPreparedError(f"ditron::{op} ({shapes} {tensors[0].dtype}) cannot be captured into a CUDA "
+                                      f"graph: {why}")
+    plan = None if exe is None else plan_for(exe, world, make=False)
+    if plan is None:
+        raise CaptureNotPreparedError(
+            f"ditron::{op} ({shapes} {tensors[0].dtype}, world of {world.world_size}) is being captured into a CUDA "
+            "graph before any eager call of it with these shapes: run the step once eagerly before torch.cuda.graph "
+            "(a warm-up, as torch.cuda.graph's own docs advise), which loads the op and makes its capture plan "
+            "(a symmetric heap and loaded kernels: nothing may be allocated or synchronised inside a capture)")
+    plan.enqueue(inputs, outputs)
+
+
+def _executable_if_loaded(op: str, tensors, world, library, p):
+    found = _executables.get(_call_key(op, tensors, world, library, p))
+    return found[2] if found is not None and found[0] is world and found[1] is library else None
+
+
+def _fake(op: str, tensors, handle: str, params: dict[str, Any]):
+    world = _entry(handle)[0]
+    return _output(op, tensors, world.world_size, _check(op, tensors, world.world_size, params))
+
+
+def synchronize(world) -> None:
+    """Wait on the host (with the watchdog) for every torch-operator call enqueued in ``world`` (a World or its
+    handle): the eager calls (ops.Library.synchronize) and the executors of captured calls."""
+    from .runtime.callplan import synchronize_plans
+    w = world_of(world) if isinstance(world, str) else world
+    for name, (known, library, _) in list(_worlds.items()):
+        if known is w:
+            (library or ops.default_library()).synchronize(w)
+    synchronize_plans(w)
+
+
+def close(world=None) -> None:
+    """Free the capture plans' executors (of ``world``, a World or its handle, else of every world; in a real world
+    collectively, on every rank); the eager executors are the ops.Library's (``Library.close()``)."""
+    from .runtime.callplan import close_plans
+    w = world_of(world) if isinstance(world, str) else world
+    close_plans(w)
+    for key in [k for k, (known, _, _) in _executables.items() if w is None or known is w]:
+        del _executables[key]
+
+
+# ------------------------------------------------------------------------------------------- operators
+# Defined through torch.library.Library (schema, one CompositeExplicitAutograd kernel, a fake) rather than
+# torch.library.custom_op, whose Python wrapper layers cost about five times as much host time per call (measured
+# here: 92 against 18 us on a loaded CPU, for an op that only allocates its output). No autograd formula: the
+# operators are for inference (a backward through one is torch's error naming it).
+
+# op -> (schema text after the name, the parameter names after the world, in order)
+SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ag_gemm": ("(Tensor a, Tensor b, str world) -> Tensor", ()),
+    "gemm_rs": ("(Tensor a, Tensor b, str world) -> Tensor", ()),
+    "gemm_ar": ('(Tensor a, Tensor b, str world, str algorithm="auto") -> Tensor', ("algorithm",)),
+    "all_gather": ("(Tensor x, str world, SymInt dim=0) -> Tensor", ("dim",)),
+    "reduce_scatter": ("(Tensor x, str world, SymInt dim=0) -> Tensor", ("dim",)),
+    "all_reduce": ('(Tensor x, str world, str algorithm="auto") -> Tensor', ("algorithm",)),
+    "all_to_all": ("(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0) -> Tensor",
+                   ("split_dim", "concat_dim")),
+}
+assert set(SIGNATURES) == set(ops.OPS), "every op of ditron.ops is a torch operator"
+
+_library = torch.library.Library(NAMESPACE, "DEF")
+
+
+def _define(op: str) -> None:
+    schema, names = SIGNATURES[op]
+    arity = ops.ARITY[op]
+    defaults = ops.PARAMS[op]
+
+    def params(rest) -> dict[str, Any]:
+        p = dict(defaults)
+        p.update(zip(names, rest))
+        return p
+
+    def kernel(*args):
+        return _run(op, args[:arity], args[arity], params(args[arity + 1:]))
+
+    def fake(*args):
+        return _fake(op, args[:arity], args[arity], params(args[arity + 1:]))
+
+    _library.define(op + schema)
+    _library.impl(op, kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{op}", fake, lib=_library)
+
+
+for _op in ops.OPS:
+    _define(_op)
+del _op
+
+OPERATORS = {op: getattr(torch.ops.ditron, op) for op in ops.OPS}
+
+
+# ------------------------------------------------------------------------------- Python-facing wrappers
+# Each takes the world's handle (or a World, registered here with the default library: outside a compiled region,
+# since registering is Python that torch.compile does not trace) and calls torch.ops.ditron.<op>.
+
+def _handle(world) -> str:
+    return world if isinstance(world, str) else register_world(world)
+
+
+def ag_gemm(a, b, world):
+    """torch.ops.ditron.ag_gemm: a [m, K] (this rank's rows), b [K, n] -> [W*m, n] = all_gather(a) @ b."""
+    return torch.ops.ditron.ag_gemm(a, b, _handle(world))
+
+
+def gemm_rs(a, b, world):
+    """torch.ops.ditron.gemm_rs: a [M, k], b [k, N] (K sharded) -> [M/W, N] = this rank's rows of sum(a @ b)."""
+    return torch.ops.ditron.gemm_rs(a, b, _handle(world))
+
+
+def gemm_ar(a, b, world, algorithm: str = "auto"):
+    """torch.ops.ditron.gemm_ar: a [M, k], b [k, N] (K sharded) -> [M, N] = sum over ranks of a @ b."""
+    return torch.ops.ditron.gemm_ar(a, b, _handle(world), algorithm)
+
+
+def all_gather(x, world, dim: int = 0):
+    """torch.ops.ditron.all_gather: every rank's x concatenated along dim."""
+    return torch.ops.ditron.all_gather(x, _handle(world), dim)
+
+
+def reduce_scatter(x, world, dim: int = 0):
+    """torch.ops.ditron.reduce_scatter: the sum over ranks of x, this rank's part r of W along dim."""
+    return torch.ops.ditron.reduce_scatter(x, _handle(world), dim)
+
+
+def all_reduce(x, world, algorithm: str = "auto"):
+    """torch.ops.ditron.all_reduce: the sum over ranks of x."""
+    return torch.ops.ditron.all_reduce(x, _handle(world), algorithm)
+
+
+def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0):
+    """torch.ops.ditron.all_to_all: part r of x along split_dim to rank r, concatenated along concat_dim."""
+    return torch.ops.ditron.all_to_all(x, _handle(world), split_dim, concat_dim)
+
+
+__all__ = ["NAMESPACE", "OPERATORS", "WorldHandleError", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "close",
+           "gemm_ar", "gemm_rs", "reduce_scatter", "register_world", "synchronize", "unregister_world", "world_of"]
