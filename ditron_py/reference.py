@@ -39,6 +39,7 @@ from mlir import ir
 from .dialects import task
 from .dialects.sharding import Mesh, Sharding, arg_sharding, result_sharding
 from .errors import DitronError
+from .schema import VIEW_ATTR
 
 
 class EvaluationError(DitronError):
@@ -431,7 +432,7 @@ def evaluate(func_op, inputs) -> list[np.ndarray]:
     """Run a global-view task program on whole tensors. inputs: a list (argument order) or a dict keyed by
     argument index or argument name (the name location the frontend gives each argument)."""
     fn = _func(func_op)
-    if "ditron.view" in fn.attributes and ir.StringAttr(fn.attributes["ditron.view"]).value == "local":
+    if VIEW_ATTR in fn.attributes and ir.StringAttr(fn.attributes[VIEW_ATTR]).value == "local":
         raise EvaluationError("the function is in the local (SPMD) view; use evaluate_spmd")
     arrays = _bind_inputs(fn, inputs)
     return _Interpreter(fn, _mesh_of(fn), 1, spmd=False).run([arrays])[0]

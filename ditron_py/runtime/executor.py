@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 from .. import env
 from ..errors import DitronRuntimeError, WaitTimeoutError
+from ..schema import USER_ARG_KINDS
 from .callplan import EpochTraces
 from .graphs import BoundCall, GraphCall, GraphRunner, check_graph_program
 from .heap import SymmetricHeap, program_layout
@@ -317,8 +318,8 @@ class Executor:
         """(kind, type, name) per kernel argument, in order; user arguments (pointer/scalar) come first."""
         plan = [(a.kind, a.type, a.name) for a in self._kernel(name).args]
         kinds = [k for k, _, _ in plan]
-        n_user = sum(k in ("pointer", "scalar") for k in kinds)
-        if any(k not in ("pointer", "scalar") for k in kinds[:n_user]):
+        n_user = sum(k in USER_ARG_KINDS for k in kinds)
+        if any(k not in USER_ARG_KINDS for k in kinds[:n_user]):
             raise DitronRuntimeError(f"kernel '{name}': its ABI lists appended arguments before its own ones")
         return plan
 
@@ -534,7 +535,7 @@ class Executor:
                     f"them must be resident at once, but {where} CTAs; it would deadlock. Compile it with an SM "
                     f"budget of at most {self.cta_budget} (persistent kernels: num_sms / sm_budget)")
             plan = self._plans[a.kernel]
-            user = [p for p in plan if p[0] in ("pointer", "scalar")]
+            user = [p for p in plan if p[0] in USER_ARG_KINDS]
             if len(user) != len(a.operands):
                 raise DitronRuntimeError(f"{self._where(rank, a)}launch of @{a.kernel} passes {len(a.operands)} "
                                          f"operand(s); the compiled kernel takes {len(user)} "
@@ -678,7 +679,7 @@ class Executor:
         """A runtime kernel's arguments in ABI order: its own by name, then rank / num_ranks / heap_bases."""
         values = []
         for kind, _, arg in self._plans_for(name):
-            if kind in ("pointer", "scalar"):
+            if kind in USER_ARG_KINDS:
                 values.append(own[arg])
             elif kind == "rank":
                 values.append(rank)
@@ -736,7 +737,7 @@ class Executor:
         then rank / num_ranks / heap_bases."""
         values, k = [], 0
         for kind, ty, _ in self._plans[a.kernel]:
-            if kind in ("pointer", "scalar"):
+            if kind in USER_ARG_KINDS:
                 v = a.operands[k]
                 k += 1
                 if isinstance(v, Buf):
