@@ -13,26 +13,29 @@ Contract (implemented by backends/nvidia and backends/amd; everything else in di
     Backend.stages(options)                                -> (triton backend, triton options, ordered
                                                               {"ttir": fn, "ttgir": fn, "llir": fn, ...})
     Backend.compile(ttir_text, options, dump_dir=None)     -> CompiledKernel
+    target_facts(target)                                   -> TargetFacts: the target's vendor facts (SM count,
+                                                              shared memory, peaks, GEMM candidates; facts.py)
 
 ``CompiledKernel`` is plain data (name, binary bytes, asm per stage, JSON-able metadata) so that artifacts can be
 written (``ditron.artifact``) and later loaded with torch + triton alone (``ditron.runtime.loader``).
 
-Supported targets: cuda:80, cuda:90 (sm_90a), hip:gfx942, hip:gfx950. Nothing here imports triton until a compile.
+Supported targets: cuda:80, cuda:90 (sm_90a), hip:gfx942, hip:gfx950 -- the tables of backends/*/facts.py, one
+vendor folder each. Nothing here imports triton until a compile (nor MLIR: the runtime reads the facts).
 """
 from __future__ import annotations
 
 from .base import Backend, BackendOptions, CompiledKernel
+from .facts import GemmConfig, TargetFacts, VendorFacts, target_facts
 from .target import Target, supported_targets
 
 
 def get_backend(target: "Target | str") -> Backend:
-    """The backend of target (a Target or text like 'cuda:90'). Raises TargetError for unsupported targets."""
+    """The backend of target (a Target or text like 'cuda:90'): its vendor's ``BACKEND`` in the vendor table
+    (backends/facts.py). Raises TargetError for unsupported targets."""
+    from .facts import backend_class
     target = Target.parse(target)
-    if target.vendor == "cuda":
-        from .nvidia import NvidiaBackend
-        return NvidiaBackend(target)
-    from .amd import AmdBackend
-    return AmdBackend(target)
+    return backend_class(target.vendor)(target)
 
 
-__all__ = ["Backend", "BackendOptions", "CompiledKernel", "Target", "get_backend", "supported_targets"]
+__all__ = ["Backend", "BackendOptions", "CompiledKernel", "GemmConfig", "Target", "TargetFacts", "VendorFacts",
+           "get_backend", "supported_targets", "target_facts"]

@@ -1,4 +1,5 @@
-"""Targets: ``cuda:80``, ``cuda:90`` (compiled as sm_90a), ``hip:gfx942``, ``hip:gfx950``.
+"""Targets: ``cuda:80``, ``cuda:90`` (compiled as sm_90a), ``hip:gfx942``, ``hip:gfx950`` -- those of the vendor
+tables (backends/*/facts.py).
 
 A Target is plain data (no Triton import), so that artifacts and the pass options can name one cheaply.
 """
@@ -8,15 +9,11 @@ from dataclasses import dataclass
 
 from ..errors import TargetError
 
-# vendor -> {arch: warp size}: the one table of supported targets.
-SUPPORTED: dict[str, dict[int | str, int]] = {
-    "cuda": {80: 32, 90: 32},
-    "hip": {"gfx942": 64, "gfx950": 64},
-}
-
 
 def supported_targets() -> list[str]:
-    return [f"{vendor}:{arch}" for vendor, archs in SUPPORTED.items() for arch in archs]
+    """Every target of the vendor tables (backends/*/facts.py), by vendor name, then by arch."""
+    from .facts import vendors
+    return [t.name for v in vendors() for t in sorted(v.targets, key=lambda t: t.arch)]
 
 
 @dataclass(frozen=True)
@@ -38,16 +35,10 @@ class Target:
         if spec != text:  # ' cuda:90', 'CUDA:90': a target is written exactly, or it is not the one meant
             raise TargetError(f"unsupported target {text!r}: targets are written in lower case without spaces "
                               f"(did you mean '{spec}'?); supported targets: {', '.join(supported_targets())}")
-        vendor, sep, arch_text = spec.partition(":")
-        archs = SUPPORTED.get(vendor) if sep else None
-        if archs is not None:
-            arch: int | str = arch_text
-            if vendor == "cuda":
-                digits = arch_text[3:] if arch_text.startswith("sm_") else arch_text
-                digits = digits[:-1] if digits.endswith("a") else digits
-                arch = int(digits) if digits.isdigit() else arch_text
-            if arch in archs:
-                return cls(vendor, arch, archs[arch])
+        from .facts import lookup
+        found = lookup(spec)
+        if found is not None:
+            return cls(found.vendor, found.arch, found.warp_size)
         raise TargetError(f"unsupported target '{text}'; supported targets: {', '.join(supported_targets())}")
 
     def __str__(self) -> str:

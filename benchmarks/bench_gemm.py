@@ -16,7 +16,7 @@ tile candidates (cost_model) beside the template's, written as gemm_skinny.csv /
 candidates' pipeline depth. ``--stages`` (with --build): the same shapes over a grid of tiles, BLOCK_K, pipeline
 stages and loads, timed back to back (L2 warm, as inside the distributed ops' repeated calls) beside torch.matmul,
 every candidate written to gemm_skinny_warm.csv: the evidence for the small tiles' stages in
-``cost_model._GEMM_CANDIDATES``. ``--stream-k`` (with --build): the M = 1024 GEMMs of the distributed ops, whose
+``backends/nvidia/facts.py`` (GEMM_CANDIDATES). ``--stream-k`` (with --build): the M = 1024 GEMMs of the distributed ops, whose
 big tiles fill the SMs in a fraction of a wave, whole-tile persistent against stream-K (the last tiles shared out
 by K steps), timed the same way -> gemm_stream_k.csv: the evidence for the model's stream-K.
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .backends.facts import binary_extensions
 from .errors import DitronRuntimeError
 from .schema import ARG_KINDS, HOST_PROGRAM_VERSION
 
@@ -38,7 +39,7 @@ FORMAT = "ditron-artifact"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
-BINARY_EXT = {"cuda": "cubin", "hip": "hsaco"}
+BINARY_EXT = binary_extensions()  # vendor -> binary file extension, from the vendor tables (backends/*/facts.py)
 # keys of a kernel's launch metadata that Triton's CompiledKernel reads whatever the backend
 LAUNCH_METADATA_KEYS = ("name", "target", "num_warps", "num_ctas", "shared")
 

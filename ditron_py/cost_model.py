@@ -1,24 +1,27 @@
-"""The performance model of docs/design.md §7 and the peak numbers of each target.
+"""The performance model of docs/design.md §7, over the vendor facts of each target.
 
 Used by ``ditron-tile`` to pick chunk sizes, copy engines, SM splits and GEMM tile configurations, and by the
 benchmarks to report achieved time as a fraction of the ideal overlapped time. Pure Python, no MLIR, no torch.
 
-Times are seconds, sizes bytes, rates per second. Every number in ``PEAKS`` says where it comes from: ``measured``
-(on the reference machine, see /work/shared/MLIR_NOTES.md) or ``estimate`` (datasheet-derived; replace it when
-someone measures). The model is deliberately simple — a roofline per GEMM tile with wave quantization, a
-latency + bandwidth model per chunk copy — and its job is to rank choices, not to predict to the microsecond.
+Times are seconds, sizes bytes, rates per second. The numbers -- peaks, latencies, shared memory, SM counts, GEMM
+tile candidates -- are the vendor facts of backends/*/facts.py, each saying where it comes from (``source``);
+this module holds only the formulas. The model is deliberately simple — a roofline per GEMM tile with wave
+quantization, a latency + bandwidth model per chunk copy — and its job is to rank choices, not to predict to the
+microsecond.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
+from .backends.facts import GemmConfig, TargetFacts, all_targets, lookup
 from .errors import TargetError
 
 
 @dataclass(frozen=True)
 class TargetPeaks:
-    """What one GPU of a target can do. ``link_topology``: "switch" (NVSwitch: one GPU's peer traffic shares
+    """What one GPU of a target can do, as the model reads it (``from_facts``: the target's vendor facts; a
+    virtual world overrides ``num_sms``). ``link_topology``: "switch" (NVSwitch: one GPU's peer traffic shares
     ``link_bw`` however many peers it talks to) or "mesh" (fully connected point-to-point links: ``link_bw`` per
     peer, up to ``links`` peers at once)."""
 
@@ -31,13 +34,18 @@ class TargetPeaks:
     sm_copy_bw_per_sm: float   # bytes/s one SM moves over the link in a copy/reduce kernel
     link_topology: str = "switch"
     links: int = 1
-    copy_latency: float = 3e-6     # per chunk copy enqueued on a stream (DMA setup + completion; H200: a 512 KB
-                                   # peer pull took 4.5 us in a CUDA graph, 1.4 us of it at the link's rate)
+    copy_latency: float = 3e-6     # per chunk copy enqueued on a stream
     signal_latency: float = 1e-6   # a stream signal/wait pair
-    hop_latency: float = 10e-6     # one chunk handed between GPUs by streams: a wait, a copy and a signal (H200,
-                                   # in a CUDA graph: 10-30 us per chunk, measured on GEMM+AR's gather)
+    hop_latency: float = 10e-6     # one chunk handed between GPUs by streams: a wait, a copy and a signal
     launch_latency: float = 4e-6   # a kernel launch
     source: str = ""
+
+    @classmethod
+    def from_facts(cls, f: TargetFacts) -> "TargetPeaks":
+        return cls(f.name, gemm_flops=f.gemm_flops, link_bw=f.link_bw, hbm_copy_bw=f.hbm_copy_bw, num_sms=f.num_sms,
+                   smem_per_sm=f.smem_per_sm, sm_copy_bw_per_sm=f.sm_copy_bw_per_sm, link_topology=f.link_topology,
+                   links=f.links, copy_latency=f.copy_latency, signal_latency=f.signal_latency,
+                   hop_latency=f.hop_latency, launch_latency=f.launch_latency, source=f.source)
 
     def peer_bw(self, peers: int) -> float:
         """Aggregate one-direction bandwidth when pulling from ``peers`` ranks at once."""
@@ -52,39 +60,18 @@ class TargetPeaks:
         return min(sms * self.sm_copy_bw_per_sm, self.peer_bw(peers))
 
 
-# The one table of per-target numbers.
-PEAKS: dict[str, TargetPeaks] = {
-    "cuda:90": TargetPeaks(
-        "cuda:90", gemm_flops=790e12, link_bw=371e9, hbm_copy_bw=4.25e12, num_sms=132, smem_per_sm=232448,
-        sm_copy_bw_per_sm=24e9, link_topology="switch", links=18,
-        source="H200: GEMM 790 TFLOP/s bf16, copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; "
-               "per-SM copy rate estimate"),
-    "cuda:80": TargetPeaks(
-        "cuda:80", gemm_flops=280e12, link_bw=230e9, hbm_copy_bw=1.6e12, num_sms=108, smem_per_sm=166912,
-        sm_copy_bw_per_sm=16e9, link_topology="switch", links=12,
-        source="A100: estimate (312 TFLOP/s bf16 peak, NVLink3 300 GB/s per direction, HBM2e 2 TB/s)"),
-    "hip:gfx942": TargetPeaks(
-        "hip:gfx942", gemm_flops=650e12, link_bw=48e9, hbm_copy_bw=4.0e12, num_sms=304, smem_per_sm=65536,
-        sm_copy_bw_per_sm=8e9, link_topology="mesh", links=7, copy_latency=4e-6,
-        source="MI300X: estimate (1307 TFLOP/s bf16 dense peak, ~50 % reached; 7 xGMI links of 64 GB/s per "
-               "direction, ~75 % reached; HBM3 5.3 TB/s)"),
-    "hip:gfx950": TargetPeaks(
-        "hip:gfx950", gemm_flops=1150e12, link_bw=58e9, hbm_copy_bw=6.0e12, num_sms=256, smem_per_sm=163840,
-        sm_copy_bw_per_sm=10e9, link_topology="mesh", links=7, copy_latency=4e-6,
-        source="MI355X: estimate (2.3 PFLOP/s bf16 dense peak, xGMI 76.8 GB/s per link, HBM3E 8 TB/s)"),
-}
+# The peaks of every target of the vendor tables.
+PEAKS: dict[str, TargetPeaks] = {f.name: TargetPeaks.from_facts(f) for f in all_targets()}
 
 
 def peaks_for(target: str, *, num_sms: int | None = None) -> TargetPeaks:
-    """The peak numbers of target ('cuda:90', 'hip:gfx942', ...); num_sms overrides the SM count (a virtual
-    world gives each rank a share of one GPU)."""
-    key = target.strip().lower()
-    if key.startswith("cuda:"):
-        arch = key[5:].removeprefix("sm_").removesuffix("a")
-        key = f"cuda:{arch}"
-    if key not in PEAKS:
+    """The peak numbers of target ('cuda:90', 'hip:gfx942', also 'CUDA:sm_90a': case and the vendor's arch
+    spellings are forgiven here); num_sms overrides the SM count (a virtual world gives each rank a share of one
+    GPU)."""
+    facts = lookup(target.strip().lower())
+    if facts is None or facts.name not in PEAKS:
         raise TargetError(f"no performance numbers for target '{target}'; known: {', '.join(PEAKS)}")
-    peaks = PEAKS[key]
+    peaks = PEAKS[facts.name]
     if num_sms is not None:
         if num_sms < 1:
             raise TargetError(f"num_sms must be >= 1, got {num_sms}")
@@ -94,63 +81,16 @@ def peaks_for(target: str, *, num_sms: int | None = None) -> TargetPeaks:
 
 # ----------------------------------------------------------------------------------------------------- GEMM
 
-@dataclass(frozen=True)
-class GemmConfig:
-    """A core tile configuration of the GEMM template. ``efficiency``: the fraction of the target's GEMM rate a
-    full wave of such tiles reaches (bigger tiles amortize loads better)."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-    group_m: int = 8
-    efficiency: float = 1.0
-
-    def smem_bytes(self, elem_bytes: int, vendor: str) -> int:
-        per_stage = (self.block_m + self.block_n) * self.block_k * elem_bytes
-        # AMD's stream pipeliner keeps one stage in registers; NVIDIA keeps every stage in shared memory.
-        stages = max(1, self.num_stages - 1) if vendor == "hip" else self.num_stages
-        return per_stage * stages
-
-
-# Candidates per vendor, best first for large problems. Efficiencies follow the H200 measurements of
-# MLIR_NOTES.md (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile. The small
-# tiles serve skinny, memory-bound GEMMs, which need the bytes in flight: their stages fill shared memory
-# (benchmarks/results/gemm_skinny_warm.csv, H200, M = 128, L2 warm, pointer loads: 64x128 with 8 stages 19.3 /
-# 60.8 us against 20.1 / 62.3 with 6 at N, K = 7168, 4096 / 8192, 14336; 64x64 with BK = 128 20.1 us against 25.4
-# with BK = 64 at 4096, 7168 -- twice the bytes per stage; 128x128 with 5 stages 62.7 us against 65.0 with 6 at
-# 14336, 8192). Where a target's shared memory is smaller, the shallower twins below them remain.
-_GEMM_CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
-    "cuda": (
-        GemmConfig(128, 256, 64, 8, 3, 8, 1.00),
-        GemmConfig(128, 128, 64, 8, 5, 8, 0.93),
-        GemmConfig(128, 128, 64, 4, 6, 8, 0.90),
-        GemmConfig(64, 128, 64, 4, 8, 8, 0.80),
-        GemmConfig(64, 128, 64, 4, 6, 8, 0.80),
-        GemmConfig(64, 64, 128, 4, 6, 8, 0.65),
-        GemmConfig(64, 64, 64, 4, 6, 8, 0.65),
-        GemmConfig(32, 64, 64, 4, 6, 8, 0.45),
-        GemmConfig(16, 64, 128, 4, 6, 1, 0.30),
-    ),
-    "hip": (
-        GemmConfig(256, 256, 64, 8, 2, 4, 1.00),
-        GemmConfig(256, 128, 64, 8, 2, 4, 0.95),
-        GemmConfig(128, 128, 64, 4, 2, 4, 0.88),
-        GemmConfig(64, 128, 64, 4, 2, 4, 0.75),
-        GemmConfig(64, 64, 64, 4, 2, 4, 0.60),
-        GemmConfig(32, 64, 64, 4, 2, 1, 0.40),
-        GemmConfig(16, 64, 128, 4, 2, 1, 0.28),
-    ),
-}
-
 # How much of the HBM rate one SM's operand loads see, thanks to L2 reuse under grouped tile order.
 _L2_REUSE = 6.0
 
 
 def gemm_candidates(peaks: TargetPeaks, elem_bytes: int = 2) -> list[GemmConfig]:
-    vendor = peaks.target.split(":")[0]
-    return [c for c in _GEMM_CANDIDATES[vendor] if c.smem_bytes(elem_bytes, vendor) <= peaks.smem_per_sm]
+    """The target's GEMM candidates (its vendor facts) whose stages fit its shared memory."""
+    facts = lookup(peaks.target)
+    if facts is None:
+        raise TargetError(f"no GEMM candidates for target '{peaks.target}'")
+    return [c for c in facts.gemm_candidates if c.smem_bytes(elem_bytes, facts.vendor) <= peaks.smem_per_sm]
 
 
 def gemm_tiles(m: int, n: int, cfg: GemmConfig) -> int:

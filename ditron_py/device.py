@@ -622,7 +622,7 @@ class Program:
 
     def gemm(self, m: int, n: int, k: int, *, in_dtype: str = "bf16", out_dtype: str | None = None,
              **fields: Any) -> Kernel:
-        """The built-in GEMM template ``C[m, n] = A[m, k] @ B[k, n]`` (kernels/gemm.py: its record fields, e.g.
+        """The built-in GEMM template ``C[m, n] = A[m, k] @ B[k, n]`` (kernels/gemm/: its record fields, e.g.
         ``wait={"arg": "ready", "rows_per_slot": R}`` for per-tile waits, block sizes, ``persistent``). Launch it
         with its arguments in the record's order: a, b, c, then those its parts name."""
         return Kernel("gemm", (m, n, k), {"in_dtype": _template_dtype(in_dtype, "gemm in_dtype"),

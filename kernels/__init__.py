@@ -1,7 +1,7 @@
 """ditron.kernels: core kernel templates, generated as IR (never as Python source).
 
-Each template lives in one module here (``gemm.py``, ``copy.py``, ``reduce.py``) and gives two views of the same
-kernel, side by side so they cannot drift apart:
+Each template lives in one module here (``copy.py``, ``reduce.py``; ``gemm/``, a package) and gives two views of
+the same kernel, side by side so they cannot drift apart:
 
 * ``build(record, *, ip, loc) -> tt.func op`` — the kernel as generic-form TTIR plus ditron_core primitives
   (``ditron_core.wait``/``notify``/``symm_at``/``rank``...), built at ``ip`` (a module body). The op carries the
@@ -215,7 +215,9 @@ class KernelRecord(dict):
 
 
 def get_template(name: str):
-    """The template module of that name (it has ``name``, ``build`` and ``tiles``)."""
+    """The template module of that name (``ditron.kernels.<name>``, one of ``TEMPLATES``; it has ``name``,
+    ``build``, ``tiles`` and ``grid``, and may have ``check``). KeyError naming the known ones for any other name.
+    The one template lookup: the passes, the simulator and the tests all come here."""
     import importlib
 
     if name not in TEMPLATES:

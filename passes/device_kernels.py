@@ -10,7 +10,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from ..errors import PassError
+from ..errors import PassError, TargetError
 from ..kernels import KernelRecord
 from .tile import Tiling
 
@@ -84,6 +84,15 @@ def _sms(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, co
                                                        out_dtype=dtype_name(c_type))["num_sms"]
 
 
+def _target_sms(t: Tiling) -> int:
+    """The SM (CU) count of the tiling's target, from its vendor table (backends/*/facts.py)."""
+    from ..backends import target_facts
+    try:
+        return target_facts(t.target).num_sms
+    except TargetError as err:
+        raise PassError(f"a '{t.kind}' tiling names {err}") from None
+
+
 def _tiles(m: int, n: int, config: dict) -> int:
     return math.ceil(m / config["block_m"]) * math.ceil(n / config["block_n"]) if "block_n" in config else 0
 
@@ -97,13 +106,13 @@ def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_ty
     return grouped_gemm.make_record(rows, k, n, groups, dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
                                     sizes_dtype=dtype_name(sizes_type), block_m=t.block_m or 64,
                                     block_n=t.block_n or 128, block_k=t.block_k or 64, num_warps=t.num_warps or 4,
-                                    num_stages=t.num_stages or 3, num_sms=t.sm_budget or 132)
+                                    num_stages=t.num_stages or 3, num_sms=t.sm_budget or _target_sms(t))
 
 
 def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling) -> KernelRecord:
     from ..kernels import elementwise
     return elementwise.make_record(fn, arity, list(shape), dtype_name(t_type), block=t.block or 1024,
-                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or 132)
+                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or _target_sms(t))
 
 
 # ------------------------------------------------------------------------------------------- launch geometry

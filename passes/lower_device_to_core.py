@@ -22,7 +22,6 @@ run-time sizes) or between two other ranks is an error: it has no kernel.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from mlir import ir
@@ -30,7 +29,7 @@ from mlir import ir
 from ..dialects import device
 from ..dialects.opbase import walk_ops
 from ..errors import DitronError
-from ..kernels import KernelRecord
+from ..kernels import KernelRecord, get_template
 from . import device_kernels as K
 from ..schema import JIT_ATTR
 from .device_builder import KERNEL_ATTR, KernelTable
@@ -50,12 +49,10 @@ def _is_rank(v: ir.Value) -> bool:
 
 def _template(name: str, op: ir.Operation, pass_name: str):
     try:
-        module = importlib.import_module(f"ditron.kernels.{name}")
-    except ModuleNotFoundError:
-        module = None
-    if module is None or not hasattr(module, "build"):
-        raise op_error(pass_name, op, f"names kernel template '{name}', which ditron.kernels does not define")
-    return module
+        return get_template(name)
+    except KeyError:
+        raise op_error(pass_name, op, f"names kernel template '{name}', which ditron.kernels does not define") \
+            from None
 
 
 def _declarations(module: ir.Module) -> dict[str, ir.Operation]:

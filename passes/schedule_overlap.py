@@ -361,12 +361,7 @@ def _next_op(op: ir.Operation) -> ir.OpView | None:
 
 def _template_check(rec):
     from ..kernels import get_template
-    try:
-        return getattr(get_template(rec["template"]), "check", None)
-    except KeyError:
-        import importlib
-        module = importlib.import_module(f"ditron.kernels.{rec['template']}")
-        return getattr(module, "check", None)
+    return getattr(get_template(rec["template"]), "check", None)
 
 
 def _remove_unused_declarations(module: ir.Module) -> None:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from ...errors import TargetError
 from ..base import Backend, BackendOptions
+from .facts import VENDOR as FACTS
 
 SCHEDULE_HINTS = ("none", "attention", "memory-bound-attention")
 
@@ -40,10 +41,10 @@ class AmdOptions(BackendOptions):
 
 
 class AmdBackend(Backend):
-    VENDOR = "hip"
+    VENDOR = FACTS.vendor
     OPTIONS = AmdOptions
-    BINARY_EXT = "hsaco"
-    ASM_EXT = "amdgcn"
+    BINARY_EXT = FACTS.binary_ext
+    ASM_EXT = FACTS.asm_ext
     PRIMITIVES = "ditron.backends.amd.primitives"
 
     def check_options(self, options: BackendOptions) -> None:

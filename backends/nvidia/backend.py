@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from ...errors import TargetError
 from ..base import LAUNCH_KEYS, Backend, BackendOptions
+from .facts import VENDOR as FACTS
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,10 @@ class NvidiaOptions(BackendOptions):
 
 
 class NvidiaBackend(Backend):
-    VENDOR = "cuda"
+    VENDOR = FACTS.vendor
     OPTIONS = NvidiaOptions
-    BINARY_EXT = "cubin"
-    ASM_EXT = "ptx"
+    BINARY_EXT = FACTS.binary_ext
+    ASM_EXT = FACTS.asm_ext
     PRIMITIVES = "ditron.backends.nvidia.primitives"
     LAUNCH_KEYS = LAUNCH_KEYS + ("global_scratch_size", "global_scratch_align", "launch_pdl", "tensordesc_meta")
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..artifact import (BINARY_EXT, MANIFEST, ArgSpec, ArtifactError, ArtifactVersionError, KernelEntry, Manifest,
                         read_manifest, split_version)
+from ..backends.facts import vendor_facts
 from ..errors import DitronRuntimeError, TargetError
 
 
@@ -66,16 +67,15 @@ def device_target_name() -> str:
 
 
 def target_runs_on(artifact_target: Mapping[str, Any], device: str) -> bool:
-    """Whether code built for ``artifact_target`` runs on the device target ``device`` ('cuda:90')."""
+    """Whether code built for ``artifact_target`` runs on the device target ``device`` ('cuda:90'): the vendor
+    table's ``runs_on`` (backends/*/facts.py; exact arch match for a vendor without a table)."""
     vendor, _, arch = device.partition(":")
     if vendor != artifact_target["vendor"]:
         return False
-    if vendor == "cuda":
-        built, have = int(artifact_target["arch"]), int(arch)
-        if built >= 90:  # built as sm_90a (architecture-specific features): exactly that GPU
-            return built == have
-        return built // 10 == have // 10 and have >= built  # cubin runs on the same major, newer minor
-    return str(artifact_target["arch"]) == arch
+    facts = vendor_facts(vendor)
+    if facts is None:
+        return str(artifact_target["arch"]) == arch
+    return facts.runs_on(str(artifact_target["arch"]), arch)
 
 
 class Kernel:

@@ -7,12 +7,11 @@ precedence), and ``tiles(record, rank=, num_ranks=, scalars=)`` gives each progr
 """
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..kernels import TileStep
+from ..kernels import TileStep, get_template
 from ..errors import DitronError
 from .report import Loc, SimulationError
 
@@ -55,21 +54,14 @@ def template_name(record: Any) -> str:
 
 
 def find_template(name: str, templates: Mapping[str, Any] | None):
-    """The object or module whose ``tiles`` implements template ``name``."""
+    """The object or module whose ``tiles`` implements template ``name``: the caller's ``templates``, else
+    ``ditron.kernels.get_template`` (None for a name it does not know)."""
     if templates and name in templates:
         return templates[name]
     try:
-        module = importlib.import_module(f"ditron.kernels.{name}")
-    except ModuleNotFoundError as err:
-        if err.name != f"ditron.kernels.{name}":
-            raise
+        return get_template(name)
+    except KeyError:
         return None
-    if hasattr(module, "tiles"):
-        return module
-    for attr in ("TEMPLATE", "template"):
-        if hasattr(module, attr) and hasattr(getattr(module, attr), "tiles"):
-            return getattr(module, attr)
-    return None
 
 
 @dataclass

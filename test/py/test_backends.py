@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ditron.backends import CompiledKernel, Target, get_backend, supported_targets
+from ditron.backends import CompiledKernel, Target, get_backend, supported_targets, target_facts
 from ditron.backends.base import LAUNCH_KEYS
 from ditron.errors import CompileError, TargetError
 
@@ -247,3 +247,108 @@ def test_module_without_kernel():
 def test_options_of_the_wrong_backend():
     with pytest.raises(TargetError, match="must come from get_backend"):
         get_backend("cuda:90").compile(COPY_TTIR, get_backend("hip:gfx942").options())
+
+
+# -------------------------------------------------------------------------------------------------- vendor facts
+
+def test_every_target_has_one_table():
+    """Each supported target has its vendor facts (backends/<vendor>/facts.py), and everything that knew a vendor
+    number reads it there: the backend class, the binary extension, the cost model's peaks and GEMM candidates."""
+    from ditron.artifact import BINARY_EXT
+    from ditron.backends import facts
+    from ditron.cost_model import PEAKS, gemm_candidates, peaks_for
+    assert [v.vendor for v in facts.vendors()] == ["cuda", "hip"]
+    assert BINARY_EXT == {"cuda": "cubin", "hip": "hsaco"}
+    for t in supported_targets():
+        f = target_facts(t)
+        assert f.name == t and f.num_sms > 0 and f.smem_per_sm > 0 and f.source and f.gemm_candidates
+        backend = get_backend(t)
+        assert type(backend) is facts.backend_class(f.vendor)
+        assert backend.BINARY_EXT == facts.vendor_facts(f.vendor).binary_ext
+        assert PEAKS[t].num_sms == f.num_sms and PEAKS[t].gemm_flops == f.gemm_flops
+        assert set(gemm_candidates(peaks_for(t))) <= set(f.gemm_candidates)
+    assert target_facts("cuda:sm_90a") is target_facts("cuda:90") and target_facts("cuda:90").tma
+    assert (target_facts("hip:gfx942").num_sms, target_facts("hip:gfx950").num_sms) == (304, 256)
+
+
+def test_target_facts_reject_unsupported_targets():
+    from ditron.backends.facts import lookup
+    assert lookup("cuda:75") is None and lookup("rocm:gfx942") is None and lookup("hip:") is None
+    with pytest.raises(TargetError, match="unsupported target 'cuda:75'"):
+        target_facts("cuda:75")
+
+
+def test_gemm_template_reads_the_facts():
+    """The GEMM template's SM counts and shared memory are the table's (they were literals in kernels/gemm.py)."""
+    from ditron.kernels import gemm
+    for t in supported_targets():
+        assert gemm.choose_config(8192, 8192, 8192, "bf16", t)["num_sms"] == target_facts(t).num_sms
+    big = gemm.choose_config(8192, 8192, 8192, "bf16", "cuda:90")
+    assert (big["block_m"] + big["block_n"]) * big["block_k"] * 2 * big["num_stages"] <= \
+        target_facts("cuda:90").smem_per_sm
+    with pytest.raises(TargetError, match="unsupported target"):
+        gemm.choose_config(128, 128, 128, "bf16", "cuda:75")
+
+
+FAKE_VENDOR = '''
+from ditron.backends.base import Backend
+from ditron.backends.facts import GemmConfig, TargetFacts, VendorFacts
+
+X1 = TargetFacts("{vendor}", "x1", warp_size=16, num_sms=7, smem_per_sm=1 << 16, gemm_flops=1e12, link_bw=1e9,
+                 hbm_copy_bw=1e11, sm_copy_bw_per_sm=1e8, gemm_candidates=(GemmConfig(64, 64, 32, 4, 2),),
+                 source="a test's")
+VENDOR = VendorFacts("{vendor}", binary_ext="bin", asm_ext="s", targets=(X1,), parse_arch=lambda a: a or None,
+                     runs_on=lambda built, have: built == have)
+
+
+class FakeBackend(Backend):
+    VENDOR = "{vendor}"
+    BINARY_EXT, ASM_EXT = "bin", "s"
+
+
+BACKEND = FakeBackend
+'''
+
+
+def _with_vendor_folders(monkeypatch, tmp_path, folders: dict[str, str]) -> None:
+    from ditron import backends
+    from ditron.backends import facts
+    for name, vendor in folders.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(FAKE_VENDOR.format(vendor=vendor))
+    monkeypatch.setattr(backends, "__path__", [*backends.__path__, str(tmp_path)])
+    monkeypatch.setattr(facts, "_VENDORS", None)
+
+
+def test_a_new_target_is_one_folder(monkeypatch, tmp_path):
+    """A folder beside nvidia/ and amd/ with VENDOR and BACKEND is a target: parsed, listed, given its backend and
+    its binary format, and matched by its own arch rule."""
+    from ditron.backends.facts import binary_extensions
+    from ditron.runtime.loader import target_runs_on
+    _with_vendor_folders(monkeypatch, tmp_path, {"fakegpu": "fake"})
+    t = Target.parse("fake:x1")
+    assert (t.vendor, t.arch, t.warp_size) == ("fake", "x1", 16)
+    assert "fake:x1" in supported_targets() and "cuda:90" in supported_targets()
+    backend = get_backend("fake:x1")
+    assert type(backend).__name__ == "FakeBackend" and backend.stage_names[-1] == "bin"
+    assert binary_extensions()["fake"] == "bin" and target_facts(t).num_sms == 7
+    assert target_runs_on({"vendor": "fake", "arch": "x1"}, "fake:x1")
+    assert not target_runs_on({"vendor": "fake", "arch": "x1"}, "fake:x2")
+    with pytest.raises(TargetError, match="unsupported target 'fake:x2'"):
+        Target.parse("fake:x2")
+
+
+def test_two_folders_claiming_one_vendor(monkeypatch, tmp_path):
+    _with_vendor_folders(monkeypatch, tmp_path, {"fake_a": "cuda"})
+    with pytest.raises(TargetError, match="backends 'fake_a' and 'nvidia' both claim vendor 'cuda'"):
+        Target.parse("cuda:90")
+
+
+def test_vendor_facts_import_no_mlir():
+    """The runtime reads the facts (binary extensions, arch matching): they import neither MLIR nor triton."""
+    code = ("import sys; from ditron.backends.facts import vendors, target_facts; import ditron.artifact, "
+            "ditron.cost_model; vendors(); target_facts('hip:gfx942'); "
+            "bad = [m for m in sys.modules if m == 'mlir' or m.startswith('mlir.') or m == 'triton']; "
+            "assert not bad, bad; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

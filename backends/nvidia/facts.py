@@ -1,0 +1,55 @@
+"""NVIDIA's vendor facts: the cuda:80 and cuda:90 tables (see backends/facts.py for who reads them)."""
+from __future__ import annotations
+
+from ..facts import GemmConfig, TargetFacts, VendorFacts
+
+# GEMM candidates, best first for large problems. Efficiencies follow the H200 measurements of MLIR_NOTES.md
+# (persistent 128x256x64 ~0.95 of cuBLAS, naive tiles ~0.89) and shrink with the tile. The small tiles serve
+# skinny, memory-bound GEMMs, which need the bytes in flight: their stages fill shared memory
+# (benchmarks/results/gemm_skinny_warm.csv, H200, M = 128, L2 warm, pointer loads: 64x128 with 8 stages 19.3 /
+# 60.8 us against 20.1 / 62.3 with 6 at N, K = 7168, 4096 / 8192, 14336; 64x64 with BK = 128 20.1 us against 25.4
+# with BK = 64 at 4096, 7168 -- twice the bytes per stage; 128x128 with 5 stages 62.7 us against 65.0 with 6 at
+# 14336, 8192). Where a target's shared memory is smaller, the shallower twins below them remain.
+GEMM_CANDIDATES = (
+    GemmConfig(128, 256, 64, 8, 3, 8, 1.00),
+    GemmConfig(128, 128, 64, 8, 5, 8, 0.93),
+    GemmConfig(128, 128, 64, 4, 6, 8, 0.90),
+    GemmConfig(64, 128, 64, 4, 8, 8, 0.80),
+    GemmConfig(64, 128, 64, 4, 6, 8, 0.80),
+    GemmConfig(64, 64, 128, 4, 6, 8, 0.65),
+    GemmConfig(64, 64, 64, 4, 6, 8, 0.65),
+    GemmConfig(32, 64, 64, 4, 6, 8, 0.45),
+    GemmConfig(16, 64, 128, 4, 6, 1, 0.30),
+)
+
+CUDA_90 = TargetFacts(
+    "cuda", 90, warp_size=32, num_sms=132, smem_per_sm=232448, gemm_flops=790e12, link_bw=371e9,
+    hbm_copy_bw=4.25e12, sm_copy_bw_per_sm=24e9, gemm_candidates=GEMM_CANDIDATES, link_topology="switch", links=18,
+    tma=True, barrier_smem=1024,
+    source="H200: GEMM 790 TFLOP/s bf16, copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; per-SM copy "
+           "rate estimate")
+
+CUDA_80 = TargetFacts(
+    "cuda", 80, warp_size=32, num_sms=108, smem_per_sm=166912, gemm_flops=280e12, link_bw=230e9, hbm_copy_bw=1.6e12,
+    sm_copy_bw_per_sm=16e9, gemm_candidates=GEMM_CANDIDATES, link_topology="switch",
+    links=12, source="A100: estimate (312 TFLOP/s bf16 peak, NVLink3 300 GB/s per direction, HBM2e 2 TB/s)")
+
+
+def parse_arch(text: str) -> int | str | None:
+    """'90', 'sm_90', 'sm_90a' -> 90 (the compute capability); anything else -> None."""
+    digits = text[3:] if text.startswith("sm_") else text
+    digits = digits[:-1] if digits.endswith("a") else digits
+    return int(digits) if digits.isdigit() else None
+
+
+def runs_on(built: str, have: str) -> bool:
+    """A cubin built for sm_90 and later is built as sm_90a (architecture-specific features): exactly that GPU;
+    an older one runs on the same major with a newer minor."""
+    built_cc, have_cc = int(built), int(have)
+    if built_cc >= 90:
+        return built_cc == have_cc
+    return built_cc // 10 == have_cc // 10 and have_cc >= built_cc
+
+
+VENDOR = VendorFacts("cuda", binary_ext="cubin", asm_ext="ptx", targets=(CUDA_90, CUDA_80), parse_arch=parse_arch,
+                     runs_on=runs_on)

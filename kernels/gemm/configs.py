@@ -1,0 +1,103 @@
+"""The GEMM template's tuning fields for a problem (``choose_config``, ``candidates``) and its split-K rule
+(``split_for``, which ditron-tile's cost model assumes too). The target's numbers -- SM count, shared memory, TMA --
+are its vendor facts (backends/*/facts.py)."""
+from __future__ import annotations
+
+import math
+
+from ...backends.facts import target_facts
+from ...dialects import ttir as T
+
+
+def choose_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
+                  lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
+                  num_sms: int | None = None, pushes: bool = False) -> dict:
+    """Tuning fields for a problem: the first of ``candidates``."""
+    return candidates(m, n, k, dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc, out_dtype=out_dtype,
+                      fused=fused, num_sms=num_sms, pushes=pushes)[0]
+
+
+def split_for(tiles: int, k_tiles: int, sms: int) -> int:
+    """Split-K for a grid of ``tiles`` tiles of ``k_tiles`` K steps on ``sms`` SMs: as many K slices as fill the
+    SMs with one wave of tiles * split programs, each slice at least 8 K steps long and none empty (1: no split)."""
+    split = max(1, min(sms // max(tiles, 1), k_tiles // 8))
+    while split > 1 and (math.ceil(k_tiles / split) * (split - 1) >= k_tiles or tiles * split > sms):
+        split -= 1
+    return split
+
+
+def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
+               lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
+               num_sms: int | None = None, pushes: bool = False) -> list[dict]:
+    """Configs worth trying, best guess first. The rule: on a target with TMA (sm_90), TMA loads when rows are
+    16-byte aligned; 128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least
+    as many tiles as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs
+    fills the SMs. ``fused`` (per-tile wait/notify, or a push) keeps the tile loop unflattened and stores through pointers;
+    a GEMM that waits or notifies per tile neither splits K nor leaves TMA loads; ``pushes`` (GEMM+AR's push,
+    done by the last split) does both."""
+    out_dtype = out_dtype or ("bf16" if dtype.startswith("fp8") else dtype)
+    facts = target_facts(target)
+    sms = num_sms or facts.num_sms
+    in_bytes, out_bytes = T.DTYPE_BYTES[dtype], T.DTYPE_BYTES[out_dtype]
+    lda, ldb, ldc = lda or k, ldb or (k if b_trans else n), ldc or n
+    bk = 128 if in_bytes == 1 else 64
+    if facts.vendor == "hip":  # AMD's stream pipeliner: two stages, one of them in registers
+        base = dict(group_m=8, num_sms=sms, loads="pointer", store="pointer", epilogue_split=1, flatten=False,
+                    split_k=1, persistent=False, num_stages=2)
+        out = [dict(base, block_m=256, block_n=256, block_k=bk // 2 if in_bytes == 2 else bk, num_warps=8),
+               dict(base, block_m=128, block_n=128, block_k=bk, num_warps=4)]
+        if m <= 128:
+            out.insert(0, dict(base, block_m=64, block_n=128, block_k=bk, num_warps=4))
+        return out
+    if not facts.tma:  # Ampere-class: pointer loads, cp.async pipelining, mma.sync
+        base = dict(group_m=8, num_sms=sms, loads="pointer", store="pointer", epilogue_split=1, flatten=False,
+                    split_k=1, persistent=False)
+        return [dict(base, block_m=128, block_n=256, block_k=bk // 2, num_warps=8, num_stages=3),
+                dict(base, block_m=128, block_n=128, block_k=bk // 2, num_warps=4, num_stages=4)]
+    smem = facts.smem_per_sm - facts.barrier_smem  # shared memory per block, less room for barriers
+    tma = lda * in_bytes % 16 == 0 and ldb * in_bytes % 16 == 0
+    tma_store = tma and ldc * out_bytes % 16 == 0 and not fused
+    loads = "tma" if tma else "pointer"
+
+    def cfg(bm, bn, stages=None, warps=8, persistent=True, split=1, esplit=None, flatten=None, group=8,
+            max_stages=4, pointers=False):
+        store = "tma" if tma_store and split == 1 and not pointers else "pointer"
+        esplit = esplit if esplit is not None else (2 if store == "tma" and bn >= 128 else 1)
+        if store != "tma":
+            esplit = 1
+        if stages is None:  # as many stages as shared memory holds, up to max_stages
+            epilogue = bm * bn // esplit * out_bytes if store == "tma" else 0
+            stages = min(max_stages, (smem - epilogue) // ((bm + bn) * bk * in_bytes))
+        flat = (not fused and persistent) if flatten is None else flatten
+        return dict(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps, num_stages=stages,
+                    persistent=persistent, num_sms=sms, loads="pointer" if pointers else loads, store=store,
+                    epilogue_split=esplit, flatten=flat and persistent, split_k=split)
+
+    def tiles(bm, bn):
+        return math.ceil(m / bm) * math.ceil(n / bn)
+
+    k_tiles = math.ceil(k / bk)
+    big = [cfg(128, 256), cfg(256, 128), cfg(128, 256, esplit=1), cfg(128, 256, flatten=False),
+           cfg(128, 256, persistent=False), cfg(128, 128, warps=4, group=16)]
+    if fused:
+        big = [cfg(128, 256), cfg(128, 128, warps=4)]
+    if tiles(128, 256) >= sms:
+        return big
+    # fewer tiles than SMs: memory-bound; smaller tiles, deeper pipelines, then split-K, aiming at one full wave
+    small: list[dict] = []
+    for bm, bn, warps in ((128, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4), (128, 256, 8), (64, 256, 4)):
+        t = tiles(bm, bn)
+        if m <= 64 and bm > 64:
+            continue
+        split = 1 if fused and not pushes else split_for(t, k_tiles, sms)
+        small.append(cfg(bm, bn, warps=warps, persistent=split == 1 and t > sms, split=split, max_stages=6,
+                         pointers=not fused or pushes))
+    # rank: programs close to one wave first. Pointer loads and stores: one wave of short programs pays for
+    # creating TMA descriptors at every program's start (H200, warm L2, M = 128: 64x64 s6 25.1 us with pointers
+    # against 27.1 with TMA at N, K = 4096, 7168; 64x128 s6 62.4 against 64.1 at 8192, 14336); beside the two
+    # best, their twins with the other loads (for the tuner). A GEMM that waits per tile keeps TMA: AG+GEMM 70B
+    # M = 128 (128x128 tiles, 128 K steps) ran 91.5-92.7 us with pointers against 90.1-90.9 with TMA.
+    small.sort(key=lambda c: abs(1 - tiles(c["block_m"], c["block_n"]) * c["split_k"] / sms))
+    twins = [dict(c, loads="tma" if c["loads"] == "pointer" else "pointer", store="pointer", epilogue_split=1)
+             for c in small[:2] if tma]
+    return small[:2] + twins + small[2:] + big[:2]
