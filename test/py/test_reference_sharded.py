@@ -10,15 +10,16 @@ from ditron import reference as ref
 from ditron.dialects.context import ditron_context
 
 
-
 def _run(sig, xs, fn):
+    """fn(module, xs, mesh) on the op's task program, built in a context of its own."""
     program = ops.task_program(sig)
     with ditron_context() as ctx:
         module = program.build(ctx)
         try:
-            return fn(module, xs, program.mesh)
+            out = fn(module, xs, program.mesh)
         finally:
-            del module
+            del module  # before the context goes, also on an error (MLIR_NOTES)
+    return out
 
 
 def test_ag_gemm_shards_gather_rows_and_keep_columns():
