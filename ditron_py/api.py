@@ -38,7 +38,6 @@ HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
 # the module's target, which ditron-tile's model reads; the kinds of the arguments ditron-lower-core-to-triton
 # appends, as they appear in the ABI (ditron.schema says what each is; the executor binds them)
 TARGET_ATTR = schema.TARGET_ATTR
-APPENDED_KINDS = schema.APPENDED_ARGS
 
 
 def compile_module(module: Any, target: Any = "cuda:90", **kwargs: Any) -> Executable:
@@ -329,8 +328,8 @@ def _abi_items(kernel_name: str, abi: Any) -> Iterable[dict[str, Any]]:
         else:
             raise CompileError(f"kernel '{kernel_name}': malformed ABI entry {item!r} in the backend's metadata")
         if kind is None:
-            kind = name if name in APPENDED_KINDS else None
-        elif kind not in APPENDED_KINDS + ("pointer", "scalar"):
+            kind = name if name in schema.APPENDED_ARGS else None
+        elif kind not in schema.ARG_KINDS:
             raise CompileError(f"kernel '{kernel_name}': ABI entry '{name}' has unknown kind '{kind}'")
         yield {"name": name, "kind": kind}
 

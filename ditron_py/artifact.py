@@ -33,15 +33,13 @@ from typing import Any, Iterable, Mapping
 
 from .backends.facts import binary_extensions
 from .errors import DitronRuntimeError
-from .schema import HOST_PROGRAM_VERSION
+from .schema import ARG_KINDS, HOST_PROGRAM_VERSION
 
 FORMAT = "ditron-artifact"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
 BINARY_EXT = binary_extensions()  # vendor -> binary file extension, from the vendor tables (backends/*/facts.py)
-# ABI kinds: user-visible arguments, and the ones the primitive lowering appends.
-ARG_KINDS = ("pointer", "scalar", "rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
 # keys of a kernel's launch metadata that Triton's CompiledKernel reads whatever the backend
 LAUNCH_METADATA_KEYS = ("name", "target", "num_warps", "num_ctas", "shared")
 

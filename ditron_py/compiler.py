@@ -20,9 +20,9 @@ from .backends import BackendOptions, CompiledKernel, Target, get_backend
 from .dialects import core
 from .dialects.opbase import walk_ops
 from .errors import CompileError, TargetError
+from .schema import ABI_ATTR, KERNEL_ATTR, TARGET_ATTR
 
 TT_FUNC = "tt.func"
-ABI_ATTR = "ditron.abi"
 EMIT_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn")
 
 
@@ -98,7 +98,7 @@ def _target_of(module: ir.Module, target: "Target | str | None") -> Target:
         if stamped is not None:
             return Target.parse(stamped)
         raise TargetError("no target given: pass --target=cuda:90 (or hip:gfx942, ...) or set the module attribute "
-                          "ditron.target")
+                          f"{TARGET_ATTR}")
     return Target.parse(target)
 
 
@@ -129,9 +129,9 @@ RECORD_LAUNCH_OPTIONS = ("num_warps", "num_stages")
 
 def kernel_launch_options(kernel: ir.Operation, options: BackendOptions) -> BackendOptions:
     """options, with num_warps/num_stages taken from the kernel's ditron.kernel record when it has them."""
-    if "ditron.kernel" not in kernel.attributes:
+    if KERNEL_ATTR not in kernel.attributes:
         return options
-    record = ir.DictAttr(kernel.attributes["ditron.kernel"])
+    record = ir.DictAttr(kernel.attributes[KERNEL_ATTR])
     chosen = {key: ir.IntegerAttr(record[key]).value for key in RECORD_LAUNCH_OPTIONS
               if key in record and isinstance(record[key], ir.IntegerAttr)}
     return dataclasses.replace(options, **chosen) if chosen else options

@@ -50,6 +50,7 @@ from .dialects import task
 from .dialects.context import ditron_context
 from .dialects.sharding import MESH_ATTR, SHARDING_ATTR, Mesh as _Mesh, Sharding
 from .errors import Diagnostic, DitronError
+from .schema import VIEW_ATTR
 
 __all__ = [
     "Mesh", "Spec", "shard", "partial", "replicated", "Tensor", "Sharded", "Value", "Program", "program",
@@ -57,8 +58,6 @@ __all__ = [
     "relu", "silu", "gelu", "exp", "sigmoid", "tanh", "copy", "silu_mul", "with_sharding", "all_gather",
     "reduce_scatter", "all_reduce", "all_to_all",
 ]
-
-VIEW_ATTR = "ditron.view"
 
 
 class TraceError(DitronError):

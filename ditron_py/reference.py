@@ -39,6 +39,7 @@ from mlir import ir
 from .dialects import task
 from .dialects.sharding import Mesh, Sharding, arg_sharding, result_sharding
 from .errors import DitronError
+from .schema import VIEW_ATTR
 
 
 class EvaluationError(DitronError):
@@ -197,6 +198,33 @@ def unshard_outputs(func_op, per_rank_outputs: Sequence[Sequence[np.ndarray]], m
         out.append(unshard_array([outs[i] for outs in per_rank_outputs], sharding, mesh, shape,
                                  check_replicas=check_replicas))
     return out
+
+
+def unshard_inputs(func_op, per_rank_inputs: Sequence[Sequence[np.ndarray]], mesh: Mesh | None = None
+                   ) -> list[np.ndarray]:
+    """The whole arguments of a global-view function from every rank's shards, by its argument shardings (none:
+    replicated); the argument types give the global shapes. The inverse of ``shard_inputs``."""
+    fn, mesh = _func(func_op), mesh or _mesh_of(func_op)
+    if len(per_rank_inputs) != mesh.size:
+        raise EvaluationError(f"the mesh has {mesh.size} ranks but {len(per_rank_inputs)} input sets were given")
+    bound = [_bind_inputs(fn, inputs) for inputs in per_rank_inputs]
+    out = []
+    for i, arg in enumerate(fn.regions[0].blocks[0].arguments):
+        t = ir.RankedTensorType(arg.type)
+        out.append(unshard_array([row[i] for row in bound], _arg_sharding(fn, i, t.rank), mesh, t.shape))
+    return out
+
+
+def evaluate_sharded(func_op, per_rank_inputs: Sequence[Sequence[np.ndarray]], mesh: Mesh | None = None
+                     ) -> list[list[np.ndarray]]:
+    """A global-view program run on every rank's shards: the inputs unsharded (``unshard_inputs``), the program
+    evaluated on the whole arrays, each result cut into the ranks' shards by its result sharding. Per rank, its
+    results: what a partitioned program must compute on each rank."""
+    fn, mesh = _func(func_op), mesh or _mesh_of(func_op)
+    results = evaluate(fn, unshard_inputs(fn, per_rank_inputs, mesh))
+    shards = [shard_array(value, result_sharding(fn, i) or Sharding.replicated(value.ndim), mesh)
+              for i, value in enumerate(results)]
+    return [[per_rank[r] for per_rank in shards] for r in range(mesh.size)]
 
 
 # ------------------------------------------------------------------------------------------ the interpreter
@@ -404,7 +432,7 @@ def evaluate(func_op, inputs) -> list[np.ndarray]:
     """Run a global-view task program on whole tensors. inputs: a list (argument order) or a dict keyed by
     argument index or argument name (the name location the frontend gives each argument)."""
     fn = _func(func_op)
-    if "ditron.view" in fn.attributes and ir.StringAttr(fn.attributes["ditron.view"]).value == "local":
+    if VIEW_ATTR in fn.attributes and ir.StringAttr(fn.attributes[VIEW_ATTR]).value == "local":
         raise EvaluationError("the function is in the local (SPMD) view; use evaluate_spmd")
     arrays = _bind_inputs(fn, inputs)
     return _Interpreter(fn, _mesh_of(fn), 1, spmd=False).run([arrays])[0]

@@ -49,6 +49,9 @@ ABI_ATTR = "ditron.abi"                    # on a lowered kernel: the arguments 
 # size, the peers' heap bases, and what a bounded in-kernel wait needs (the polls before it gives up, the rank's
 # error record, the tag naming the launch in it); the executor binds them by kind
 APPENDED_ARGS = ("rank", "num_ranks", "heap_bases", "wait_bound", "wait_err", "wait_tag")
+# the kinds of a kernel's own (user) arguments, which come first; ARG_KINDS: every kind an artifact's ABI may name
+USER_ARG_KINDS = ("pointer", "scalar")
+ARG_KINDS = USER_ARG_KINDS + APPENDED_ARGS
 
 # the vocabulary of the distributed primitives (ditron_core ops and ditron.language alike)
 SCOPES = ("gpu", "sys")
