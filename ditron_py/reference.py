@@ -200,33 +200,6 @@ def unshard_outputs(func_op, per_rank_outputs: Sequence[Sequence[np.ndarray]], m
     return out
 
 
-def unshard_inputs(func_op, per_rank_inputs: Sequence[Sequence[np.ndarray]], mesh: Mesh | None = None
-                   ) -> list[np.ndarray]:
-    """The whole arguments of a global-view function from every rank's shards, by its argument shardings (none:
-    replicated); the argument types give the global shapes. The inverse of ``shard_inputs``."""
-    fn, mesh = _func(func_op), mesh or _mesh_of(func_op)
-    if len(per_rank_inputs) != mesh.size:
-        raise EvaluationError(f"the mesh has {mesh.size} ranks but {len(per_rank_inputs)} input sets were given")
-    bound = [_bind_inputs(fn, inputs) for inputs in per_rank_inputs]
-    out = []
-    for i, arg in enumerate(fn.regions[0].blocks[0].arguments):
-        t = ir.RankedTensorType(arg.type)
-        out.append(unshard_array([row[i] for row in bound], _arg_sharding(fn, i, t.rank), mesh, t.shape))
-    return out
-
-
-def evaluate_sharded(func_op, per_rank_inputs: Sequence[Sequence[np.ndarray]], mesh: Mesh | None = None
-                     ) -> list[list[np.ndarray]]:
-    """A global-view program run on every rank's shards: the inputs unsharded (``unshard_inputs``), the program
-    evaluated on the whole arrays, each result cut into the ranks' shards by its result sharding. Per rank, its
-    results: what a partitioned program must compute on each rank."""
-    fn, mesh = _func(func_op), mesh or _mesh_of(func_op)
-    results = evaluate(fn, unshard_inputs(fn, per_rank_inputs, mesh))
-    shards = [shard_array(value, result_sharding(fn, i) or Sharding.replicated(value.ndim), mesh)
-              for i, value in enumerate(results)]
-    return [[per_rank[r] for per_rank in shards] for r in range(mesh.size)]
-
-
 # ------------------------------------------------------------------------------------------ the interpreter
 
 def _global_shape(fn: ir.Operation, index: int) -> tuple[int, ...] | None:
