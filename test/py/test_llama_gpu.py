@@ -256,10 +256,10 @@ def sequence_parallel_layers(world, library) -> bool:
         y = row(h)
     torch.cuda.synchronize()
     n = SP_OUT // W
-    xs, w_up = x.double().cpu(), up.weight.double().cpu()
+    xs, w_up = x.double().cpu(), up.weight.detach().double().cpu()
     # h: all rows, this rank's columns: an SP_IN-term sum plus the bias, rounded to bf16
-    h_exact = xs @ w_up[r * n:(r + 1) * n].T + up.bias.double().cpu()[r * n:(r + 1) * n]
-    h_terms = xs.abs() @ w_up[r * n:(r + 1) * n].abs().T + up.bias.double().cpu()[r * n:(r + 1) * n].abs()
+    h_exact = xs @ w_up[r * n:(r + 1) * n].T + up.bias.detach().double().cpu()[r * n:(r + 1) * n]
+    h_terms = xs.abs() @ w_up[r * n:(r + 1) * n].abs().T + up.bias.detach().double().cpu()[r * n:(r + 1) * n].abs()
     # roundings to bf16 on the way, each at most u * (the sum of |terms|): h = round(round(x @ w) + bias) has 2;
     # y = round(round(sum over ranks of round(partial)) + bias) has 3; assert_sum_close allows one per |terms|,
     # so |terms| is counted once per rounding
@@ -268,10 +268,10 @@ def sequence_parallel_layers(world, library) -> bool:
         # y: this rank's rows of (every rank's h) @ down.T + bias, from the h the ranks actually computed
         hs = [None] * W
         torch.distributed.all_gather_object(hs, h.cpu())
-        h_all, w_down = torch.cat([t.double() for t in hs], 1), down.weight.double().cpu()
+        h_all, w_down = torch.cat([t.double() for t in hs], 1), down.weight.detach().double().cpu()
         rows = slice(r * SP_ROWS, (r + 1) * SP_ROWS)
-        y_exact = h_all[rows] @ w_down.T + down.bias.double().cpu()
-        y_terms = h_all[rows].abs() @ w_down.abs().T + down.bias.double().cpu().abs()
+        y_exact = h_all[rows] @ w_down.T + down.bias.detach().double().cpu()
+        y_terms = h_all[rows].abs() @ w_down.abs().T + down.bias.detach().double().cpu().abs()
         assert_sum_close(y.double().cpu().numpy(), y_exact.numpy(), 3 * y_terms.numpy(),
                          SP_OUT + W + 1, "bf16")
     except AssertionError as err:
