@@ -8,8 +8,8 @@ GPU keeps up (a small all-reduce is host-bound when this is larger than its GPU 
 Rows (µs per call, the median of 5 repetitions of 3000 calls each, ``sync=False`` into fixed outputs; a virtual
 world of one rank, the same host path as a real rank's): ``ops.all_reduce`` (the public call), ``Executable.run``,
 ``Executor.run`` (the graph key and its lookup), ``BoundCall`` (``Executor.bind``: no key), the graph launch alone
-through torch (``CUDAGraph.replay``) and through the driver (``cuGraphLaunch``), the completion event, and, for
-scale, one torch elementwise op.
+through torch (``CUDAGraph.replay``) and through the graph runner's backend, and, for scale, one torch
+elementwise op.
 
 Then the calls a model makes, with a fresh input tensor each call (cycling through FRESH tensors at distinct
 addresses, as a model's activations come) and no given output (the median of 5 repetitions of 300 calls): the eager
@@ -112,9 +112,7 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
     runner = ex._graphs
     entry = runner.entry(inputs, outputs)
     parity = next(p for p in (0, 1) if entry.graphs[p] is not None)
-    graph, graph_exec = entry.graphs[parity], entry.execs[parity]
-    device = ex.device.index
-    event = runner._events[0]
+    graph = entry.graphs[parity]
     y = torch.empty_like(x[0])
     rows = [
         ("ops.all_reduce(graph=True)", lambda: ops.all_reduce(x, world, **call)),
@@ -122,10 +120,7 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
         ("Executor.run", lambda: ex.run(inputs, outputs, sync=False)),
         ("BoundCall", lambda: bound(False)),
         ("CUDAGraph.replay", graph.replay),
-        ("cuGraphLaunch", lambda: runner.backend.replay(graph, graph_exec, runner.backend.current(device),
-                                                        runner._driver)),
-        ("completion event", lambda: runner.backend.record(event, runner.backend.current(device),
-                                                           runner._driver)),
+        ("graph backend replay", lambda: runner.backend.replay(graph)),
         ("torch y.add_(x) (one kernel)", lambda: y.add_(x[0])),
     ]
     results = []

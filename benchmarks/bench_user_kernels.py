@@ -62,7 +62,7 @@ class Case:
 
     def user_program(self, W: int, virtual: bool, gemm: str = "template"):
         budget = NUM_SMS
-        if virtual and W > 1:
+        if virtual:  # a virtual world keeps a copy reserve of SMs, also of one rank
             from ditron.runtime.world import World
             budget = World(W, None, None).cta_budget(NUM_SMS)
         return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=budget, target=TARGET, chunks=CHUNKS,
