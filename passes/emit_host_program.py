@@ -1,6 +1,6 @@
 """ditron-emit-host-program: the device function becomes the host program; what is left is core level.
 
-The last step before the kernels are compiled (ditron.compile runs it after ditron-default). On a module whose
+The last pass of ditron-default, the last step before the kernels are compiled. On a module whose
 device function (``ditron.level = "device"``) launches tt.func kernels (ditron-lower-device-to-core's output):
 
 * the device function is serialised as the host program (``ditron.hostprog``: the JSON the executor runs) and
@@ -25,7 +25,7 @@ device function (``ditron.level = "device"``) launches tt.func kernels (ditron-l
 
 A module whose device function cannot be serialised (an op a host program cannot run, a launch of a kernel not
 yet instantiated, several device functions) is a located error; so is a module with no device function, or with
-task- or device-level ops outside it.
+task- or device-level ops outside it. An empty module (``module {}``) comes back as it is.
 """
 from __future__ import annotations
 
@@ -77,6 +77,8 @@ class EmitHostProgramPass(Pass):
             message = (f"{self.name}: the module already holds a host program ({HOST_PROGRAM_ATTR}); the pass runs "
                        "once, on the device program")
             raise PassError(message, [diagnostic_at(module.operation.location, message)])
+        if not len(module.body.operations):
+            return  # an empty module: nothing to emit (ditron-default on one is a no-op, as in mlir-opt)
         if not device_functions(module):
             message = (f"{self.name}: the module has no device-level function (a func.func with {LEVEL_ATTR} = "
                        "\"device\") to make a host program of")
