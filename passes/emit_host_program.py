@@ -67,7 +67,8 @@ class EmitHostProgramPass(Pass):
     name = "ditron-emit-host-program"
     summary = "device function -> host program (JSON on the module) + runtime kernels; core level is left"
 
-    target: str = option("", "target of the runtime kernels (default: the module's ditron.target, else cuda:90)")
+    target: str = option("", "target of the runtime kernels (default: the module's ditron.target, else the device "
+                             "function's, else cuda:90)")
 
     def run(self, module: ir.Module) -> None:
         from ..hostprog import add_runtime_kernels, erase_device_functions, serialize
@@ -97,9 +98,9 @@ class EmitHostProgramPass(Pass):
     def _target(self, module: ir.Module) -> str:
         if self.target:
             return self.target
-        attrs = module.operation.attributes
-        if TARGET_ATTR in attrs:
-            return ir.StringAttr(attrs[TARGET_ATTR]).value
+        for attrs in (module.operation.attributes, *(f.attributes for f in device_functions(module))):
+            if TARGET_ATTR in attrs:  # the module's, else the one ditron-lower-task-to-device tiled for
+                return ir.StringAttr(attrs[TARGET_ATTR]).value
         return DEFAULT_TARGET
 
 
