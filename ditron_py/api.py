@@ -32,8 +32,11 @@ from .cache import CompileCache, cache_key, triton_version
 from .errors import CompileError, ParseError, PassError, TargetError
 from .runtime.loader import Executable, load_artifact
 
-# The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core).
+# The named pipeline that takes task- or device-level modules to core level (tt.func kernels + ditron_core + the host
+# program); it ends with ditron-emit-host-program. DEVICE_PIPELINE stops before that pass, at the device program
+# (what the simulator runs and ditron.ops reads its kernel records from).
 TO_CORE_PIPELINE = "ditron-default"
+DEVICE_PIPELINE = "ditron-device"
 HIGHER_LEVEL_DIALECTS = ("ditron_task", "ditron_device")
 # the module's target, which ditron-tile's model reads; the kinds of the arguments ditron-lower-core-to-triton
 # appends, as they appear in the ABI (ditron.schema says what each is; the executor binds them)
@@ -228,10 +231,12 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
 
     Task-level ops, or launches of kernels not yet instantiated, run the pipeline ``ditron-default``; a device
     program whose launched kernels are already tt.func kernels is taken as it is; the pass manager's record
-    (``ditron.pipeline``) says which passes of ``ditron-default`` already ran. The pass ditron-emit-host-program
-    then serialises the device function as the host program, removes it and adds the runtime kernels it needs
-    (wait, signal, barrier) for ``target`` (default: the module's ditron.target), so that what is compiled is core
-    level only. A module that already went through that pass gives back the host program it holds."""
+    (``ditron.pipeline``) says which passes of ``ditron-default`` already ran. Its last pass,
+    ditron-emit-host-program, runs once the rest has left no op above core level but the device function's: it
+    serialises the device function as the host program, removes it and adds the runtime kernels it needs (wait,
+    signal, barrier) for ``target`` (default: the module's ditron.target), so that what is compiled is core level
+    only. A module that already went through that pass (ditron-opt's ditron-default output) gives back the host
+    program it holds."""
     from . import hostprog
     from .dialects.context import diagnostic_at
     from .dialects.opbase import walk_ops
@@ -259,7 +264,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
             raise PassError(message, [diagnostic_at(higher[0].location, message)])
         if target is not None:
             set_module_target(module, str(target))
-        PassManager(",".join(_passes_left(module, task_level))).run(module)
+        PassManager(",".join(n for n in _passes_left(module, task_level) if n != EmitHostProgramPass.name)).run(module)
 
     def left_above_core() -> None:
         left = sorted({op.name for op in walk_ops(module.operation)
@@ -269,7 +274,7 @@ def _to_core_level(module: Any, target: Any = None) -> dict[str, Any] | None:
 
     if not hostprog.device_functions(module):
         left_above_core()
-    # the last stage: the device function becomes the host program, the runtime kernels join the kernels
+    # ditron-default's last stage: the device function becomes the host program, the runtime kernels join the kernels
     emit = EmitHostProgramPass(target="" if target is None else str(target))
     PassManager([emit]).run(module)
     return _take_host_program(module)

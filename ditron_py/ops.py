@@ -19,7 +19,7 @@ Ops (W = world size; shapes are each rank's):
   concatenates the parts it receives along concat_dim, in rank order         -> split_dim / W, concat_dim * W
 
 How. Each op is a task program in the *global view*, written with ``ditron.frontend`` (``task_program``): the
-math and the shardings of its arguments and result, nothing else. ``ditron-default`` does the rest — partition
+math and the shardings of its arguments and result, nothing else. ``ditron-device`` does the rest — partition
 inserts the collective, fuse-overlap pairs it with the GEMM, tile picks chunks, engines, SM split and GEMM tiles
 from the cost model, the lowering and scheduling passes emit the device program — and ``ditron.compile`` builds
 the kernels and the host program. ops.py passes the pipeline only what the caller asked for (``algorithm``,
@@ -208,7 +208,7 @@ class Signature:
         return World(self.world_size, None, None).cta_budget(peaks_for(self.target).num_sms)
 
     def pass_options(self) -> dict[str, dict[str, str]]:
-        """Options for the passes of ditron-default: the caller's overrides, the algorithm asked for, the budget."""
+        """Options for the passes of ditron-device: the caller's overrides, the algorithm asked for, the budget."""
         out: dict[str, dict[str, str]] = {}
         for name, option, value in self.passes:
             out.setdefault(name, {})[option] = value
@@ -331,14 +331,15 @@ def task_program(sig: Signature):
 
 
 def pipeline(sig: Signature) -> str:
-    """ditron-default, with the signature's pass options attached to their passes."""
+    """ditron-device (ditron-default up to the device program, whose kernel records ``lower`` shows; ditron.compile
+    emits the host program), with the signature's pass options attached to their passes."""
     from .passes.registry import PIPELINES
-    from .api import TO_CORE_PIPELINE
-    names = PIPELINES[TO_CORE_PIPELINE]
+    from .api import DEVICE_PIPELINE
+    names = PIPELINES[DEVICE_PIPELINE]
     options = sig.pass_options()
     unknown = sorted(set(options) - set(names))
     if unknown:
-        raise OpError(f"{sig.op}: passes= names {', '.join(unknown)}, which are not in {TO_CORE_PIPELINE} "
+        raise OpError(f"{sig.op}: passes= names {', '.join(unknown)}, which are not in {DEVICE_PIPELINE} "
                       f"({', '.join(names)})")
     return ",".join(name + ("{" + " ".join(f"{k}={v}" for k, v in sorted(options[name].items())) + "}"
                             if name in options else "") for name in names)

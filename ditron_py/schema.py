@@ -11,8 +11,8 @@ from __future__ import annotations
 TARGET_ATTR = "ditron.target"              # the GPU target ("cuda:90"); ditron-lower-task-to-device also stamps it
                                            # on the device function it tiled for
 MESH_ATTR = "ditron.mesh"                  # {axes = [...], shape = array<i64: ...>}
-PIPELINE_ATTR = "ditron.pipeline"          # the stages of ditron-default (then the emission) that RAN on the
-                                           # module, as pipeline text, in order (written by passes/manager.py)
+PIPELINE_ATTR = "ditron.pipeline"          # the stages of ditron-default (its last the emission) that RAN on
+                                           # the module, as pipeline text, in order (passes/manager.py)
 HOST_PROGRAM_ATTR = "ditron.host_program"  # the host program, as JSON text (ditron-emit-host-program)
 
 # ---------------------------------------------------------------------------------------------------- task level

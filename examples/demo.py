@@ -66,12 +66,12 @@ def device_level(name: str, text: str, show: bool) -> None:
     with ditron_context():
         module = parse_module(text, f"examples/{name}.mlir")
         start = time.perf_counter()
-        for p in parse_pipeline("ditron-default"):
+        for p in parse_pipeline("ditron-device"):
             p.run(module)
         ms = 1e3 * (time.perf_counter() - start)
         ops = Counter(op.name.split(".")[1] for op in walk_ops(module) if op.name.startswith("ditron_device."))
         kernels = [op for op in walk_ops(module) if op.name == "tt.func"]
-        print(f"[device] ditron-default in {ms:.0f} ms; the rank program: {rows_of(ops)}")
+        print(f"[device] ditron-device in {ms:.0f} ms; the rank program: {rows_of(ops)}")
         for k in kernels:
             record = k.attributes["ditron.kernel"] if "ditron.kernel" in k.attributes else None
             what = re.sub(r"\s+", " ", str(record))[:150] if record is not None else ""
@@ -97,7 +97,7 @@ def simulation(name: str, text: str, world: int) -> bool:
     ok = True
     with ditron_context():
         module = parse_module(text, f"examples/{name}.mlir (small)")
-        for p in parse_pipeline("ditron-default"):
+        for p in parse_pipeline("ditron-device"):
             p.run(module)
         reference = task_reference(text)
         for seed in (0, 1):

@@ -1,6 +1,6 @@
 """ditron-emit-host-program: the device function becomes the host program; what is left is core level.
 
-The last step before the kernels are compiled (ditron.compile runs it after ditron-default). On a module whose
+The last pass of ditron-default, the last step before the kernels are compiled. On a module whose
 device function (``ditron.level = "device"``) launches tt.func kernels (ditron-lower-device-to-core's output):
 
 * the device function is serialised as the host program (``ditron.hostprog``: the JSON the executor runs) and
@@ -25,7 +25,7 @@ device function (``ditron.level = "device"``) launches tt.func kernels (ditron-l
 
 A module whose device function cannot be serialised (an op a host program cannot run, a launch of a kernel not
 yet instantiated, several device functions) is a located error; so is a module with no device function, or with
-task- or device-level ops outside it.
+task- or device-level ops outside it. An empty module (``module {}``) comes back as it is.
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ class EmitHostProgramPass(Pass):
     name = "ditron-emit-host-program"
     summary = "device function -> host program (JSON on the module) + runtime kernels; core level is left"
 
-    target: str = option("", "target of the runtime kernels (default: the module's ditron.target, else cuda:90)")
+    target: str = option("", "target of the runtime kernels (default: the module's ditron.target, else the device "
+                             "function's, else cuda:90)")
 
     def run(self, module: ir.Module) -> None:
         from ..hostprog import add_runtime_kernels, erase_device_functions, serialize
@@ -77,6 +78,8 @@ class EmitHostProgramPass(Pass):
             message = (f"{self.name}: the module already holds a host program ({HOST_PROGRAM_ATTR}); the pass runs "
                        "once, on the device program")
             raise PassError(message, [diagnostic_at(module.operation.location, message)])
+        if not len(module.body.operations):
+            return  # an empty module: nothing to emit (ditron-default on one is a no-op, as in mlir-opt)
         if not device_functions(module):
             message = (f"{self.name}: the module has no device-level function (a func.func with {LEVEL_ATTR} = "
                        "\"device\") to make a host program of")
@@ -95,9 +98,9 @@ class EmitHostProgramPass(Pass):
     def _target(self, module: ir.Module) -> str:
         if self.target:
             return self.target
-        attrs = module.operation.attributes
-        if TARGET_ATTR in attrs:
-            return ir.StringAttr(attrs[TARGET_ATTR]).value
+        for attrs in (module.operation.attributes, *(f.attributes for f in device_functions(module))):
+            if TARGET_ATTR in attrs:  # the module's, else the one ditron-lower-task-to-device tiled for
+                return ir.StringAttr(attrs[TARGET_ATTR]).value
         return DEFAULT_TARGET
 
 

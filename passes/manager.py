@@ -10,8 +10,8 @@ diagnostics, instead of whatever reads the IR next), ``--print-ir-after`` and ``
 everywhere, and the module carries a record of the stage passes that ran on it.
 
 The record: the module's ``ditron.pipeline`` string attribute lists, as pipeline text with their options, the
-stages it has been through: the passes of the staged pipeline (``RECORDED_PIPELINE``, ditron-default, then the
-host-program emission), in order. A pass is recorded because it RAN as the module's next stage, whether or not it
+stages it has been through: the passes of the staged pipeline (``RECORDED_PIPELINE``, ditron-default, whose last
+is the host-program emission), in order. A pass is recorded because it RAN as the module's next stage, whether or not it
 changed the module (a canonicalize that found nothing to fold still ran); a pass that runs out of its place
 (ditron-canonicalize on a module not yet partitioned) is no stage of it and is not recorded, so the record never
 makes a later stage skip ditron-partition. A later stage reads the record back (``passes_run``, ``passes_left``)
@@ -30,12 +30,12 @@ from ..schema import PIPELINE_ATTR
 from .registry import PIPELINES, Pass, _split_top, parse_pipeline
 
 RECORDED_PIPELINE = "ditron-default"  # the staged pipeline whose passes the record lists
-EMIT_PASS = "ditron-emit-host-program"  # the last stage (ditron.compile runs it after RECORDED_PIPELINE)
+EMIT_PASS = "ditron-emit-host-program"  # the last stage (RECORDED_PIPELINE's last pass)
 
 
 def recorded_names() -> tuple[str, ...]:
-    """The passes the manager records: those of RECORDED_PIPELINE (where the build registers it) and the
-    host-program emission."""
+    """The passes the manager records: those of RECORDED_PIPELINE (where the build registers it), whose last is
+    the host-program emission (recorded even where the build does not register the pipeline)."""
     names = [p.name for p in parse_pipeline(RECORDED_PIPELINE)] if RECORDED_PIPELINE in PIPELINES else []
     return tuple(dict.fromkeys([*names, EMIT_PASS]))
 

@@ -34,13 +34,18 @@ PASSES: dict[str, str] = {
     "ditron-emit-host-program": "emit_host_program:EmitHostProgramPass",
 }
 
+_DEVICE = ("ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device",
+           "ditron-schedule-overlap", "ditron-lower-device-to-core")
 # named pipeline -> its passes (each may carry {options})
 PIPELINES: dict[str, tuple[str, ...]] = {
     "ditron-check": ("ditron-verify", "ditron-canonicalize"),
-    # task IR (global or local view) -> core kernels (tt.func + ditron_core) + the host program; the target comes
-    # from the module's ditron.target (default cuda:90). ditron.compile then runs ditron-lower-core-to-triton.
-    "ditron-default": ("ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile",
-                       "ditron-lower-task-to-device", "ditron-schedule-overlap", "ditron-lower-device-to-core"),
+    # task IR (global or local view) -> the device program (a func.func with ditron.level = "device") launching
+    # core kernels (tt.func + ditron_core): what the simulator runs and what ditron.ops reads its kernels from; the
+    # target comes from the module's ditron.target (default cuda:90)
+    "ditron-device": _DEVICE,
+    # the same, then the device function becomes the host program (ditron-emit-host-program): core level is left.
+    # ditron.compile runs it, then ditron-lower-core-to-triton.
+    "ditron-default": (*_DEVICE, "ditron-emit-host-program"),
 }
 
 

@@ -4,7 +4,7 @@
                          [--sync-between-calls] [--no-reference] [--mutate]
 
 FILE holds a device-level program (a func.func with ditron.level = "device"), or a task-level program, which is
-first lowered with ``--pipeline`` (default ``ditron-default``) and then serves as its own numpy reference
+first lowered with ``--pipeline`` (default ``ditron-device``) and then serves as its own numpy reference
 (ditron.reference, global or local view); it is verified first, and after every pass, as ditron-opt does. The
 world is the whole mesh (on a dp x tp mesh, the program's collectives run within the groups of its axis). Inputs
 are seeded random arrays that follow each argument's layout (replicas equal, padding zero). For each seed it
@@ -34,8 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated seeds, each one interleaving (default 0)")
     p.add_argument("--calls", type=int, default=2, help="calls in a row, epoch 1..N (default 2)")
     p.add_argument("--function", default=None, help="the device function to run (default: the only one)")
-    p.add_argument("--pipeline", default="ditron-default",
-                   help="passes that lower a task-level input to a device program (default ditron-default)")
+    p.add_argument("--pipeline", default="ditron-device",
+                   help="passes that lower a task-level input to a device program (default ditron-device)")
     p.add_argument("--num-sms", type=int, default=None, help="SMs per rank (default: only sm_budget limits)")
     p.add_argument("--sync-between-calls", action="store_true", help="synchronise all ranks between calls")
     p.add_argument("--graph", action="store_true", help="run the calls as CUDA-graph replays: epoch 1 every call, a "

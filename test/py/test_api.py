@@ -307,7 +307,7 @@ def test_compile_of_an_already_lowered_module_says_so():
     source = (Path(__file__).resolve().parents[2] / "examples" / "gemm_rs.mlir").read_text()
     with ditron_context():
         module = parse_module(source)
-        for p in parse_pipeline("ditron-default,ditron-lower-core-to-triton"):
+        for p in parse_pipeline("ditron-device,ditron-lower-core-to-triton"):  # a device program, kernels lowered
             p.run(module)
         text = str(module)
         del module

@@ -356,7 +356,8 @@ def test_passes_and_default_pipeline_are_registered():
         assert "becomes" in module.__doc__, f"{name}: the module docstring shows a before/after example"
     assert PIPELINES["ditron-default"] == (
         "ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device",
-        "ditron-schedule-overlap", "ditron-lower-device-to-core")
+        "ditron-schedule-overlap", "ditron-lower-device-to-core", "ditron-emit-host-program")
+    assert PIPELINES["ditron-device"] == PIPELINES["ditron-default"][:-1]  # up to the device program
 
 
 # ----------------------------------------------------------------------------------- structure of output
@@ -380,7 +381,7 @@ def _launches_and_kernels(text: str):
 @pytest.mark.parametrize("example", ["mlp", "ag_gemm", "gemm_rs", "gemm_ar"])
 def test_default_pipeline_on_the_examples(example):
     text = (ROOT / "examples" / f"{example}.mlir").read_text()
-    out = lower(text, "ditron-default")
+    out = lower(text, "ditron-device")
     info, records = _launches_and_kernels(out)
     assert info, "the program launches kernels"
     for kernel, nargs, grid, order, stream in info:
@@ -399,10 +400,10 @@ def test_default_pipeline_on_the_examples(example):
 
 
 def test_default_pipeline_kernels_compile_with_triton():
-    """Every kernel ditron-default instantiates for the MLP goes through Triton for both vendors."""
+    """Every kernel ditron-device instantiates for the MLP goes through Triton for both vendors."""
     from ditron.compiler import lower_and_compile
     text = partitioned_global_mlp(4, 64)
-    out = lower(text, "ditron-default")
+    out = lower(text, "ditron-device")
     for target in ("cuda:90", "hip:gfx942"):
         with ditron_context():
             module = parse_module(out)
@@ -454,7 +455,7 @@ def global_example(example: str, w: int, m: int, k: int = 64, n: int = 32) -> st
 @pytest.mark.parametrize("example", ["mlp", "ag_gemm", "gemm_rs", "gemm_ar", "reshard"])
 def test_default_pipeline_simulates_equal_to_the_reference(example, w):
     text = partitioned_global_mlp(w, 64) if example == "mlp" else global_example(example, w, 64)
-    check_sim(lower(text, "ditron-default"), partitioned(text), w, seeds=(0, 1))
+    check_sim(lower(text, "ditron-device"), partitioned(text), w, seeds=(0, 1))
 
 
 def moe_program(w: int, rows: int, k: int = 32, n: int = 24, experts: int = 3) -> str:
@@ -474,7 +475,7 @@ def test_moe_exchange_simulates_equal_to_the_reference(w):
     """Dispatch, experts, combine: 37 rows a part (odd), the group sizes random (the simulator's integer inputs:
     0..8 rows an expert, the other rows past the last group); the grouped GEMM's kernel runs from its tiles()."""
     text = moe_program(w, 37 * w)
-    check_sim(lower(text, "ditron-default"), text, w, seeds=(0, 1))
+    check_sim(lower(text, "ditron-device"), text, w, seeds=(0, 1))
     check_sim(lower(text, FULL % ("block-m=16 block-n=16 block-k=16", "")), text, w, seeds=(2,))
 
 

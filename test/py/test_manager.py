@@ -16,7 +16,7 @@ from ditron.passes.registry import PIPELINES, Pass, parse_pipeline
 from ditron.schema import PIPELINE_ATTR
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = list(PIPELINES["ditron-default"])
+DEFAULT = list(PIPELINES["ditron-device"])  # ditron-default up to the device program
 
 # a global-view task program: ditron-partition turns it into the local view
 GLOBAL = """module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
@@ -139,6 +139,7 @@ def test_an_empty_module_comes_back_as_it_is():
 
 
 def test_recorded_names_are_the_default_pipeline_then_the_emission():
+    assert list(PIPELINES["ditron-default"]) == [*DEFAULT, "ditron-emit-host-program"]
     assert list(recorded_names()) == [*DEFAULT, "ditron-emit-host-program"]
 
 

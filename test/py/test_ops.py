@@ -114,8 +114,8 @@ def test_task_programs_state_the_math_and_shardings_only():
     assert 'partial = ["tp"]' in text and "ditron_task" not in text
 
 
-def test_pipeline_is_ditron_default_plus_what_was_asked():
-    default = ",".join(PIPELINES["ditron-default"])
+def test_pipeline_is_ditron_device_plus_what_was_asked():
+    default = ",".join(PIPELINES["ditron-device"])  # ditron.compile emits the host program
     assert ops.pipeline(sig("ag_gemm", [(64, 32), (32, 16)], 4, virtual=False)) == default
     assert ops.pipeline(sig("ag_gemm", [(64, 32), (32, 16)], 1)) == default  # one rank: nothing spins
     assert ops.pipeline(sig("ag_gemm", [(64, 32), (32, 16)], 4)) == default.replace(
@@ -128,7 +128,7 @@ def test_pipeline_is_ditron_default_plus_what_was_asked():
 
 @pytest.mark.parametrize("s,message", [
     (lambda: sig("ag_gemm", [(8, 8), (8, 8)], 2, passes={"ditron-frobnicate": {"x": 1}}),
-     "names ditron-frobnicate, which are not in ditron-default"),
+     "names ditron-frobnicate, which are not in ditron-device"),
     (lambda: sig("ag_gemm", [(8, 8), (8, 8)], 4, passes={"ditron-tile": {"num-sms": 100}}),
      "num-sms=100 exceeds the 32 SMs each rank of a virtual world of 4 may use"),
     (lambda: sig("all_reduce", [(8, 8)], 2, algorithm="one_shot", passes={"ditron-tile": {"all-reduce": "two_shot"}}),

@@ -40,8 +40,8 @@ def test_mutation_testing_from_the_command_line(tmp_path):
 def test_a_task_level_program_is_lowered_and_checked_against_itself(tmp_path):
     from ditron.passes.registry import PIPELINES
 
-    if "ditron-default" not in PIPELINES:
-        pytest.skip("ditron-default is not registered yet")
+    if "ditron-device" not in PIPELINES:
+        pytest.skip("ditron-device is not registered yet")
     from test_sim_programs import _task_program
 
     f = tmp_path / "gemm_rs.mlir"

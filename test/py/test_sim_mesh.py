@@ -71,7 +71,7 @@ def test_padded_shards_are_zero_padded(tmp_path, W, fn):
 def _lowered(text: str):
     with ditron_context():
         module = parse_module(text, "<test>")
-        run_passes(module, parse_pipeline("ditron-default"))
+        run_passes(module, parse_pipeline("ditron-device"))
         program = load_program(module)
         del module
     return program
@@ -144,7 +144,7 @@ def test_the_world_is_the_whole_mesh(tmp_path):
 def program_text(text: str) -> str:
     with ditron_context():
         module = parse_module(text, "<test>")
-        run_passes(module, parse_pipeline("ditron-default"))
+        run_passes(module, parse_pipeline("ditron-device"))
         out = module.operation.get_asm(enable_debug_info=True)
         del module
     return out

@@ -126,7 +126,7 @@ def test_record_parts_a_template_needs_are_not_mutated():
     def build():
         from ditron.dialects.context import parse_module
         module = parse_module(text, "ag1.mlir")
-        run_passes(module, parse_pipeline("ditron-default"))
+        run_passes(module, parse_pipeline("ditron-device"))
         return module
 
     with ditron_context():

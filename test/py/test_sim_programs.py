@@ -132,8 +132,8 @@ def _task_program(kind: str, W: int, M: int, K_: int, N_: int) -> str:
 def _pipeline() -> list[str]:
     from ditron.passes.registry import PASSES, PIPELINES
 
-    if "ditron-default" in PIPELINES:
-        return ["ditron-default"]
+    if "ditron-device" in PIPELINES:
+        return ["ditron-device"]
     passes = ["ditron-partition", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device"]
     for later in ("ditron-schedule-overlap", "ditron-lower-device-to-core"):
         if later in PASSES:
@@ -209,15 +209,15 @@ def test_examples_through_the_default_pipeline(name):
     from ditron.dialects.context import ditron_context, parse_module
     from ditron.passes.registry import PIPELINES, parse_pipeline
 
-    if "ditron-default" not in PIPELINES:
-        pytest.skip("ditron-default is not registered yet")
+    if "ditron-device" not in PIPELINES:
+        pytest.skip("ditron-device is not registered yet")
     if not (EXAMPLES / f"{name}.mlir").exists():
         pytest.skip(f"no examples/{name}.mlir")
     text = _scaled_example(name)
     assert "8192" not in text and "14336" not in text
     with ditron_context():
         module = parse_module(text, f"examples/{name}.mlir")
-        for p in parse_pipeline("ditron-default"):
+        for p in parse_pipeline("ditron-device"):
             p.run(module)
         for seed in (0, 1):
             result = simulate(module, 4, seed=seed, calls=2, reference=task_reference(text))

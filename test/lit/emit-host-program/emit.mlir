@@ -3,8 +3,14 @@
 // RUN: ditron-opt %s --pass-pipeline=ditron-emit-host-program | FileCheck %s
 // The runtime kernels are built for the module's ditron.target, else the target option (here AMD's acquire load).
 // RUN: ditron-opt %s --pass-pipeline='ditron-emit-host-program{target=hip:gfx942}' | FileCheck %s --check-prefix=HIP
-// The whole way from task IR: ditron-default, then the emission; the record lists every stage.
-// RUN: ditron-opt %S/../../../examples/ag_gemm.mlir --pass-pipeline=ditron-default,ditron-emit-host-program | FileCheck %s --check-prefix=AG
+// Without either, the target the device function was tiled for (ditron-lower-task-to-device stamps it there).
+// RUN: sed 's/ditron.axis = "tp"}/ditron.axis = "tp", ditron.target = "hip:gfx942"}/' %s | ditron-opt - --pass-pipeline=ditron-emit-host-program | FileCheck %s --check-prefix=HIP
+// An empty module has no device function and nothing to emit: it comes back as it is (as through ditron-default).
+// RUN: echo 'module {}' | ditron-opt - --pass-pipeline=ditron-emit-host-program | FileCheck %s --check-prefix=EMPTY
+// EMPTY: module {
+// EMPTY-NEXT: }
+// The whole way from task IR: ditron-default, whose last pass is the emission; the record lists every stage.
+// RUN: ditron-opt %S/../../../examples/ag_gemm.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AG
 
 // CHECK: module attributes {ditron.host_program = "{
 // CHECK-SAME: \22fence\22: \22barrier\22
@@ -13,6 +19,7 @@
 // CHECK-SAME: \22runtime\22: {\22signal\22: {\22set:sys\22: \22ditron_rt_signal_set_sys\22}, \22wait\22: \22ditron_rt_wait\22, \22wait_lanes\22: 128}
 // CHECK-NOT: func.func
 // CHECK: sym_name = "k"
+// CHECK: ld.acquire.sys
 // CHECK-NOT: func.func
 // CHECK: sym_name = "ditron_rt_wait"
 // CHECK: sym_name = "ditron_rt_signal_set_sys"
@@ -20,6 +27,8 @@
 // CHECK-NOT: func.func
 
 // HIP: ditron.host_program
+// HIP-NOT: ld.acquire
+// HIP: "tt.atomic_rmw"({{.*}}scope = 3 : i32, sem = 2 : i32
 // HIP: sym_name = "ditron_rt_wait"
 // HIP-NOT: func.func
 

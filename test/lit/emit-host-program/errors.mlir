@@ -28,9 +28,12 @@ module {
 
 // -----
 
-// Nothing to emit: the module has no device function.
+// Nothing to emit: the module has kernels but no device function (an empty module comes back as it is: emit.mlir).
 // CHECK: errors.mlir:[[# @LINE + 1]]:1: error: ditron-emit-host-program: the module has no device-level function (a func.func with ditron.level = "device") to make a host program of
 module {
+  "tt.func"() <{function_type = () -> (), sym_name = "k", sym_visibility = "public"}> ({
+    "tt.return"() : () -> ()
+  }) : () -> ()
 }
 
 // -----

@@ -2,14 +2,14 @@
 // the attribute for its peak numbers: an A100's 108 SMs here; ditron-lower-task-to-device stamps it on the
 // function). A module that names another target, or a target ditron does not support, is an error.
 // RUN: ditron-opt %s --target cuda:80 | FileCheck %s --check-prefix=SET
-// RUN: ditron-opt %s --target cuda:80 --pass-pipeline=ditron-default | FileCheck %s --check-prefix=TILE
+// RUN: ditron-opt %s --target cuda:80 --pass-pipeline=ditron-device | FileCheck %s --check-prefix=TILE
 // RUN: ditron-opt %s --target cuda:80 | ditron-opt --target cuda:80 | FileCheck %s --check-prefix=SET
 // RUN: ditron-opt %s --target cuda:80 | not ditron-opt --target cuda:90 2>&1 | FileCheck %s --check-prefix=OTHER
 // RUN: not ditron-opt %s --target cuda:70 2>&1 | FileCheck %s --check-prefix=BADTARGET
 // Without --target, --emit takes the target the pipeline tiled for (ditron-tile's default, stamped on the
 // device function); with it, that target throughout.
-// RUN: ditron-opt %s --pass-pipeline=ditron-default --emit=ptx | FileCheck %s --check-prefix=STAMPED
-// RUN: ditron-opt %s --target cuda:80 --pass-pipeline=ditron-default --emit=ptx | FileCheck %s --check-prefix=SM80
+// RUN: ditron-opt %s --pass-pipeline=ditron-device --emit=ptx | FileCheck %s --check-prefix=STAMPED
+// RUN: ditron-opt %s --target cuda:80 --pass-pipeline=ditron-device --emit=ptx | FileCheck %s --check-prefix=SM80
 // ditron-lower-core-to-triton lowers for the module's target unless told otherwise; told another, it refuses
 // (lowered for NVIDIA, Triton's AMD backend aborted on the result).
 // RUN: ditron-opt %s --target hip:gfx942 --pass-pipeline=ditron-default,ditron-lower-core-to-triton --emit=amdgcn | FileCheck %s --check-prefix=HIP

@@ -1,13 +1,44 @@
 // ditron-default: task IR in the global view -> core kernels (tt.func + ditron_core) + the host program.
-// RUN: ditron-opt %S/../../../examples/mlp.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=MLP
-// RUN: ditron-opt %S/../../../examples/ag_gemm.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AG
-// RUN: ditron-opt %S/../../../examples/gemm_rs.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=RS
-// RUN: ditron-opt %S/../../../examples/gemm_ar.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=AR
+// ditron-device is the same pipeline up to the device program (before ditron-emit-host-program): the device
+// function that launches the kernels, which the simulator runs.
+// RUN: ditron-opt %S/../../../examples/mlp.mlir --pass-pipeline=ditron-device | FileCheck %s --check-prefix=MLP
+// RUN: ditron-opt %S/../../../examples/ag_gemm.mlir --pass-pipeline=ditron-device | FileCheck %s --check-prefix=AG
+// RUN: ditron-opt %S/../../../examples/gemm_rs.mlir --pass-pipeline=ditron-device | FileCheck %s --check-prefix=RS
+// RUN: ditron-opt %S/../../../examples/gemm_ar.mlir --pass-pipeline=ditron-device | FileCheck %s --check-prefix=AR
+// ditron-default ends with the emission: the device function becomes the host program (JSON on the module), the
+// runtime kernels join the kernels, the record lists every stage; ditron-device then the emission is the same.
+// RUN: ditron-opt %S/../../../examples/gemm_rs.mlir --pass-pipeline=ditron-default | FileCheck %s --check-prefix=HOST
+// RUN: ditron-opt %S/../../../examples/gemm_rs.mlir --pass-pipeline=ditron-device,ditron-emit-host-program | FileCheck %s --check-prefix=HOST
 // An empty module has nothing to lower: it comes back as it is (as through mlir-opt), not as an error.
 // RUN: echo 'module {}' | ditron-opt - --pass-pipeline=ditron-default | FileCheck %s --check-prefix=EMPTY
+// RUN: echo 'module {}' | ditron-opt - --pass-pipeline=ditron-device | FileCheck %s --check-prefix=EMPTY
 // EMPTY: module {
 // EMPTY-NEXT: }
-// RUN: ditron-opt %s --pass-pipeline=ditron-default | FileCheck %s
+// RUN: ditron-opt %s --pass-pipeline=ditron-device | FileCheck %s
+// RUN: ditron-opt %s --pass-pipeline=ditron-default | FileCheck %s --check-prefix=SINGLE
+
+// HOST: module attributes {ditron.host_program = "{
+// HOST-SAME: \22kernels\22: {\22gemm\22: {\22args\22: [\22a\22, \22b\22, \22c\22, \22counts\22, \22staged\22, \22own_value\22, \22stage\22, \22out\22], \22spins\22: true, \22template\22: \22gemm\22
+// HOST-SAME: \22name\22: \22gemm_rs\22
+// HOST-SAME: \22runtime\22: {\22barrier\22: \22ditron_rt_barrier\22, \22signal\22: {\22set:gpu\22: \22ditron_rt_signal_set_gpu\22, \22set:sys\22: \22ditron_rt_signal_set_sys\22}, \22wait\22: \22ditron_rt_wait\22
+// HOST-SAME: ditron.pipeline = "ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-tile,ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core,ditron-emit-host-program"
+// HOST-NOT: func.func
+// HOST-NOT: "ditron_device.
+// HOST: sym_name = "gemm"
+// HOST-NOT: func.func
+// HOST-NOT: "ditron_device.
+// HOST: sym_name = "ditron_rt_wait"
+// HOST-NOT: func.func
+// HOST-NOT: "ditron_device.
+
+// One rank through ditron-default: a host program of one launch, no runtime kernel (nothing waits or signals).
+// SINGLE: module attributes {ditron.host_program = "{
+// SINGLE-SAME: \22name\22: \22single\22
+// SINGLE-NOT: ditron_rt_
+// SINGLE-NOT: func.func
+// SINGLE: sym_name = "[[K:[a-z_0-9]+]]"
+// SINGLE-NOT: ditron_rt_
+// SINGLE-NOT: func.func
 
 // MLP-LABEL: func.func @mlp
 // MLP-SAME: ditron.level = "device"

@@ -1,6 +1,6 @@
 // The device program's arguments keep the task arguments' layouts: ditron.layout, and for padded shardings the
 // ditron.global_shape that ditron-partition wrote (where the padding is: the simulator's inputs and checks need it).
-// RUN: ditron-opt %s --split-input-file --pass-pipeline=ditron-default | FileCheck %s
+// RUN: ditron-opt %s --split-input-file --pass-pipeline=ditron-device | FileCheck %s
 
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   // CHECK-LABEL: func.func @padded

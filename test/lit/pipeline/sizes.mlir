@@ -1,4 +1,4 @@
-// RUN: ditron-opt %s --split-input-file --pass-pipeline=ditron-default | FileCheck %s
+// RUN: ditron-opt %s --split-input-file --pass-pipeline=ditron-device | FileCheck %s
 // Programs at the kernels' largest dims (kernels.MAX_DIM = 2^30 rows) compile in about the time small ones do
 // (issue 25: the GEMM's notify counts were a walk over every tile, 10 s at 2^30 rows, hours at 2^40) and their
 // GEMMs store C (2^30 x 4096 bf16) with 64-bit offsets.
