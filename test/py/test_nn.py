@@ -317,9 +317,10 @@ def test_parallelize_numerics_and_heads(tw):
     x = torch.randn(2, 3, 16, dtype=torch.float64)
     want = Net(num_heads_attr=True)(x)
     world = tw(2)
+    nets = [Net(num_heads_attr=True) for _ in range(2)]  # here: the ranks' threads share torch's generator
 
     def rank(r, w):
-        net = dnn.parallelize(Net(num_heads_attr=True), w, PLAN)
+        net = dnn.parallelize(nets[r], w, PLAN)
         attn = net.layers[1].attn
         assert isinstance(attn.q_proj, dnn.ColumnParallelLinear) and isinstance(attn.o_proj, dnn.RowParallelLinear)
         assert attn.num_heads == 2, "an attention module's num_heads becomes this rank's"
