@@ -1,0 +1,51 @@
+"""What each ditron.ops op computes, per rank, from every rank's inputs: the semantics the tests and users check
+the compiled programs against. It takes torch tensors or numpy arrays and needs neither MLIR nor a GPU, so a GPU box
+(torch + triton only) checks against it too; task programs have their own reference (ditron.reference), which
+evaluates IR and needs the MLIR bindings. ``ditron.ops.reference`` is this function."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def reference(sig: Any, per_rank_inputs: Sequence[Sequence[Any]]) -> list[Any]:
+    """What the op computes, per rank, from every rank's inputs (numpy arrays or torch tensors; float64 for
+    numpy, float32 for torch): the semantics the tests check the compiled programs against."""
+    W, p = sig.world_size, sig.param
+    mod = _array_module(per_rank_inputs[0][0])
+    cat = mod.concatenate if mod.__name__ == "numpy" else mod.cat
+    up = (lambda x: x.astype("float64")) if mod.__name__ == "numpy" else (lambda x: x.float())
+    xs = [[up(x) for x in row] for row in per_rank_inputs]
+    if sig.op == "ag_gemm":
+        gathered = cat([row[0] for row in xs], 0)
+        return [gathered @ row[1] for row in xs]
+    if sig.op in ("gemm_rs", "gemm_ar"):
+        total = sum(row[0] @ row[1] for row in xs)
+        if sig.op == "gemm_ar":
+            return [total for _ in range(W)]
+        part = total.shape[0] // W
+        return [total[r * part:(r + 1) * part] for r in range(W)]
+    if sig.op == "all_gather":
+        gathered = cat([row[0] for row in xs], p["dim"])
+        return [gathered for _ in range(W)]
+    if sig.op == "all_to_all":
+        sd, cd = p["split_dim"], p["concat_dim"]
+        size = xs[0][0].shape[sd] // W
+        part = lambda x, r: x[tuple(slice(r * size, (r + 1) * size) if d == sd else slice(None)  # noqa: E731
+                                    for d in range(x.ndim))]
+        return [cat([part(row[0], r) for row in xs], cd) for r in range(W)]
+    total = sum(row[0] for row in xs)
+    if sig.op == "all_reduce":
+        return [total for _ in range(W)]
+    dim = p["dim"]
+    part = total.shape[dim] // W
+    index = lambda r: tuple(slice(r * part, (r + 1) * part) if d == dim else slice(None)  # noqa: E731
+                            for d in range(total.ndim))
+    return [total[index(r)] for r in range(W)]
+
+
+def _array_module(x):
+    import sys
+    if type(x).__module__.startswith("torch"):
+        return sys.modules["torch"]
+    import numpy
+    return numpy
