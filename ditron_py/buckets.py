@@ -249,26 +249,66 @@ def pad(x, prows: int, lay: Layout, fill=None):
 
 # ------------------------------------------------------------------------------------------------ calls
 
-# library -> {(bucket signature, id(world), rank): staging tensor}; a library's staging goes with it
+# library -> {(rows, other dims, dtype, device, stream, id(world), rank): staging tensor}: one staging tensor per
+# padded shape, shared by every op whose bucket program takes that first argument, on one stream (calls on one
+# stream run in order; calls on two could overlap); a library's staging goes with it
 _STAGING: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
 _PLANS: "weakref.WeakKeyDictionary[Any, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()  # call key -> plan
 _WORLDS: dict[int, Any] = {}   # id(world) -> world, so that a reused id cannot alias another world's staging
 
 
-def staging(library, sig: Signature, world, rank: int, like, *, make: bool = True):
-    """The staging tensor of ``sig``'s first argument for ``rank`` of ``world`` (zeros when first made; ``like``:
-    a tensor of the call, for the device and dtype). None when it does not exist and ``make`` is False (inside a
-    CUDA-graph capture nothing may be allocated)."""
+class StagingMissingError(OpError):
+    """A bucketed call inside a CUDA-graph capture whose staging tensor was never made (nothing may be allocated
+    inside a capture)."""
+
+
+def _stream_id(t) -> Any:
+    if getattr(t, "is_cuda", False):
+        import torch
+        return torch.cuda.current_stream(t.device).stream_id
+    return None
+
+
+def staging(library, shape: Sequence[int], world, rank: int, like, *, make: bool = True):
+    """The staging tensor of ``shape`` for ``rank`` of ``world`` on the current stream (zeros when first made;
+    ``like``: a tensor of the call, for the device and dtype). With ``make`` False (inside a CUDA-graph capture,
+    where nothing may be allocated) a missing one is a StagingMissingError."""
     held = _STAGING.setdefault(library, {})
     if _WORLDS.get(id(world)) is not world:
-        for key in [k for k in held if k[1] == id(world)]:
+        for key in [k for k in held if k[-2] == id(world)]:
             del held[key]
         _WORLDS[id(world)] = world
-    key = (sig, id(world), rank)
+    key = (tuple(shape), like.dtype, like.device, _stream_id(like), id(world), rank)
     t = held.get(key)
-    if t is None and make:
-        t = held[key] = like.new_zeros(sig.shapes[0])
+    if t is None:
+        if not make:
+            raise StagingMissingError(
+                f"a call of {like.shape[0]} rows runs the bucket program of {shape[0]} rows, whose staging tensor "
+                f"({'x'.join(map(str, shape))} {like.dtype}) does not exist yet, and a CUDA-graph capture cannot "
+                f"allocate it: run the step once eagerly, before the capture, with a row count of this bucket "
+                f"({shape[0] // 2 + 1}..{shape[0]} rows for a power of two)")
+        t = held[key] = like.new_zeros(tuple(shape))
     return t
+
+
+def operator_staging(op: str, tensors: Sequence[Any], world, library, params: Mapping[str, Any], max_rows: int,
+                     *, make: bool = True):
+    """For a torch operator's call (this rank's tensors, ``params`` normalised): (the tensors its bucket program
+    takes: the first one staged, the others as they are; a function from the program's output to the call's, or
+    None where the rows are a bucket's and nothing was staged)."""
+    lib = library or ops.default_library()
+    W = world.world_size
+    x = tensors[0]
+    rows = x.shape[0]
+    prows = bucket_rows(op, rows, W, max_rows, params)
+    if prows == rows:
+        return tuple(tensors), None
+    lay = layout(op, W, params)
+    rank = 0 if world.is_virtual else world.rank
+    st = staging(lib, (prows, *x.shape[1:]), world, rank, x, make=make)
+    pad_into(x, st, lay)
+    rows_out = ops.output_shape(op, [tuple(t.shape) for t in tensors], W, params)[0]
+    return (st, *tensors[1:]), lambda y: real_rows(y, rows_out, lay)
 
 
 def padded_call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], *, max_rows: int, out=None,
@@ -293,7 +333,7 @@ def padded_call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], 
     sig, padded, lay = plan
     if padded is sig:
         return ops._call(op, tensors, world, params, out, sync, lib, passes, graph)
-    stage = [staging(lib, padded, world, r, row[0]) for r, row in enumerate(per)]
+    stage = [staging(lib, padded.shapes[0], world, r, row[0]) for r, row in enumerate(per)]
     for x, s in zip((row[0] for row in per), stage):
         pad_into(x, s, lay)
     if world.is_virtual:
@@ -364,4 +404,5 @@ def padding_overhead(sig: Signature, max_rows: int) -> float:
 
 __all__ = ["Layout", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "bucket_for", "bucket_rows",
            "bucket_signature", "bucket_sizes", "gemm_ar", "gemm_rs", "layout", "pad", "pad_into", "padded_call",
-           "padding_overhead", "prebuild", "real_rows", "reduce_scatter", "signatures"]
+           "operator_staging", "padding_overhead", "prebuild", "real_rows", "reduce_scatter", "signatures",
+           "staging", "StagingMissingError"]
