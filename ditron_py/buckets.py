@@ -118,13 +118,14 @@ def _max_units(op: str, lay: Layout, max_rows: int) -> int:
 def bucket_rows(op: str, rows: int, world_size: int, max_rows: int, params: Mapping[str, Any] | None = None) -> int:
     """The rows of the program that serves a call of ``rows`` rows (dim 0 of the first argument)."""
     lay = layout(op, world_size, params)
+    max_units = _max_units(op, lay, max_rows)
     if rows > max_rows:
         raise OpError(f"{op}: {rows} rows exceed max_rows={max_rows}; raise max_rows (it costs one more program "
                       "per power of two)")
     if rows % lay.unit:
         raise OpError(f"{op}: the {rows} rows do not split over {lay.unit} ranks; use a row count divisible by "
                       f"{lay.unit}")
-    return lay.unit * bucket_for(rows // lay.unit, _max_units(op, lay, max_rows))
+    return lay.unit * bucket_for(rows // lay.unit, max_units)
 
 
 def bucket_signature(sig: Signature, max_rows: int) -> Signature:
