@@ -53,6 +53,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import ops
 from .ops import OpError, Signature
+from .runtime.callplan import CaptureNotPreparedError
 
 # ops whose first argument's rows are split over the ranks (in units of W rows), by parameter
 _SPLIT_ROWS = {"gemm_rs": None, "reduce_scatter": ("dim", 0), "all_to_all": ("split_dim", 0)}
@@ -258,9 +259,9 @@ _PLANS: "weakref.WeakKeyDictionary[Any, dict[tuple, tuple]]" = weakref.WeakKeyDi
 _WORLDS: dict[int, Any] = {}   # id(world) -> world, so that a reused id cannot alias another world's staging
 
 
-class StagingMissingError(OpError):
+class StagingMissingError(CaptureNotPreparedError):
     """A bucketed call inside a CUDA-graph capture whose staging tensor was never made (nothing may be allocated
-    inside a capture)."""
+    inside a capture): the capture was not prepared by an eager call of the bucket."""
 
 
 def _stream_id(t) -> Any:

@@ -167,7 +167,7 @@ class ColumnParallelLinear(torch.nn.Module, _ParallelLinear):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features} "
                 f"(rank {self.rank} of {self.world_size}: {self.local_out_features}), input={self.input}, "
-                f"bias={self.bias is not None}")
+                f"bias={self.bias is not None}" + (f", max_rows={self.max_rows}" if self.max_rows else ""))
 
 
 class RowParallelLinear(torch.nn.Module, _ParallelLinear):

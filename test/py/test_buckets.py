@@ -329,3 +329,83 @@ def test_operator_staging_pads_once_per_bucket_and_capture_needs_it():
     with pytest.raises(buckets.StagingMissingError, match="run the step once eagerly"):
         buckets.operator_staging("gemm_ar", (_data((5, 6), gen), _data((6, 4), gen)), world, lib, {}, 64,
                                  make=False)
+
+
+# ------------------------------------------------------------------------------------------------ ditron.nn
+
+class BucketThreadWorld:
+    """test_nn's world of threads, its calls going through the torch operators' bucketing (ditron.buckets'
+    operator_staging and the real rows of the bucket program's output) when a layer passes max_rows."""
+
+    def __init__(self, world_size):
+        from test_nn import ThreadWorld
+        self.inner = ThreadWorld(world_size)
+        self.library = ops.Library(None, target="cuda:90")
+
+    def call_op(self, op, a, b, handle, params):
+        params = dict(params)
+        max_rows = params.pop("max_rows", 0)
+        if not max_rows:
+            return self.inner.call_op(op, a, b, handle, params)
+        world = torch_ops.world_of(handle)
+        (pa, pb), finish = buckets.operator_staging(op, (a, b), world, self.library, params, max_rows)
+        y = self.inner.call_op(op, pa, pb, handle, params)
+        return y if finish is None else finish(y)
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_layers_serve_any_rows_from_their_buckets(monkeypatch, W):
+    """A sequence-parallel MLP (ag_gemm then gemm_rs) and a replicated one (gemm_ar) at many token counts: every
+    result is the unsharded MLP's, and the ops only ever see a bucket's rows."""
+    from test_nn import _linear
+
+    from ditron import nn as dnn
+    from ditron.nn import linear as nn_linear
+    tw = BucketThreadWorld(W)
+    monkeypatch.setattr(nn_linear, "call_op", tw.call_op)
+    up, down = _linear(16, 24 * W // 2, seed=5), _linear(24 * W // 2, 16, seed=6)
+    tokens = [W * t for t in (1, 3, 5, 6, 11, 16, 2, 7)]
+
+    def rank(r, w):
+        col = dnn.ColumnParallelLinear(up, w, input="sequence", max_rows=16)
+        row = dnn.RowParallelLinear(down, w, output="sequence", max_rows=16 * W)
+        col_r, row_r = dnn.ColumnParallelLinear(up, w, max_rows=16 * W), dnn.RowParallelLinear(down, w, max_rows=16 * W)
+        outs = []
+        for t in tokens:
+            x = torch.randn(t, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(t))
+            want = down(torch.relu(up(x)))
+            per = t // W
+            got = row(torch.relu(col(x[r * per:(r + 1) * per])))
+            outs.append((got, want[r * per:(r + 1) * per]))
+            outs.append((row_r(torch.relu(col_r(x))), want))
+        return outs
+    for outs in tw.inner.run(rank):
+        for got, want in outs:
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    seen = {(c[1], c[2][0]) for c in tw.inner.calls}
+    assert {m for op, m in seen if op == "ag_gemm"} == {1, 2, 4, 8, 16}
+    assert {m for op, m in seen if op == "gemm_rs"} == {W * b for b in (1, 2, 4, 8, 16)}
+    assert {m for op, m in seen if op == "gemm_ar"} <= set(buckets.bucket_sizes(16 * W))
+
+
+def test_parallelize_and_signatures_take_max_rows():
+    from test_nn import Net
+
+    from ditron import nn as dnn
+    plan = {"layers.*.attn.q_proj": dnn.Colwise(input="sequence"), "layers.*.attn.o_proj": dnn.Rowwise(output="sequence")}
+    net = dnn.parallelize(Net(), World(2, 0, torch.device("cpu")), plan, max_rows=512)
+    assert net.layers[0].attn.q_proj.max_rows == 256, "a sequence-parallel input holds 1/W of the tokens"
+    assert net.layers[0].attn.o_proj.max_rows == 512
+    assert "max_rows=256" in repr(net.layers[0].attn.q_proj)
+    net = Net().to(torch.bfloat16)
+    sigs = dnn.signatures(net, 2, range(2, 513, 2), plan, max_rows=512)
+    ag = sorted(s.shapes[0][0] for s in sigs if s.op == "ag_gemm")
+    rs = sorted(s.shapes[0][0] for s in sigs if s.op == "gemm_rs")
+    assert ag == [1, 2, 4, 8, 16, 32, 64, 128, 256] and rs == [2 * b for b in ag]
+    with pytest.raises(dnn.ParallelError, match="600 rows exceed max_rows=512"):
+        dnn.signatures(net, 2, [600], plan, max_rows=512)
+    with pytest.raises(dnn.ParallelError, match="max_rows is the most tokens"):
+        dnn.parallelize(Net(), World(2, 0, torch.device("cpu")), plan, max_rows=-3)
+    with pytest.raises(dnn.ParallelError, match="ColumnParallelLinear: max_rows is the most rows"):
+        dnn.ColumnParallelLinear(torch.nn.Linear(4, 4), World(2, 0, torch.device("cpu")), max_rows="8")
