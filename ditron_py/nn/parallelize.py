@@ -16,6 +16,10 @@ Attention heads. A column-parallel layer whose parent module has an int ``head_d
 modules) outputs whole heads: its out_features must divide into heads over the ranks, else a ParallelError. A
 parent's int ``num_heads`` / ``num_key_value_heads`` attributes (older attention modules that reshape by them) are
 divided by W; transformers' current modules reshape with -1 and need nothing.
+
+Batch sizes. ``parallelize(..., max_rows=N)``: N is the most tokens per call over the whole world; each layer gets
+its share (N / W rows for a sequence-parallel input, else N) and serves any row count up to it from its op's
+power-of-two bucket programs (ditron.buckets). ``signatures(..., max_rows=N)`` lists those programs.
 """
 from __future__ import annotations
 
