@@ -21,6 +21,10 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from test_ops_gpu import _gpu  # noqa: E402
+from test_ops_gpu import close_enough as _close  # noqa: E402
+from test_ops_gpu import make_inputs as _inputs  # noqa: E402
+
 from ditron import buckets, ops  # noqa: E402
 
 HERE = Path(__file__).resolve()
@@ -75,29 +79,6 @@ def lib(tmp_path_factory):
     root = tmp_path_factory.mktemp("bucket_arts")
     build(str(root))
     return ops.Library(root, target=TARGET, compile=False)
-
-
-def _gpu():
-    import torch
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip(f"the programs are built for {TARGET}")
-
-
-def _inputs(s: ops.Signature, seed: int):
-    import torch
-    out = []
-    for r in range(s.world_size):
-        g = torch.Generator(device="cuda").manual_seed(1000 * seed + r)
-        out.append([torch.randn(shape, generator=g, device="cuda").to(torch.bfloat16) for shape in s.shapes])
-    return out
-
-
-def _close(got, want) -> bool:
-    import torch
-    scale = max(float(want.abs().max()), 1.0)
-    return got.shape == want.shape and torch.allclose(got.float(), want, rtol=2 ** -6, atol=2 ** -6 * scale)
 
 
 pytestmark = pytest.mark.gpu
