@@ -29,9 +29,10 @@ view of a fresh output, no copy), or where the output holds W blocks, the first 
 a split-row op each of the W parts is padded at its end (the staging tensor holds W parts of P/W rows). The rows
 past M in the staging tensor keep whatever an earlier call left there (zero at first): every op here computes each
 output row from the same row of its inputs (a GEMM's row i of C from row i of A; a collective's row i from the
-ranks' rows i), so no padding row reaches a real one, and the real rows are exactly those of the program at M
-rows would compute with the bucket's tile plan. A call whose M is a bucket's size passes its tensors on as they
-are.
+ranks' rows i), so no padding row reaches a real one: the real rows are what a program of M rows with the
+bucket's tile plan computes (bit for bit; a program compiled for M itself may round differently where ditron-tile
+picks another plan for it, e.g. another split of K). A call whose M is a bucket's size passes its tensors on as
+they are.
 
 Cost. A call in a bucket of P rows does the work of P rows: at most twice its own (M = P/2 + 1), a third more on
 average over M uniform in a bucket. Where M is under the GEMM's block_m (decode batches) the padded GEMM runs the
@@ -293,6 +294,15 @@ def staging(library, shape: Sequence[int], world, rank: int, like, *, make: bool
     return t
 
 
+def release_staging(library=None) -> None:
+    """Free the staging tensors of ``library`` (default: of every library), after the calls and CUDA graphs that
+    use them are done; later calls make them again."""
+    if library is None:
+        _STAGING.clear()
+    else:
+        _STAGING.pop(library, None)
+
+
 def operator_staging(op: str, tensors: Sequence[Any], world, library, params: Mapping[str, Any], max_rows: int,
                      *, make: bool = True):
     """For a torch operator's call (this rank's tensors, ``params`` normalised): (the tensors its bucket program
@@ -406,5 +416,5 @@ def padding_overhead(sig: Signature, max_rows: int) -> float:
 
 __all__ = ["Layout", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "bucket_for", "bucket_rows",
            "bucket_signature", "bucket_sizes", "gemm_ar", "gemm_rs", "layout", "pad", "pad_into", "padded_call",
-           "operator_staging", "padding_overhead", "prebuild", "real_rows", "reduce_scatter", "signatures",
+           "operator_staging", "padding_overhead", "prebuild", "real_rows", "reduce_scatter", "release_staging", "signatures",
            "staging", "StagingMissingError"]

@@ -326,6 +326,9 @@ def test_operator_staging_pads_once_per_bucket_and_capture_needs_it():
     assert finish(torch.arange(4.0)[:, None]).flatten().tolist() == [0.0, 1.0, 2.0]  # the 3 real rows of 4
     shared, _ = buckets.operator_staging("gemm_ar", (_data((5, 4), gen), x8), world, lib, {}, 64, make=False)
     assert shared[0] is staged, "ops whose bucket programs take the same first argument share its staging"
+    buckets.release_staging(lib)
+    fresh, _ = buckets.operator_staging("gemm_rs", (x6, x8), world, lib, {}, 64)
+    assert fresh[0] is not staged and torch.equal(fresh[0][3], torch.zeros(4, dtype=BF16)), "made again, zeros"
     with pytest.raises(buckets.StagingMissingError, match="run the step once eagerly"):
         buckets.operator_staging("gemm_ar", (_data((5, 6), gen), _data((6, 4), gen)), world, lib, {}, 64,
                                  make=False)
