@@ -195,9 +195,7 @@ def _run(op: str, tensors, handle: str, params: dict[str, Any], max_rows: int = 
     through the op's bucket programs (ditron.buckets: the first argument staged, the real rows returned)."""
     world, library, capturable = _entry(handle)
     p = _check(op, tensors, world.world_size, params)
-    for i, t in enumerate(tensors):
-        if t.device.type != "cuda":
-            raise ops.OpError(f"{op}: argument {i} is on {t.device}; ditron's ops run on CUDA tensors")
+    _check_device(op, tensors)
     capturing = torch.cuda.is_current_stream_capturing()
     finish = None
     if max_rows:
@@ -217,6 +215,12 @@ def _run(op: str, tensors, handle: str, params: dict[str, Any], max_rows: int = 
             from .runtime.callplan import plan_for
             plan_for(_executable(op, tensors, world, library, p), world, make=True)
     return out if finish is None else finish(out)
+
+
+def _check_device(op: str, tensors) -> None:
+    for i, t in enumerate(tensors):
+        if t.device.type != "cuda":
+            raise ops.OpError(f"{op}: argument {i} is on {t.device}; ditron's ops run on CUDA tensors")
 
 
 def _max_rows(op: str, max_rows) -> int:

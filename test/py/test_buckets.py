@@ -412,3 +412,32 @@ def test_parallelize_and_signatures_take_max_rows():
         dnn.parallelize(Net(), World(2, 0, torch.device("cpu")), plan, max_rows=-3)
     with pytest.raises(dnn.ParallelError, match="ColumnParallelLinear: max_rows is the most rows"):
         dnn.ColumnParallelLinear(torch.nn.Linear(4, 4), World(2, 0, torch.device("cpu")), max_rows="8")
+
+
+def test_operator_runs_the_bucket_program_and_returns_the_real_rows(monkeypatch):
+    """torch.ops.ditron.<op>(..., max_rows) through its implementation, on rank 0 of a real world of 2 whose ranks
+    hold the same tensors (the GPU's ops._call replaced by the op's reference at the program's shapes, the CUDA
+    check lifted): the bucket program gets the staged rows, the caller the real ones, for a split-row op (gemm_rs),
+    a blocked output (ag_gemm) and an end-sliced one (gemm_ar)."""
+    world = World(2, 0, torch.device("cpu"))
+    lib = ops.Library(None, target="cuda:90")
+    h = torch_ops.register_world(world, lib, capturable=False)
+    seen = []
+
+    def fake_call(op, tensors, world_, params, out, sync, library, passes, graph=False):
+        s = sig(op, [tuple(t.shape) for t in tensors], 2, virtual=False, **params)
+        seen.append((op, s.shapes[0][0]))
+        out.copy_(ops.reference(s, [list(tensors)] * 2)[0].to(out.dtype))
+        return out
+    monkeypatch.setattr(torch_ops, "_check_device", lambda op, tensors: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(ops, "_call", fake_call)
+    gen = torch.Generator().manual_seed(11)
+    b = _data((16, 8), gen)
+    for m in (6, 10, 8):
+        a = _data((m, 16), gen)
+        for op in ("gemm_rs", "ag_gemm", "gemm_ar"):
+            y = getattr(torch.ops.ditron, op)(a, b, h, max_rows=32)
+            want = ops.reference(sig(op, [(m, 16), (16, 8)], 2, virtual=False), [[a, b]] * 2)[0].to(BF16)
+            assert y.shape == want.shape and torch.equal(y, want), (op, m)
+    assert {rows for _, rows in seen} == {8, 16}
