@@ -71,8 +71,9 @@ def _holds(table: Mapping[str, Any], op: str, params: Mapping[str, Any]) -> bool
 
 @dataclass(frozen=True)
 class Layout:
-    """Where an op's rows are. ``unit``: rows per bucket unit (W where the input rows are split over the ranks,
-    else 1); ``split_in``: the input holds W parts; ``cat_out``: the output holds W blocks."""
+    """Where an op's rows are. ``unit``: rows per bucket unit (W where the rows are split over the ranks: the input's
+    parts, or two_shot's reduce-scatter; else 1); ``split_in``: the input holds W parts (each padded at its end);
+    ``cat_out``: the output holds W blocks."""
 
     unit: int
     split_in: bool
@@ -85,7 +86,9 @@ def layout(op: str, world_size: int, params: Mapping[str, Any] | None = None) ->
         raise OpError(f"unknown op '{op}'; ditron.ops has {', '.join(ops.OPS)}")
     p = dict(params or {})
     split, cat = _holds(_SPLIT_ROWS, op, p), _holds(_CAT_ROWS, op, p)
-    return Layout(world_size if split else 1, split, cat, world_size)
+    # two_shot scatters the rows over the ranks (its reduce-scatter half): they count in units of W, padded at the end
+    whole_units = split or p.get("algorithm") == "two_shot"
+    return Layout(world_size if whole_units else 1, split, cat, world_size)
 
 
 def bucket_sizes(max_units: int) -> tuple[int, ...]:

@@ -48,6 +48,9 @@ def test_layouts_follow_where_each_op_keeps_its_rows():
     assert L("all_gather", 3, {"dim": 0}).cat_out and not L("all_gather", 3, {"dim": 1}).cat_out
     assert L("reduce_scatter", 3, {"dim": 0}).unit == 3 and L("reduce_scatter", 3, {"dim": 1}).unit == 1
     assert L("all_reduce", 3) == buckets.Layout(1, False, False, 3)
+    # two_shot reduce-scatters the rows: whole units of W, padded at the end
+    assert L("all_reduce", 3, {"algorithm": "two_shot"}) == buckets.Layout(3, False, False, 3)
+    assert L("gemm_ar", 3, {"algorithm": "two_shot"}).unit == 3
     a2a = L("all_to_all", 3, {"split_dim": 0, "concat_dim": 0})
     assert a2a.split_in and a2a.cat_out and a2a.unit == 3
     reshard = L("all_to_all", 3, {"split_dim": 1, "concat_dim": 0})
@@ -173,6 +176,8 @@ CASES = [
     ("reduce_scatter", lambda W: [(7 * W, 8)], {"dim": 0}),
     ("reduce_scatter", lambda W: [(7, 4 * W)], {"dim": 1}),
     ("all_reduce", lambda W: [(7, 8)], {}),
+    ("all_reduce", lambda W: [(7 * W, 8)], {"algorithm": "two_shot"}),
+    ("gemm_ar", lambda W: [(7 * W, 16), (16, 8)], {"algorithm": "two_shot"}),
     ("all_to_all", lambda W: [(7 * W, 8)], {"split_dim": 0, "concat_dim": 0}),
     ("all_to_all", lambda W: [(7, 4 * W)], {"split_dim": 1, "concat_dim": 0}),
     ("all_to_all", lambda W: [(7 * W, 8)], {"split_dim": 0, "concat_dim": 1}),
@@ -258,12 +263,13 @@ SIM_CASES = [
     ("all_gather", lambda W: [(5, 16)], {}),
     ("reduce_scatter", lambda W: [(5 * W, 16)], {}),
     ("all_reduce", lambda W: [(5, 16)], {}),
+    ("all_reduce", lambda W: [(5 * W, 16)], {"algorithm": "two_shot"}),
     ("all_to_all", lambda W: [(5 * W, 16)], {}),
 ]
 
 
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("op,shapes,params", SIM_CASES, ids=[c[0] for c in SIM_CASES])
+@pytest.mark.parametrize("op,shapes,params", SIM_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(SIM_CASES)])
 def test_bucket_programs_simulate_to_the_real_rows(op, shapes, params, W):
     """5 rows (or units) per call run the 8-row bucket program: M = 5 W divides into no power of two, and W = 3
     divides no bucket of rows."""
