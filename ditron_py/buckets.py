@@ -268,6 +268,17 @@ class StagingMissingError(CaptureNotPreparedError):
     inside a capture): the capture was not prepared by an eager call of the bucket."""
 
 
+def _register(world) -> None:
+    """Remember ``world`` under its id, forgetting the staging and plans of an earlier world of the same id."""
+    if _WORLDS.get(id(world)) is world:
+        return
+    for held, at in ((_STAGING, -2), (_PLANS, 1)):
+        for entries in held.values():
+            for key in [k for k in entries if k[at] == id(world)]:
+                del entries[key]
+    _WORLDS[id(world)] = world
+
+
 def _stream_id(t) -> Any:
     if getattr(t, "is_cuda", False):
         import torch
@@ -279,11 +290,8 @@ def staging(library, shape: Sequence[int], world, rank: int, like, *, make: bool
     """The staging tensor of ``shape`` for ``rank`` of ``world`` on the current stream (zeros when first made;
     ``like``: a tensor of the call, for the device and dtype). With ``make`` False (inside a CUDA-graph capture,
     where nothing may be allocated) a missing one is a StagingMissingError."""
+    _register(world)
     held = _STAGING.setdefault(library, {})
-    if _WORLDS.get(id(world)) is not world:
-        for key in [k for k in held if k[-2] == id(world)]:
-            del held[key]
-        _WORLDS[id(world)] = world
     key = (tuple(shape), like.dtype, like.device, _stream_id(like), id(world), rank)
     t = held.get(key)
     if t is None:
@@ -337,10 +345,11 @@ def padded_call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], 
     per = ops._per_rank(op, tensors, world)
     ops._check_out(op, out, world)
     first = per[0]
+    _register(world)
     held = _PLANS.setdefault(lib, {})
     key = (op, id(world), tuple((tuple(t.shape), t.dtype) for t in first), tuple(params.items()),
            ops._pass_triples(passes), max_rows)
-    plan = held.get(key) if _WORLDS.get(id(world)) is world else None
+    plan = held.get(key)
     if plan is None:  # the call's own signature checks it as ops would (shapes, rows over the ranks, parameters)
         sig = Signature(op, tuple(tuple(t.shape) for t in first), ops._dtype_name(first[0]), world.world_size,
                         world.is_virtual, lib.target or "cuda:90", tuple(params.items()), ops._pass_triples(passes))

@@ -447,3 +447,22 @@ def test_operator_runs_the_bucket_program_and_returns_the_real_rows(monkeypatch)
             want = ops.reference(sig(op, [(m, 16), (16, 8)], 2, virtual=False), [[a, b]] * 2)[0].to(BF16)
             assert y.shape == want.shape and torch.equal(y, want), (op, m)
     assert {rows for _, rows in seen} == {8, 16}
+
+
+def test_repeated_calls_skip_the_signatures(fake_library, monkeypatch):
+    """A call like an earlier one (op, world, shapes, parameters) finds its bucket plan without building a
+    Signature, padded or exact."""
+    world = World(2, None, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(5)
+    built, watching = [], []
+    real = ops.Signature.__post_init__
+    monkeypatch.setattr(ops.Signature, "__post_init__",
+                        lambda self: (built.append(self) if watching else None) or real(self))
+    for m in (5, 8):
+        args = [[_data((m, 16), gen) for _ in range(2)], [_data((16, 8), gen) for _ in range(2)]]
+        buckets.ag_gemm(*args, world, max_rows=64, library=fake_library)
+        watching.append(m)
+        buckets.ag_gemm(*args, world, max_rows=64, library=fake_library)
+        watching.clear()
+        assert not built, f"{m} rows"
+    assert [s.shapes[0][0] for s in fake_library.loads] == [8]
