@@ -22,9 +22,9 @@ Where an op concatenates every rank's rows (ag_gemm, all_gather along dim 0, all
 holds W blocks, one per rank.
 
 Padding. A call of M rows in a bucket of P > M rows copies its first argument into a staging tensor of P rows
-(kept per bucket, world and device, and reused by every call that falls into the bucket: stream order on the
-caller's stream makes the reuse safe, since the executor joins its streams back into the caller's before a call
-returns), runs the bucket's program, and returns the real rows of the program's output: the first rows of it (a
+(kept per padded shape, world and device, and reused by every call that falls into the bucket: stream order on
+the caller's stream makes the reuse safe, since the executor joins its streams back into the caller's before a call
+returns; calls of one bucket on two streams at once are not, as for the op's own symmetric buffers), runs the bucket's program, and returns the real rows of the program's output: the first rows of it (a
 view of a fresh output, no copy), or where the output holds W blocks, the first rows of each block (one copy). In
 a split-row op each of the W parts is padded at its end (the staging tensor holds W parts of P/W rows). The rows
 past M in the staging tensor keep whatever an earlier call left there (zero at first): every op here computes each
@@ -255,9 +255,10 @@ def pad(x, prows: int, lay: Layout, fill=None):
 
 # ------------------------------------------------------------------------------------------------ calls
 
-# library -> {(rows, other dims, dtype, device, stream, id(world), rank): staging tensor}: one staging tensor per
-# padded shape, shared by every op whose bucket program takes that first argument, on one stream (calls on one
-# stream run in order; calls on two could overlap); a library's staging goes with it
+# library -> {(padded shape, dtype, device, id(world), rank): staging tensor}: one staging tensor per padded shape,
+# shared by every op whose bucket program takes that first argument. Calls enqueued on one stream run in order, a
+# CUDA graph's replays too (its capture stream forks from the caller's and joins it back); calls on two streams at
+# once would race here as they do on an op's own symmetric heap. A library's staging goes with it.
 _STAGING: "weakref.WeakKeyDictionary[Any, dict[tuple, Any]]" = weakref.WeakKeyDictionary()
 _PLANS: "weakref.WeakKeyDictionary[Any, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()  # call key -> plan
 _WORLDS: dict[int, Any] = {}   # id(world) -> world, so that a reused id cannot alias another world's staging
@@ -279,20 +280,13 @@ def _register(world) -> None:
     _WORLDS[id(world)] = world
 
 
-def _stream_id(t) -> Any:
-    if getattr(t, "is_cuda", False):
-        import torch
-        return torch.cuda.current_stream(t.device).stream_id
-    return None
-
-
 def staging(library, shape: Sequence[int], world, rank: int, like, *, make: bool = True):
-    """The staging tensor of ``shape`` for ``rank`` of ``world`` on the current stream (zeros when first made;
+    """The staging tensor of ``shape`` for ``rank`` of ``world`` (zeros when first made;
     ``like``: a tensor of the call, for the device and dtype). With ``make`` False (inside a CUDA-graph capture,
     where nothing may be allocated) a missing one is a StagingMissingError."""
     _register(world)
     held = _STAGING.setdefault(library, {})
-    key = (tuple(shape), like.dtype, like.device, _stream_id(like), id(world), rank)
+    key = (tuple(shape), like.dtype, like.device, id(world), rank)
     t = held.get(key)
     if t is None:
         if not make:
