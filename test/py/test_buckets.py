@@ -235,7 +235,6 @@ def _simulate_bucket(op, shapes, W, max_rows, params, seed=0):
     hold large garbage; the real rows of its outputs against the op's reference at the call's own rows."""
     s = sig(op, shapes, W, **params)
     p = buckets.bucket_signature(s, max_rows)
-    assert p.shapes[0][0] > s.shapes[0][0], "the case must pad"
     lay = buckets.layout(op, W, s.param)
     text, _ = ops.lower(p)
     rng = np.random.default_rng(seed)
@@ -275,6 +274,18 @@ def test_bucket_programs_simulate_to_the_real_rows(op, shapes, params, W):
     divides no bucket of rows."""
     unit = buckets.layout(op, W, params).unit
     _simulate_bucket(op, shapes(W), W, 64 * unit, params)
+
+
+@pytest.mark.parametrize("op,W", [("ag_gemm", 3), ("gemm_rs", 3), ("all_reduce", 2)])
+def test_every_bucket_of_a_range_simulates(op, W):
+    """Every bucket serving 1..20 rows (units), each at the fewest rows it serves (one more than the bucket below)."""
+    unit = buckets.layout(op, W).unit
+    sizes = buckets.bucket_sizes(20)
+    for lower, size in zip((0, *sizes), sizes):
+        m = unit * (lower + 1)
+        shapes = [(m, 32), (32, 16)] if op != "all_reduce" else [(m, 16)]
+        assert buckets.bucket_rows(op, m, W, 20 * unit) == unit * size
+        _simulate_bucket(op, shapes, W, 20 * unit, {})
 
 
 def test_a_large_odd_call_simulates_in_its_bucket():
