@@ -20,7 +20,8 @@ Batch sizes. ``max_rows=N`` (both layers; 0, the default, compiles one program p
 any number of rows 1..N of its input on this rank (the input's leading dims flattened: tokens per call) from its
 op's power-of-two bucket programs (ditron.buckets, the operators' ``max_rows``): a serving process that meets many
 batch sizes compiles about log2(N) + 1 programs per op, ahead (``buckets.prebuild(ditron.nn.signatures(model, W,
-rows, max_rows=...))``) or on a bucket's first call.
+rows, max_rows=...))``) or on a bucket's first call. A column-parallel layer on a replicated input (a local
+``torch.matmul``) needs no program; its max_rows only bounds the rows, like the others'.
 
 Inference only: ditron's operators have no backward.
 
@@ -155,7 +156,9 @@ class ColumnParallelLinear(torch.nn.Module, _ParallelLinear):
     def forward(self, x):
         a = self._flat(x, self.in_features, "ColumnParallelLinear")
         if self.input == "replicated":
-            y = torch.matmul(a, self._b())
+            if self.max_rows and isinstance(a.shape[0], int) and a.shape[0] > self.max_rows:
+                raise ParallelError(f"ColumnParallelLinear: {a.shape[0]} rows exceed max_rows={self.max_rows}")
+            y = torch.matmul(a, self._b())  # a local GEMM: any rows, no program
             shape = (*x.shape[:-1], self.local_out_features)
         else:
             y = call_op("ag_gemm", a.contiguous(), self._b(), self.handle, self._params())

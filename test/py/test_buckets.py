@@ -427,6 +427,10 @@ def test_parallelize_and_signatures_take_max_rows():
         dnn.signatures(net, 2, [600], plan, max_rows=512)
     with pytest.raises(dnn.ParallelError, match="max_rows is the most tokens"):
         dnn.parallelize(Net(), World(2, 0, torch.device("cpu")), plan, max_rows=-3)
+    local = dnn.ColumnParallelLinear(torch.nn.Linear(4, 4), World(2, 0, torch.device("cpu")), max_rows=8)
+    assert local(torch.zeros(2, 4, 4)).shape == (2, 4, 2)
+    with pytest.raises(dnn.ParallelError, match="12 rows exceed max_rows=8"):
+        local(torch.zeros(3, 4, 4))
     with pytest.raises(dnn.ParallelError, match="ColumnParallelLinear: max_rows is the most rows"):
         dnn.ColumnParallelLinear(torch.nn.Linear(4, 4), World(2, 0, torch.device("cpu")), max_rows="8")
 
