@@ -269,7 +269,7 @@ def expected_outputs(world: int, q, k, v, scale: float | None = None):
 def program(W: int, B: int, HQ: int, HKV: int, D: int, L: int, *, dtype: str = "bf16", sm_budget: int = 132,
             target: str = "cuda:90", scale: float | None = None, block_n: int = BLOCK_N, num_warps: int = NUM_WARPS,
             num_stages: int = NUM_STAGES, barrier: bool = False):
-    """The flash-decode device program (ditron.device) for W ranks: inputs q [B, HQ, D], k, v [B, HKV, S, D] (S =
+    """The flash-decode device program (ditron.device) for W ranks: inputs q [B, HQ, D], k, v [B * HKV, S, D] (S =
     capacity(L, W); this rank's shard, rank r's first shard_lengths(L, W)[r] positions valid); outputs o
     [B, HQ, D] (dtype) and lse [B, HQ] (f32). One launch; ``barrier``: end with a barrier of every rank (not
     needed between calls: the partials are double-buffered, see the module doc)."""
@@ -280,12 +280,12 @@ def program(W: int, B: int, HQ: int, HKV: int, D: int, L: int, *, dtype: str = "
     ptr = "*" + {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[dtype]
     p = dd.Program("flash_decode", W, target=target)
     q = p.input("q", (B, HQ, D), dtype)
-    k = p.input("k", (B, HKV, S, D), dtype)
-    v = p.input("v", (B, HKV, S, D), dtype)
+    k = p.input("k", (B * HKV, S, D), dtype)         # buffers have rank <= 3: (b, h) flattened, as the kernel
+    v = p.input("v", (B * HKV, S, D), dtype)         # indexes them
     o = p.output("o", (B, HQ, D), dtype)
     lse = p.output("lse", (B, HQ), "f32")
-    part_o = p.symmetric("part_o", (2 * W * splits, B, HQ, D), "f32")
-    part_lse = p.symmetric("part_lse", (2 * W * splits, B, HQ), "f32")
+    part_o = p.symmetric("part_o", (2 * W * splits, B * HQ, D), "f32")
+    part_lse = p.symmetric("part_lse", (2 * W * splits, B * HQ), "f32")
     ready = p.signal_pad("ready", B * HKV * W * splits)
     kernel = p.jit(flash_decode_kernel,
                    signature={"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32",
@@ -301,8 +301,9 @@ def program(W: int, B: int, HQ: int, HKV: int, D: int, L: int, *, dtype: str = "
 
 
 def build(W: int, shapes, dtype: str, *, sm_budget: int, target: str, kv_len: int, **options: Any):
-    """The program for a call on tensors q [B, HQ, D], k, v [B, HKV, S, D] (the builder of ``op``)."""
-    (B, HQ, D), (_, HKV, S, _), _ = shapes
+    """The program for a call on tensors q [B, HQ, D], k, v [B * HKV, S, D] (the builder of ``op``)."""
+    (B, HQ, D), (BH, S, _), _ = shapes
+    HKV = BH // B
     if S != capacity(kv_len, W):
         raise ValueError(f"flash_decode: the shards hold {S} positions; a cache of {kv_len} over {W} ranks needs "
                          f"{capacity(kv_len, W)} (shard_kv pads them)")
@@ -310,8 +311,9 @@ def build(W: int, shapes, dtype: str, *, sm_budget: int, target: str, kv_len: in
 
 
 def op(directory=None, target=None):
-    """Flash-decode as an op on torch tensors (ditron.user_ops.UserOp): ``op()(qs, ks, vs, world=World.virtual(W),
-    kv_len=L)`` -> [[o, lse] per rank] (virtual), ``op()(q, k, v, world=World.from_torch(), kv_len=L)`` -> [o, lse]."""
+    """Flash-decode as an op on torch tensors (ditron.user_ops.UserOp), k and v as [B * HKV, S, D]: ``op()(qs, ks,
+    vs, world=World.virtual(W), kv_len=L)`` -> [[o, lse] per rank] (virtual), ``op()(q, k, v,
+    world=World.from_torch(), kv_len=L)`` -> [o, lse] (real)."""
     from ditron.user_ops import UserOp
     return UserOp("flash_decode", build, arity=3, directory=directory, target=target)
 
@@ -328,7 +330,9 @@ def flash_decode(q, k_shard, v_shard, *, kv_len: int, world, graph: bool = False
     if user_op is None:
         _OP = _OP or op()
         user_op = _OP
-    result = user_op(q, k_shard, v_shard, world=world, graph=graph, kv_len=kv_len, **options)
+    def flat(t):
+        return [x.reshape(-1, *x.shape[2:]) for x in t] if world.is_virtual else t.reshape(-1, *t.shape[2:])
+    result = user_op(q, flat(k_shard), flat(v_shard), world=world, graph=graph, kv_len=kv_len, **options)
     if world.is_virtual:
         return [r[0] for r in result], [r[1] for r in result]
     return result[0], result[1]
