@@ -47,7 +47,7 @@ import ditron.language as dl
 
 BLOCK_N = 64          # keys per inner block (tl.dot's N then K); the split ranges are multiples of it
 NUM_WARPS = 4
-NUM_STAGES = 3
+NUM_STAGES = 4
 
 
 @ditron.jit
@@ -79,7 +79,8 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
         b = bh // HKV
         h = bh % HKV
         heads = b * HQ + h * G + offs_g              # the G query heads of KV head h
-        q = tl.load(q_ptr + heads[:, None] * D + offs_d[None, :], mask=gmask[:, None], other=0.0)
+        q = tl.load(tl.multiple_of(q_ptr + heads[:, None] * D + offs_d[None, :], [1, 16]), mask=gmask[:, None],
+                    other=0.0)
         row0 = bh.to(tl.int64) * S                   # first row of (b, h) in k / v (int64: caches pass 2**31)
         lo = s * span
         hi = tl.minimum(lo + span, kv_len)
@@ -90,14 +91,18 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
             pos = start + offs_n
             nmask = pos < hi
             rows = (row0 + pos) * D
-            k = tl.load(k_ptr + rows[:, None] + offs_d[None, :], mask=nmask[:, None], other=0.0)
+            # rows of D elements from 16-byte aligned arrays (the heap's, checked by flash_decode): vector loads,
+            # and Triton's pipeliner turns them into asynchronous copies num_stages deep
+            k = tl.load(tl.multiple_of(k_ptr + rows[:, None] + offs_d[None, :], [1, 16]), mask=nmask[:, None],
+                        other=0.0)
             scores = tl.dot(q, tl.trans(k)) * qk_scale
             scores = tl.where(nmask[None, :], scores, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(scores, 1))
             alpha = tl.exp2(m_i - m_new)
             p = tl.exp2(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + rows[:, None] + offs_d[None, :], mask=nmask[:, None], other=0.0)
+            v = tl.load(tl.multiple_of(v_ptr + rows[:, None] + offs_d[None, :], [1, 16]), mask=nmask[:, None],
+                        other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         filled = l_i > 0.0                           # an empty split (a short shard) contributes weight 0
