@@ -20,10 +20,13 @@ One launch of ``flash_decode_kernel`` per rank, persistent over its programs (al
    result o [B, HQ, D] (and its log-sum-exp) on every rank.
 
 Phase 1 never waits, so the persistent programs cannot deadlock each other; every rank's programs must be resident
-at once because phase 2 spins (``plan`` keeps the grid within the SMs a rank may hold). The partial buffers are
-double-buffered by the parity of the epoch, so calls need no barrier between them: rank p can only write call
-e + 2's partials into my buffers after finishing its call e + 1 combine, which waited for my call e + 1 partials,
-which I pushed after my call e had finished reading.
+at once because phase 2 spins (``plan`` keeps the grid within the SMs a rank may hold). Calls need no barrier
+between them: in the device program the partial buffers rotate (``rotate=True``: call e uses copy e % 2), and rank
+p can only write call e + 2's partials into my copy e % 2 after finishing its call e + 1 combine, which waited for
+my call e + 1 partials, which I pushed after my call e had finished reading; the slots hold the epoch (eager) or
+are zeroed per parity by the executor (CUDA-graph mode), and every slot written into my pad in a call is waited for
+by my combine in that call. (The executor's graph mode in a *real* world wants a program that ends with a barrier:
+``barrier=True``.)
 
 Three ways to run it:
 
@@ -55,15 +58,14 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
                         splits, epoch, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
                         BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SCALE: tl.constexpr):
     """q [B, HQ, D], k / v [B, HKV, S, D] (this rank's shard: positions 0 .. kv_len - 1 valid) -> o [B, HQ, D],
-    lse [B, HQ] (natural log) on every rank. part_o [2 * W * splits, B, HQ, D] / part_lse [2 * W * splits, B, HQ]
-    (fp32, symmetric) hold the partials; pad_ptr has B * HKV * W * splits slots."""
+    lse [B, HQ] (natural log) on every rank. part_o [W * splits, B, HQ, D] / part_lse [W * splits, B, HQ] (fp32,
+    symmetric) hold the partials; pad_ptr has B * HKV * W * splits slots."""
     me = dl.rank()
     world = dl.num_ranks()
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     G = HQ // HKV
     parts = world * splits
-    half = (epoch % 2) * parts                       # this call's half of the partial buffers
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, D)
     offs_n = tl.arange(0, BLOCK_N)
@@ -110,8 +112,8 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
         lse_part = tl.where(filled, (m_i + tl.log2(tl.where(filled, l_i, 1.0))) * 0.6931471805599453,
                             float("-inf"))
         j = me * splits + s
-        at_o = ((half + j) * B * HQ + heads)[:, None] * D + offs_d[None, :]
-        at_lse = (half + j) * B * HQ + heads
+        at_o = (j * B * HQ + heads)[:, None] * D + offs_d[None, :]
+        at_lse = j * B * HQ + heads
         for i in range(0, world):
             peer = (me + i) % world
             tl.store(dl.symm_at(part_o_ptr, peer) + at_o, o_part, mask=gmask[:, None])
@@ -129,10 +131,10 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
         for i in range(0, parts):
             j = (me * splits + i) % parts            # this rank's own partials first: they are there first
             token = dl.wait(pad_ptr, bh * parts + j, epoch)
-            lse_j = tl.load(dl.consume_token(part_lse_ptr, token) + (half + j) * B * HQ + heads, mask=gmask,
+            lse_j = tl.load(dl.consume_token(part_lse_ptr, token) + j * B * HQ + heads, mask=gmask,
                             other=float("-inf"))
-            o_j = tl.load(dl.consume_token(part_o_ptr, token) + ((half + j) * B * HQ + heads)[:, None] * D
-                          + offs_d[None, :], mask=gmask[:, None], other=0.0)
+            o_j = tl.load(dl.consume_token(part_o_ptr, token) + (j * B * HQ + heads)[:, None] * D + offs_d[None, :],
+                          mask=gmask[:, None], other=0.0)
             m_new = tl.maximum(m, lse_j)
             ref = tl.where(m_new == float("-inf"), 0.0, m_new)
             alpha = tl.exp(m - ref)
@@ -236,7 +238,7 @@ def make_args(world: int, q, k, v, *, budget: int, scale: float | None = None, b
     check_shapes(B, HQ, HKV, D, L, world)
     splits, programs = plan(B, HKV, L, world, budget, block_n)
     ks, vs = shard_kv(k, v, world)
-    parts = 2 * world * splits
+    parts = world * splits
     args = [dict(q_ptr=q, k_ptr=ks[r], v_ptr=vs[r], o_ptr=np.zeros((B, HQ, D), q.dtype),
                  lse_ptr=np.zeros((B, HQ), np.float32), part_o_ptr=np.zeros((parts, B, HQ, D), np.float32),
                  part_lse_ptr=np.zeros((parts, B, HQ), np.float32),
@@ -277,7 +279,7 @@ def program(W: int, B: int, HQ: int, HKV: int, D: int, L: int, *, dtype: str = "
     """The flash-decode device program (ditron.device) for W ranks: inputs q [B, HQ, D], k, v [B * HKV, S, D] (S =
     capacity(L, W); this rank's shard, rank r's first shard_lengths(L, W)[r] positions valid); outputs o
     [B, HQ, D] (dtype) and lse [B, HQ] (f32). One launch; ``barrier``: end with a barrier of every rank (not
-    needed between calls: the partials are double-buffered, see the module doc)."""
+    needed between calls: the partials rotate, see the module doc; CUDA-graph mode in a real world wants it)."""
     import ditron.device as dd
     check_shapes(B, HQ, HKV, D, L, W)
     S = capacity(L, W)
@@ -289,8 +291,8 @@ def program(W: int, B: int, HQ: int, HKV: int, D: int, L: int, *, dtype: str = "
     v = p.input("v", (B * HKV, S, D), dtype)         # indexes them
     o = p.output("o", (B, HQ, D), dtype)
     lse = p.output("lse", (B, HQ), "f32")
-    part_o = p.symmetric("part_o", (2 * W * splits, B * HQ, D), "f32")
-    part_lse = p.symmetric("part_lse", (2 * W * splits, B * HQ), "f32")
+    part_o = p.symmetric("part_o", (W * splits, B * HQ, D), "f32", rotate=True)
+    part_lse = p.symmetric("part_lse", (W * splits, B * HQ), "f32", rotate=True)
     ready = p.signal_pad("ready", B * HKV * W * splits)
     kernel = p.jit(flash_decode_kernel,
                    signature={"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32",
@@ -335,8 +337,14 @@ def flash_decode(q, k_shard, v_shard, *, kv_len: int, world, graph: bool = False
     if user_op is None:
         _OP = _OP or op()
         user_op = _OP
+    def aligned(x):       # the kernel's loads assume 16-byte aligned rows: a misaligned view is copied
+        return x if x.data_ptr() % 16 == 0 else x.clone()
+
     def flat(t):
-        return [x.reshape(-1, *x.shape[2:]) for x in t] if world.is_virtual else t.reshape(-1, *t.shape[2:])
+        if world.is_virtual:
+            return [aligned(x.contiguous()).reshape(-1, *x.shape[2:]) for x in t]
+        return aligned(t.contiguous()).reshape(-1, *t.shape[2:])
+    q = [aligned(x.contiguous()) for x in q] if world.is_virtual else aligned(q.contiguous())
     result = user_op(q, flat(k_shard), flat(v_shard), world=world, graph=graph, kv_len=kv_len, **options)
     if world.is_virtual:
         return [r[0] for r in result], [r[1] for r in result]

@@ -5,7 +5,8 @@
 * ``flash_decode(...)`` on torch tensors (the device program, ditron.device, through the executor) in virtual worlds
   W = 1, 2 (bf16, fp16), three calls with new inputs (both halves of the double-buffered partials), eager and
   CUDA-graph mode;
-* a real two-process world (W = 2) on this one GPU (torch symmetric memory);
+* a real two-process world (W = 2) on this one GPU (torch symmetric memory): eager calls of the program without
+  an end barrier, and a program with one (``barrier=True``) in CUDA-graph mode;
 * a planted missing notify ends in WaitTimeoutError, not a hang.
 
 The GPU machine needs torch + triton only. Build the artifacts where the compiler is, then run there:
@@ -38,8 +39,9 @@ HQ, HKV, D = 64, 8, 128
 CALLS = 3
 # (W, B, L, dtype) of the device-program calls; L never divides by W
 OP_CASES = [(1, 5, 3001, "bf16"), (2, 5, 3001, "bf16"), (2, 3, 1025, "f16")]
-REAL = [(2, 5, 3001, "bf16"), (2, 64, 4097, "bf16")]
-REAL_NAMES = [f"flash_decode_real_w{W}_b{B}_L{L}" for W, B, L, _ in REAL]
+# (W, B, L, dtype, barrier): the program with an end barrier runs its last call in CUDA-graph mode
+REAL = [(2, 5, 3001, "bf16", False), (2, 64, 4097, "bf16", False), (2, 5, 3001, "bf16", True)]
+REAL_NAMES = [f"flash_decode_real_w{W}_b{B}_L{L}{'_barrier' if bar else ''}" for W, B, L, _, bar in REAL]
 
 
 def shapes(W: int, B: int, L: int):
@@ -57,9 +59,9 @@ def build(directory: str) -> None:
     for W, B, L, dtype in OP_CASES:
         op.prebuild(W, True, shapes(W, B, L), dtype, TARGET, kv_len=L)
         print(f"built flash_decode virtual W={W} B={B} L={L} {dtype}", flush=True)
-    for W, B, L, dtype in REAL:
-        op.prebuild(W, False, shapes(W, B, L), dtype, TARGET, kv_len=L)
-        print(f"built flash_decode real W={W} B={B} L={L} {dtype}", flush=True)
+    for W, B, L, dtype, barrier in REAL:
+        op.prebuild(W, False, shapes(W, B, L), dtype, TARGET, kv_len=L, barrier=barrier)
+        print(f"built flash_decode real W={W} B={B} L={L} {dtype} barrier={barrier}", flush=True)
 
 
 def torch_inputs(B: int, L: int, dtype: str, seed: int):
@@ -169,12 +171,13 @@ def worker() -> int:
     world = World.from_torch()
     op = user_op()
     failed = 0
-    for (W, B, L, dtype), name in zip(REAL, REAL_NAMES):
+    for (W, B, L, dtype, barrier), name in zip(REAL, REAL_NAMES):
         ok = True
         for call in range(1, CALLS + 1):
             q, k, v = torch_inputs(B, L, dtype, 100 * call + W)       # the same on both ranks (same seed)
             ks, vs = fd.shard_kv(k, v, W)
-            o, lse = fd.flash_decode(q, ks[world.rank], vs[world.rank], kv_len=L, world=world, user_op=op)
+            o, lse = fd.flash_decode(q, ks[world.rank], vs[world.rank], kv_len=L, world=world, user_op=op,
+                                     barrier=barrier, graph=barrier and call == CALLS)
             o_ref, lse_ref = fd.reference(q, k, v)
             try:
                 close(o, o_ref, 2e-2)
