@@ -260,9 +260,8 @@ def reference(q, k, v, scale: float | None = None):
     scale = scale if scale is not None else 1.0 / math.sqrt(D)
     o = torch.nn.functional.scaled_dot_product_attention(q[:, :, None, :], k, v, scale=scale,
                                                          enable_gqa=HKV != HQ)[:, :, 0, :]
-    kk = k.repeat_interleave(HQ // HKV, dim=1)
-    lse = torch.logsumexp(torch.einsum("bhd,bhld->bhl", q, kk) * scale, dim=-1)
-    return o, lse
+    scores = torch.einsum("bhgd,bhld->bhgl", q.view(B, HKV, HQ // HKV, D), k) * scale   # query head h*G+g: KV h
+    return o, torch.logsumexp(scores, dim=-1).reshape(B, HQ)
 
 
 def expected_outputs(world: int, q, k, v, scale: float | None = None):
