@@ -8,16 +8,17 @@ holding ``shard_lengths(L, W)[r]`` positions (L need not divide by W) in a buffe
 One launch of ``flash_decode_kernel`` per rank, persistent over its programs (all resident at once), in two phases:
 
 1. **split-KV attention** over this rank's shard: the tiles are (sequence b, KV head h, split s) -- B x HKV x
-   ``splits`` of them, the splits cutting the shard into block-aligned ranges of ``BLOCK_N`` positions -- visited
+   ``splits`` of them, the splits cutting the shard's blocks of ``BLOCK_N`` positions into even ranges -- visited
    round-robin by the programs. A tile computes, for the G query heads of KV head h, the softmax-weighted sum of its
    V rows (online softmax over blocks of BLOCK_N keys, two ``tl.dot`` per block) and the log-sum-exp of its
    scores: a partial (o_j, lse_j), j = rank * splits + s. It stores the partial into the symmetric buffers
    ``part_o`` / ``part_lse`` of *every* rank (``dl.symm_at``) and sets slot (b * HKV + h) * W * splits + j of every
    rank's pad to the epoch (``dl.notify``, release: the partial is visible to whoever sees the epoch);
-2. **combine**: the programs take the (b, h) pairs round-robin; for each, wait for the W x splits partials in turn
-   (``dl.wait`` on its slot, then ``dl.consume_token`` on the partial's pointers, so no compiler hoists the loads
-   above the spin) and rescale them: o = sum_j exp(lse_j - m) o_j / sum_j exp(lse_j - m), m the running max; the
-   result o [B, HQ, D] (and its log-sum-exp) on every rank.
+2. **combine**: the programs take tiles of HEADS query heads of one sequence round-robin; for each, one ``dl.wait``
+   on the tensor of the W x splits slots (it ends when the least holds the epoch), then ``dl.consume_token`` on the
+   partials' pointers (so no compiler hoists the loads above the spin) and every partial at once, rescaled:
+   o = sum_j exp(lse_j - m) o_j / sum_j exp(lse_j - m), m the max; the result o [B, HQ, D] (and its log-sum-exp)
+   on every rank. ``combine_tile`` sizes the tile (all partials, as many heads as keep it in registers).
 
 Phase 1 never waits, so the persistent programs cannot deadlock each other; every rank's programs must be resident
 at once because phase 2 spins (``plan`` keeps the grid within the SMs a rank may hold). Calls need no barrier
@@ -48,18 +49,21 @@ import triton.language as tl
 import ditron
 import ditron.language as dl
 
-BLOCK_N = 64          # keys per inner block (tl.dot's N then K); the split ranges are multiples of it
+BLOCK_N = 64          # keys per inner block (tl.dot's N, then K); a split is a range of whole blocks
 NUM_WARPS = 4
 NUM_STAGES = 4
+COMBINE_ELEMENTS = 8192   # fp32 partial-output values a combine tile loads at once (64 registers a thread at 4 warps)
 
 
 @ditron.jit
 def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_lse_ptr, pad_ptr, B, kv_len, S,
                         splits, epoch, HQ: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-                        BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SCALE: tl.constexpr):
+                        BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr,
+                        HEADS: tl.constexpr, SCALE: tl.constexpr):
     """q [B, HQ, D], k / v [B, HKV, S, D] (this rank's shard: positions 0 .. kv_len - 1 valid) -> o [B, HQ, D],
     lse [B, HQ] (natural log) on every rank. part_o [W * splits, B, HQ, D] / part_lse [W * splits, B, HQ] (fp32,
-    symmetric) hold the partials; pad_ptr has B * HKV * W * splits slots."""
+    symmetric) hold the partials; pad_ptr has B * HKV * W * splits slots. BLOCK_P >= W * splits (the partials a
+    combine tile takes at once), HEADS: the query heads of a combine tile (a power of two dividing HQ / HKV)."""
     me = dl.rank()
     world = dl.num_ranks()
     pid = tl.program_id(0)
@@ -71,8 +75,7 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
     offs_n = tl.arange(0, BLOCK_N)
     gmask = offs_g < G
     qk_scale = SCALE * 1.4426950408889634            # scores in base 2: exp(x) = exp2(x * log2(e))
-    # block-aligned range of a split: [s * span, min((s + 1) * span, kv_len))
-    span = tl.cdiv(tl.cdiv(kv_len, splits), BLOCK_N) * BLOCK_N
+    blocks = tl.cdiv(kv_len, BLOCK_N)                # split s takes blocks [s * blocks // splits, ...)
 
     # ---- phase 1: split-KV attention over this rank's shard, each partial pushed to every rank
     for tile in range(pid, B * HKV * splits, programs):
@@ -84,8 +87,8 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
         q = tl.load(tl.multiple_of(q_ptr + heads[:, None] * D + offs_d[None, :], [1, 16]), mask=gmask[:, None],
                     other=0.0)
         row0 = bh.to(tl.int64) * S                   # first row of (b, h) in k / v (int64: caches pass 2**31)
-        lo = s * span
-        hi = tl.minimum(lo + span, kv_len)
+        lo = (s * blocks // splits) * BLOCK_N
+        hi = tl.minimum(((s + 1) * blocks // splits) * BLOCK_N, kv_len)
         m_i = tl.full((BLOCK_G,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_G,), tl.float32)
         acc = tl.zeros((BLOCK_G, D), tl.float32)
@@ -120,32 +123,27 @@ def flash_decode_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, part_o_ptr, part_ls
             tl.store(dl.symm_at(part_lse_ptr, peer) + at_lse, lse_part, mask=gmask)
             dl.notify(pad_ptr, bh * parts + j, epoch, peer)
 
-    # ---- phase 2: combine the W x splits partials of each (b, h), on every rank
-    for bh in range(pid, B * HKV, programs):
-        b = bh // HKV
-        h = bh % HKV
-        heads = b * HQ + h * G + offs_g
-        m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-        den = tl.zeros((BLOCK_G,), tl.float32)
-        acc = tl.zeros((BLOCK_G, D), tl.float32)
-        for i in range(0, parts):
-            j = (me * splits + i) % parts            # this rank's own partials first: they are there first
-            token = dl.wait(pad_ptr, bh * parts + j, epoch)
-            lse_j = tl.load(dl.consume_token(part_lse_ptr, token) + j * B * HQ + heads, mask=gmask,
-                            other=float("-inf"))
-            o_j = tl.load(dl.consume_token(part_o_ptr, token) + (j * B * HQ + heads)[:, None] * D + offs_d[None, :],
-                          mask=gmask[:, None], other=0.0)
-            m_new = tl.maximum(m, lse_j)
-            ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m - ref)
-            beta = tl.exp(lse_j - ref)
-            acc = acc * alpha[:, None] + o_j * beta[:, None]
-            den = den * alpha + beta
-            m = m_new
+    # ---- phase 2: combine, on every rank; a tile is HEADS query heads of one sequence, all partials at once
+    offs_p = tl.arange(0, BLOCK_P)
+    offs_h = tl.arange(0, HEADS)
+    pmask = offs_p < parts
+    for tile in range(pid, B * HQ // HEADS, programs):
+        head0 = tile * HEADS                         # = b * HQ + first head; the tile's heads share a KV head
+        bh = head0 // G                              # = b * HKV + h, as head0 // HQ == b and head0 % HQ // G == h
+        token = dl.wait(pad_ptr, bh * parts + tl.minimum(offs_p, parts - 1), epoch)    # every partial is there
+        at_lse = offs_p[:, None] * B * HQ + head0 + offs_h[None, :]                    # [BLOCK_P, HEADS]
+        lse_j = tl.load(dl.consume_token(part_lse_ptr, token) + at_lse, mask=pmask[:, None], other=float("-inf"))
+        at_o = at_lse[:, :, None] * D + offs_d[None, None, :]                          # [BLOCK_P, HEADS, D]
+        o_j = tl.load(dl.consume_token(part_o_ptr, token) + at_o, mask=pmask[:, None, None], other=0.0)
+        m = tl.max(lse_j, 0)
+        ref = tl.where(m == float("-inf"), 0.0, m)
+        w = tl.exp(lse_j - ref[None, :])             # exp(lse_j - max): 0 for empty splits and padding parts
+        den = tl.sum(w, 0)
         ok = den > 0.0
-        out = acc / tl.where(ok, den, 1.0)[:, None]
-        tl.store(o_ptr + heads[:, None] * D + offs_d[None, :], out.to(o_ptr.dtype.element_ty), mask=gmask[:, None])
-        tl.store(lse_ptr + heads, m + tl.log(tl.where(ok, den, 1.0)), mask=gmask)
+        out = tl.sum(w[:, :, None] * o_j, 0) / tl.where(ok, den, 1.0)[:, None]
+        at_out = (head0 + offs_h)[:, None] * D + offs_d[None, :]
+        tl.store(o_ptr + at_out, out.to(o_ptr.dtype.element_ty))
+        tl.store(lse_ptr + head0 + offs_h, ref + tl.log(tl.where(ok, den, 1.0)))
 
 
 # ------------------------------------------------------------------------------------------------ the plan
@@ -194,9 +192,24 @@ def check_shapes(B: int, HQ: int, HKV: int, D: int, L: int, W: int) -> None:
         raise ValueError(f"flash_decode: head dim {D} must be a power of two >= 16 (a tl.dot operand)")
 
 
-def constexprs(HQ: int, HKV: int, D: int, scale: float | None = None, block_n: int = BLOCK_N) -> dict[str, Any]:
-    return {"HQ": HQ, "HKV": HKV, "D": D, "BLOCK_G": block_g(HQ, HKV), "BLOCK_N": block_n,
-            "SCALE": float(scale if scale is not None else 1.0 / math.sqrt(D))}
+def combine_tile(HQ: int, HKV: int, D: int, parts: int) -> tuple[int, int]:
+    """(BLOCK_P, HEADS) of a combine tile: every one of the ``parts`` partials at once (BLOCK_P, a power of two),
+    for as many query heads of one KV head as keep the tile's partial outputs within COMBINE_ELEMENTS values
+    (HEADS: a power of two dividing G)."""
+    block_p = 1 << (parts - 1).bit_length()
+    G = HQ // HKV
+    heads = 1
+    while G % (2 * heads) == 0 and block_p * 2 * heads * D <= COMBINE_ELEMENTS:
+        heads *= 2
+    return block_p, heads
+
+
+def constexprs(HQ: int, HKV: int, D: int, parts: int, scale: float | None = None,
+               block_n: int = BLOCK_N) -> dict[str, Any]:
+    """The kernel's constexprs for a world whose ranks push ``parts`` = W x splits partials."""
+    block_p, heads = combine_tile(HQ, HKV, D, parts)
+    return {"HQ": HQ, "HKV": HKV, "D": D, "BLOCK_G": block_g(HQ, HKV), "BLOCK_N": block_n, "BLOCK_P": block_p,
+            "HEADS": heads, "SCALE": float(scale if scale is not None else 1.0 / math.sqrt(D))}
 
 
 # ------------------------------------------------------------------------- numpy arguments (simulate, run_virtual)
@@ -243,7 +256,8 @@ def make_args(world: int, q, k, v, *, budget: int, scale: float | None = None, b
                  lse_ptr=np.zeros((B, HQ), np.float32), part_o_ptr=np.zeros((parts, B, HQ, D), np.float32),
                  part_lse_ptr=np.zeros((parts, B, HQ), np.float32),
                  pad_ptr=np.zeros(B * HKV * world * splits, np.int32), B=B, kv_len=shard_lengths(L, world)[r],
-                 S=capacity(L, world), splits=splits, epoch=epoch, **constexprs(HQ, HKV, D, scale, block_n))
+                 S=capacity(L, world), splits=splits, epoch=epoch,
+                 **constexprs(HQ, HKV, D, world * splits, scale, block_n))
             for r in range(world)]
     return args, (programs,)
 
@@ -297,7 +311,8 @@ def program(W: int, B: int, HQ: int, HKV: int, D: int, L: int, *, dtype: str = "
                    signature={"q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, "o_ptr": ptr, "lse_ptr": "*fp32",
                               "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "pad_ptr": "*i32", "B": "i32",
                               "kv_len": "i32", "S": "i32", "splits": "i32", "epoch": "i32"},
-                   constexprs=constexprs(HQ, HKV, D, scale, block_n), wait={"arg": "pad_ptr", "value_arg": "epoch"},
+                   constexprs=constexprs(HQ, HKV, D, W * splits, scale, block_n),
+                   wait={"arg": "pad_ptr", "value_arg": "epoch"},
                    num_warps=num_warps, num_stages=num_stages)
     kv_len = (L + W - 1 - p.rank) // W               # shard_lengths(L, W)[rank]
     p.launch(kernel, [q, k, v, o, lse, part_o, part_lse, ready, B, kv_len, S, splits, p.epoch], grid=programs)

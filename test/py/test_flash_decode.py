@@ -91,10 +91,10 @@ def test_shard_kv_splits_the_cache_by_sequence():
 
 # (old, new, kind, message, the kernel line the finding is at)
 MUTANTS = [
-    ("token = dl.wait(pad_ptr, bh * parts + j, epoch)", "token = 0", "read-before-signal",
+    ("token = dl.wait(pad_ptr, bh * parts + tl.minimum(offs_p, parts - 1), epoch)", "token = 0", "read-before-signal",
      r"before its guarding wait", "lse_j = tl.load("),
     ("            dl.notify(pad_ptr, bh * parts + j, epoch, peer)\n", "", "deadlock",
-     r"waits forever for pad_ptr\[\d+\] of rank \d \(holds 0\) to reach 1", "token = dl.wait("),
+     r"waits forever for pad_ptr\[\d+\] of rank \d \(holds 0\).* to reach 1: no notify left", "token = dl.wait("),
     ("tl.load(dl.consume_token(part_lse_ptr, token)", "tl.load((part_lse_ptr)", "read-before-signal",
      r"does not depend on the wait's token", "lse_j = tl.load("),
 ]
@@ -121,16 +121,19 @@ SIGNATURE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf
              "S": "i32", "splits": "i32", "epoch": "i32"}
 
 
-@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
-def test_kernel_compiles_at_the_benchmark_shapes(target):
-    """64 query heads over 8 KV heads, head dim 128: two tl.dot per block of keys, the partials pushed through
-    symm_at, the combine's bounded spin."""
-    ck = fd.flash_decode_kernel.compile(signature=SIGNATURE, constexprs=fd.constexprs(64, 8, 128), target=target,
-                                        num_warps=fd.NUM_WARPS, num_stages=fd.NUM_STAGES)
+@pytest.mark.parametrize("target,parts", [("cuda:90", 32), ("cuda:90", 2), ("hip:gfx942", 32)])
+def test_kernel_compiles_at_the_benchmark_shapes(target, parts):
+    """64 query heads over 8 KV heads, head dim 128: two tl.dot per block of keys (their loads pipelined into
+    asynchronous copies on NVIDIA), the partials pushed through symm_at, the combine's bounded spin over 32
+    partials (B = 1 at W = 2: 16 splits per rank) or 2 (B = 64)."""
+    assert fd.combine_tile(64, 8, 128, parts) == ({32: (32, 2), 2: (2, 8)}[parts])
+    ck = fd.flash_decode_kernel.compile(signature=SIGNATURE, constexprs=fd.constexprs(64, 8, 128, parts),
+                                        target=target, num_warps=fd.NUM_WARPS, num_stages=fd.NUM_STAGES)
     asm = ck.asm["ptx" if target.startswith("cuda") else "amdgcn"]
     assert ck.binary
     if target.startswith("cuda"):
         assert "mma" in asm and "ld.acquire.sys.global.b32" in asm and "atom.global.sys.release.exch.b32" in asm
+        assert "cp.async" in asm
 
 
 def test_device_program_and_its_errors():
