@@ -214,7 +214,7 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
 
             t_flash = bench_dist.timed(env, flash_whole, n_iter)
             del kc, vc
-        splits, programs = fd.plan(B, HKV, L, W, env.world.cta_budget(132) if v and W > 1 else 132)
+        splits, programs = fd.plan(B, HKV, L, W, env.world.cta_budget(132) if v else 132)   # as UserOp plans
         read = case.cache_bytes() * (1 if v else lengths[env.rank] / L)     # the valid positions this GPU reads
         row = {"case": case.label, "B": B, "L": L, "W": W, "world": "virtual" if v else "real", "graph": graph,
                "iters": n_iter, "ditron_us": round(t_ditron, 2),
