@@ -146,3 +146,17 @@ def test_device_program_and_its_errors():
         fd.program(2, 1, 16, 8, 96, 100)
     with pytest.raises(ValueError, match="shards hold 10 positions"):
         fd.build(2, [(1, 16, 16), (8, 10, 16), (8, 10, 16)], "bf16", sm_budget=8, target="cuda:90", kv_len=37)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_combine_tiles_of_fewer_heads_than_a_kv_head_has(heads):
+    """combine_tile gives fewer heads per tile than G where the partials are many (BLOCK_P x HEADS x D values):
+    here forced, at W = 2 with two splits per rank."""
+    q, k, v = fd.make_inputs(2, 8, 2, 16, 45, seed=3)
+    args, grid = fd.make_args(2, q, k, v, budget=8, block_n=16)
+    assert args[0]["splits"] == 2 and args[0]["HEADS"] == 4
+    for row in args:
+        row["HEADS"] = heads
+    result = dl.simulate(fd.flash_decode_kernel, grid, args, world=2, reference=fd.expected_outputs(2, q, k, v),
+                         rtol=1e-4, atol=1e-4)
+    assert result.ok and result.compared, result.summary()
