@@ -18,9 +18,10 @@ a fixed number of calls, the median of repetitions, each the max over ranks: ben
 
 * ``ditron_us``: flash_decode (the user op) in CUDA-graph mode (eager with --no-graph); in a real world the program
   ends with a barrier (``barrier=True``: the executor's graph mode wants one there), in a virtual world it has none;
-* ``allgather_sdpa_us``: every rank gathers the W shards into a whole cache (in a virtual world: copies on the one
-  GPU, one rank after the other through one buffer; in a real world: dist.all_gather_into_tensor + a cat of the
-  valid positions) and runs torch's scaled_dot_product_attention (enable_gqa, its fused backends) on it;
+* ``allgather_sdpa_us``: every rank gathers the W shards into a whole cache (W = 1: nothing to gather; in a
+  virtual world: copies on the one GPU, one rank after the other through one buffer; in a real world:
+  dist.all_gather_into_tensor + a cat of the valid positions) and runs torch's scaled_dot_product_attention
+  (enable_gqa, its fused backends) on it;
 * ``sdpa_whole_us`` / ``flash_whole_us``: torch SDPA / flash-attn's flash_attn_with_kvcache (when importable) on
   the whole cache on one GPU, once: the floor of any method that reads the cache on one GPU;
 * ``kv_GBps``: KV bytes read per rank / ditron_us (in a virtual world: every rank's, all on one GPU).
@@ -170,7 +171,9 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
                 whole[:, :, start:start + n].copy_(p[:, :, :n])
 
         def baseline_call():
-            if v:    # every rank gathers all the shards, then attends: one after the other on the one GPU
+            if W == 1:   # nothing to gather: the shard is the whole cache
+                sdpa(q, ks[0], vs[0])
+            elif v:      # every rank gathers all the shards, then attends: one after the other on the one GPU
                 for _ in ranks:
                     gather_into(whole_k, [ks[p] for p in range(W)])
                     gather_into(whole_v, [vs[p] for p in range(W)])
