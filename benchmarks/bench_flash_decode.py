@@ -29,6 +29,11 @@ a fixed number of calls, the median of repetitions, each the max over ranks: ben
 A case whose tensors would not fit in the GPU's free memory is skipped (said in the log). Output: a table,
 benchmarks/results/flash_decode_<virtual|real>_w<W>[_quick].csv and a PNG of the same name (ditron's time against
 the baseline's, per case).
+
+``--sweep`` (with --build and with --run): the kernel's tuning instead -- BLOCK_N x num_stages x num_warps, the
+variants whose pipeline fits the target's shared memory (cost_model.peaks_for) -- at B = 1 and 64, L = 32K + 1,
+ditron_us per variant into benchmarks/results/flash_decode_sweep_<virtual|real>_w<W>.csv: the evidence for the
+example's defaults (BLOCK_N, NUM_STAGES, NUM_WARPS).
 """
 from __future__ import annotations
 
@@ -75,7 +80,29 @@ def cases(quick: bool) -> list[Case]:
     return [Case(B, L + 1) for B in (1, 4, 16, 64) for L in (4096, 16384, 65536, 131072)]
 
 
-def build(directory: Path, worlds: list[int], modes: list[str], quick: bool) -> None:
+SWEEP = {"block_n": (32, 64, 128), "num_stages": (2, 3, 4, 5), "num_warps": (4, 8)}
+
+
+def sweep_cases() -> list[Case]:
+    return [Case(1, 32768 + 1), Case(64, 32768 + 1)]
+
+
+def sweep_variants() -> list[dict]:
+    """Every tuning of SWEEP whose K / V pipeline ((stages - 1) blocks of K and V in flight, as Triton allocates
+    it, plus q) fits one SM's shared memory."""
+    import itertools
+
+    from ditron.cost_model import peaks_for
+    smem = peaks_for(TARGET).smem_per_sm
+    out = []
+    for block_n, stages, warps in itertools.product(*SWEEP.values()):
+        need = (stages - 1) * 2 * block_n * D * EB + fd.block_g(HQ, HKV) * D * EB
+        if need <= smem:
+            out.append({"block_n": block_n, "num_stages": stages, "num_warps": warps})
+    return out
+
+
+def build(directory: Path, worlds: list[int], modes: list[str], quick: bool, sweep: bool = False) -> None:
     op = fd.op(directory=directory, target=TARGET)
     directory.mkdir(parents=True, exist_ok=True)
     for W in worlds:
@@ -83,9 +110,11 @@ def build(directory: Path, worlds: list[int], modes: list[str], quick: bool) -> 
             virtual = mode == "virtual"
             if not virtual and W == 1:
                 continue
-            for case in cases(quick):
-                op.prebuild(W, virtual, case.shapes(W), DTYPE, TARGET, kv_len=case.L, **params(virtual))
-                print(f"built flash_decode {case.label} W={W} {mode}", flush=True)
+            for case in sweep_cases() if sweep else cases(quick):
+                for variant in sweep_variants() if sweep else [{}]:
+                    op.prebuild(W, virtual, case.shapes(W), DTYPE, TARGET, kv_len=case.L, **params(virtual),
+                                **variant)
+                print(f"built flash_decode {case.label} W={W} {mode}{' (sweep)' if sweep else ''}", flush=True)
 
 
 def params(virtual: bool) -> dict:
@@ -118,6 +147,88 @@ def footprint(case: Case, W: int, virtual: bool, flash: bool) -> int:
     return int(shards + gathered + (case.cache_bytes() if flash else 0))
 
 
+def tensors(case: Case, W: int, ranks):
+    """q (the same on every rank) and the shards of ``ranks`` (rank r's positions first, zeros after): q, {r: k},
+    {r: v}, {r: (k, v) as the op takes them, [B * HKV, S, D]}."""
+    B, L = case.B, case.L
+    S = fd.capacity(L, W)
+    lengths = fd.shard_lengths(L, W)
+    q = randn((B, HQ, D), 7, 2.0)
+    ks = {r: randn((B, HKV, S, D), 100 + r) for r in ranks}
+    vs = {r: randn((B, HKV, S, D), 200 + r) for r in ranks}
+    for r in ranks:
+        ks[r][:, :, lengths[r]:].zero_()
+        vs[r][:, :, lengths[r]:].zero_()
+    return q, ks, vs, {r: (ks[r].view(B * HKV, S, D), vs[r].view(B * HKV, S, D)) for r in ranks}
+
+
+def artifact(directory: Path, op, case: Case, W: int, v: bool, extra: dict, quick: bool = False) -> Path:
+    path = directory / op.key(W, v, case.shapes(W), DTYPE, TARGET, {"kv_len": case.L, **extra})
+    if not path.exists():
+        raise SystemExit(f"no artifact for {case.label} W={W} {extra or ''} at {path}: build it with "
+                         f"`python benchmarks/bench_flash_decode.py --build {directory} --world {W} "
+                         f"--mode {'virtual' if v else 'real'}{' --quick' if quick else ''}`")
+    return path
+
+
+def call_op(op, env, q, flat, L: int, graph: bool, sync: bool, **extra):
+    """One flash_decode call of every local rank; its outputs ([o, lse] per rank)."""
+    if env.virtual:
+        ranks = range(env.W)
+        return op([q] * env.W, [flat[r][0] for r in ranks], [flat[r][1] for r in ranks], world=env.world, kv_len=L,
+                  graph=graph, sync=sync, **extra)
+    return [op(q, flat[env.rank][0], flat[env.rank][1], world=env.world, kv_len=L, graph=graph, sync=sync,
+               **extra)]
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path}", flush=True)
+
+
+def finish(env) -> None:
+    if not env.virtual:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def run_sweep(directory: Path, virtual: int | None, graph: bool, iters: int | None) -> None:
+    """--sweep --run: ditron_us of every tuning in sweep_variants() at sweep_cases()."""
+    import torch
+    env = bench_dist.make_env(virtual)
+    W, v = env.W, env.virtual
+    rows = []
+    for case in sweep_cases():
+        q, ks, vs, flat = tensors(case, W, range(W) if v else [env.rank])
+        n_iter = iters or int(min(300, max(10, 30e-3 / max(case.cache_bytes() / W * (W if v else 1) / 4e12,
+                                                            1e-6))))
+        for variant in sweep_variants():
+            extra = {**params(v), **variant}
+            op = fd.op(directory=directory, target=TARGET)
+            artifact(directory, op, case, W, v, extra)
+            try:
+                t, status = bench_dist.timed(env, lambda: call_op(op, env, q, flat, case.L, graph, False, **extra),
+                                             n_iter), "ok"
+            except Exception as err:  # noqa: BLE001 - a tuning the GPU cannot launch is a row, not the end
+                t, status = None, f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+            op.close()
+            rows.append({"case": case.label, "B": case.B, "L": case.L, "W": W, "world": "virtual" if v else "real",
+                         **variant, "ditron_us": None if t is None else round(t, 2),
+                         "kv_GBps": None if t is None else round(case.cache_bytes() * (1 if v else 1 / W)
+                                                                 / (t * 1e-6) / 1e9, 1), "status": status})
+            env.log(f"{case.label:18s} W={W} {variant}: {bench_dist.fmt(t, '9.1f')} us {status}")
+        del q, ks, vs, flat
+        torch.cuda.empty_cache()
+    if env.rank == 0 and rows:
+        write_csv(rows, HERE / "results" / f"flash_decode_sweep_{'virtual' if v else 'real'}_w{W}.csv")
+    finish(env)
+
+
 def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: int | None) -> None:
     import torch
     try:
@@ -131,11 +242,7 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
     for case in cases(quick):
         B, L = case.B, case.L
         extra = params(v)
-        path = directory / op.key(W, v, case.shapes(W), DTYPE, TARGET, {"kv_len": L, **extra})
-        if not path.exists():
-            raise SystemExit(f"no artifact for {case.label} W={W} at {path}: build it with "
-                             f"`python benchmarks/bench_flash_decode.py --build {directory} --world {W} "
-                             f"--mode {'virtual' if v else 'real'}{' --quick' if quick else ''}`")
+        artifact(directory, op, case, W, v, extra, quick)
         free = torch.cuda.mem_get_info()[0]
         need = footprint(case, W, v, flash_attn_with_kvcache is not None)
         if env.max_over_ranks(need / free) > 0.9:     # the same decision on every rank
@@ -144,13 +251,7 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         S = fd.capacity(L, W)
         lengths, starts = fd.shard_lengths(L, W), fd.shard_starts(L, W)
         ranks = range(W) if v else [env.rank]
-        q = randn((B, HQ, D), 7, 2.0)                                  # the same on every rank
-        ks = {r: randn((B, HKV, S, D), 100 + r) for r in ranks}        # rank r's shard (its positions first)
-        vs = {r: randn((B, HKV, S, D), 200 + r) for r in ranks}
-        for r in ranks:
-            ks[r][:, :, lengths[r]:].zero_()
-            vs[r][:, :, lengths[r]:].zero_()
-        flat = {r: (ks[r].view(B * HKV, S, D), vs[r].view(B * HKV, S, D)) for r in ranks}
+        q, ks, vs, flat = tensors(case, W, ranks)
         whole_k = torch.empty(B, HKV, L, D, dtype=torch.bfloat16, device="cuda")
         whole_v = torch.empty_like(whole_k)
         gathered = None
@@ -159,12 +260,7 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
                         torch.empty(W, B, HKV, S, D, dtype=torch.bfloat16, device="cuda"))
 
         def ditron_call():
-            if v:
-                op([q] * W, [flat[r][0] for r in ranks], [flat[r][1] for r in ranks], world=env.world, kv_len=L,
-                   graph=graph, sync=False)
-            else:
-                op(q, flat[env.rank][0], flat[env.rank][1], world=env.world, kv_len=L, graph=graph, sync=False,
-                   **extra)
+            call_op(op, env, q, flat, L, graph, False, **extra)
 
         def gather_into(whole, parts):
             for p, start, n in zip(parts, starts, lengths):
@@ -194,9 +290,7 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
             for p, start, n in zip(range(W), starts, lengths):
                 whole_k[:, :, start:start + n] = randn((B, HKV, S, D), 100 + p)[:, :, :n]
                 whole_v[:, :, start:start + n] = randn((B, HKV, S, D), 200 + p)[:, :, :n]
-        got = op([q] * W, [flat[r][0] for r in ranks], [flat[r][1] for r in ranks], world=env.world,
-                 kv_len=L) if v else [op(q, flat[env.rank][0], flat[env.rank][1], world=env.world, kv_len=L,
-                                          **extra)]
+        got = call_op(op, env, q, flat, L, False, True, **extra)
         want = sdpa(q, whole_k, whole_v)             # bf16 (a float32 reference of 128K keys would not fit)
         err = max(bench_dist.rel_err(g[0], want) for g in got)
         # about 30 ms of ditron calls at ~4 TB/s of KV reads per GPU (a virtual world reads every rank's)
@@ -236,17 +330,9 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         torch.cuda.empty_cache()
     if env.rank == 0 and rows:
         out = HERE / "results" / f"flash_decode_{'virtual' if v else 'real'}_w{W}{'_quick' if quick else ''}"
-        out.parent.mkdir(exist_ok=True)
-        with open(out.with_suffix(".csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(rows, out.with_suffix(".csv"))
         plot(rows, out.with_suffix(".png"), f"{'virtual' if v else 'real'} world of {W}")
-        print(f"wrote {out}.csv", flush=True)
-    if not v:
-        import torch.distributed as dist
-        dist.barrier()
-        dist.destroy_process_group()
+    finish(env)
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -286,9 +372,12 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true", help="7 cases instead of 16")
     p.add_argument("--no-graph", action="store_true", help="the ditron op in eager mode")
     p.add_argument("--iters", type=int, help="calls per timing (default: from the case's size)")
+    p.add_argument("--sweep", action="store_true", help="the kernel's tunings instead of the comparison")
     a = p.parse_args(argv)
     if a.build:
-        build(a.build, a.world, ["virtual", "real"] if a.mode == "both" else [a.mode], a.quick)
+        build(a.build, a.world, ["virtual", "real"] if a.mode == "both" else [a.mode], a.quick, a.sweep)
+    elif a.run and a.sweep:
+        run_sweep(a.run, a.virtual, not a.no_graph, a.iters)
     elif a.run:
         run(a.run, a.virtual, a.quick, not a.no_graph, a.iters)
     else:
