@@ -160,3 +160,18 @@ def test_combine_tiles_of_fewer_heads_than_a_kv_head_has(heads):
     result = dl.simulate(fd.flash_decode_kernel, grid, args, world=2, reference=fd.expected_outputs(2, q, k, v),
                          rtol=1e-4, atol=1e-4)
     assert result.ok and result.compared, result.summary()
+
+
+def test_benchmark_cases_and_sweep_fit_the_acceptance_shapes():
+    """benchmarks/bench_flash_decode.py: batch 1-64, KV length 4K-128K (+1: never a multiple of W), GQA 64 / 8 heads,
+    head dim 128; the sweep keeps only tunings whose pipeline fits the target's shared memory."""
+    sys.path.insert(0, str(EXAMPLES.parent / "benchmarks"))
+    import bench_flash_decode as bench
+    full, quick = bench.cases(False), bench.cases(True)
+    assert {c.B for c in full} == {1, 4, 16, 64} and {c.L - 1 for c in full} == {4096, 16384, 65536, 131072}
+    assert set(quick) <= set(full) | {bench.Case(16, 32769)} and len(quick) < len(full)
+    assert (bench.HQ, bench.HKV, bench.D) == (64, 8, 128)
+    variants = bench.sweep_variants()
+    assert {"block_n": fd.BLOCK_N, "num_stages": fd.NUM_STAGES, "num_warps": fd.NUM_WARPS} in variants
+    assert {"block_n": 128, "num_stages": 5, "num_warps": 4} not in variants     # 4 x 64 KB in flight
+    assert bench.params(False) == {"barrier": True} and bench.params(True) == {}
