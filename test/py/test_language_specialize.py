@@ -220,3 +220,35 @@ def test_the_user_gemm_uses_the_cost_model_s_tiles():
                and k.constexprs["BLOCK_N"] == cfg.block_n and k.constexprs["BLOCK_K"] == cfg.block_k
                and k.options == {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
                for k in JIT_KERNELS.values())
+
+
+@pytest.mark.slow
+def test_the_artifact_records_the_specialization(tmp_path):
+    """The AOT path: what a device program's jit kernel assumes is in its launch metadata in the artifact, where
+    the executor on a GPU box (no MLIR) reads it before each launch."""
+    import json
+    example = _example("ag_gemm_user")
+    p = example.program(2, 64, 64, 48, chunk=32, num_sms=4, gemm="jit")
+    p.compile("cuda:90", out_dir=tmp_path / "art", cache=False, keep_stages=False)
+    meta = json.loads((tmp_path / "art" / "ag_gemm_tiles.json").read_text())
+    assert meta["ditron_divisible"] == ["K", "M", "N", "a_ptr", "b_ptr", "c_ptr", "m", "ready_ptr"]
+    exe = ditron.load(tmp_path / "art")
+    assert list(exe.kernels["ag_gemm_tiles"].metadata.ditron_divisible) == meta["ditron_divisible"]
+
+
+@pytest.mark.gpu
+def test_run_virtual_compiles_one_variant_per_key():
+    """On the GPU: the heap's arrays are aligned, so the pointers are specialised; n = 1024 and n = 1000 are two
+    keys (two variants), both right."""
+    from ditron.language import launch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    before = len(launch._VARIANTS)
+    for n in (1024, 1000):
+        args = [{"x_ptr": np.arange(n, dtype=np.float32) + r, "y_ptr": np.zeros(n, np.float32), "n": n,
+                 "BLOCK": 256} for r in range(2)]
+        out = dl.run_virtual(scale, (-(-n // 256),), args, world=2)
+        for r in range(2):
+            np.testing.assert_array_equal(out[r]["y_ptr"], 2 * (np.arange(n, dtype=np.float32) + r))
+    keys = list(launch._VARIANTS)[before:]
+    assert [k[4] for k in keys] == [("n", "x_ptr", "y_ptr"), ("x_ptr", "y_ptr")]
