@@ -28,7 +28,7 @@ case "$mode" in
     export CUDA_DEVICE_MAX_CONNECTIONS=32
     t() { local limit=$1 log=$2; shift 2; timeout "$limit" "$@" > "$out/$log" 2>&1; echo "$log: exit $? $(tail -n 1 "$out/$log")"; }
     t 240 tests.log env DITRON_TEST_ARTIFACTS="$dir/tests" "$py" -m pytest -q -m gpu -p no:cacheprovider \
-      test/py/test_language_gpu.py test/py/test_torch_ops_gpu.py test/py/test_llama_gpu.py test/py/test_executor_gpu.py \
+      test/py/test_language_gpu.py test/py/test_language_specialize.py test/py/test_torch_ops_gpu.py test/py/test_llama_gpu.py test/py/test_executor_gpu.py \
       test/py/test_loader_gpu.py
     t 100 device.log env DITRON_DEVICE_ARTS="$dir/device" "$py" -m pytest -q -m gpu -p no:cacheprovider \
       test/py/test_device_builder_gpu.py
