@@ -398,6 +398,17 @@ def reduce_min(x: Value) -> Value:
     return x
 
 
+def reduce_sum(x: Value, axis: int = 0) -> Value:
+    """The sum of an integer tensor along ``axis`` (one tt.reduce): a tensor of one dim fewer, a scalar from 1-D."""
+    s, e = shape(x), elem(x)
+    rest = s[:axis] + s[axis + 1:]
+    r = op("tt.reduce", [x], [tensor(rest, e) if rest else e], {"axis": axis}, regions=1)
+    block = r.regions[0].blocks.append(e, e)
+    with ir.InsertionPoint(block):
+        op("tt.reduce.return", [arith.addi(block.arguments[0], block.arguments[1])])
+    return r.result
+
+
 def dot(a: Value, b: Value, acc: Value, *, precision: str = "tf32", max_imprecise_acc: int | None = None) -> Value:
     """acc + a @ b (tt.dot). ``precision`` matters for fp32 inputs only."""
     attrs = {"inputPrecision": PRECISION[precision]}

@@ -127,13 +127,19 @@ View = Callable[[Region], np.ndarray]
 @dataclass
 class TileStep:
     """One tile: wait, then read, compute (``compute(view)``: ``view(region)`` is a writable numpy view of that
-    region), write, then notify."""
+    region), write, then notify.
+
+    ``expand`` (data-dependent tiles: a kernel whose regions depend on values it reads): the step is a placeholder
+    that waits and reads, then ``expand(view)`` (views of its reads, read-only) returns the steps that replace it,
+    the first of which usually reads the same regions again. The simulator and ``interp.apply_tiles`` expand it
+    when the program reaches it."""
 
     waits: list[SlotWait] = field(default_factory=list)
     reads: list[Region] = field(default_factory=list)
     writes: list[Region] = field(default_factory=list)
     compute: Callable[[View], None] | None = None
     notifies: list[SlotNotify] = field(default_factory=list)
+    expand: Callable[[View], list["TileStep"]] | None = None
 
 
 def copies(src: Region, *dsts: Region) -> Callable[[View], None]:
@@ -160,7 +166,7 @@ class Template(Protocol):
 
 # ------------------------------------------------------------------------------------------------ records
 
-TEMPLATES = ("gemm", "copy", "reduce", "elementwise", "grouped_gemm")
+TEMPLATES = ("gemm", "copy", "reduce", "elementwise", "grouped_gemm", "a2a_sized")
 
 
 class KernelRecord(dict):

@@ -3,7 +3,7 @@
 It exists to check the templates on a machine without a GPU: it runs the *emitted IR* on small problems, so tests
 can compare its numbers with numpy and its trace of memory accesses, waits and notifies with what the template's
 ``tiles()`` claims. It covers the subset the templates use (arith, scf.for/if/while, tt.make_range/splat/
-broadcast/expand_dims/reshape/trans/split/addptr/load/store/dot/atomic_rmw, tensor descriptors, ditron_core);
+broadcast/expand_dims/reshape/trans/split/addptr/load/store/dot/atomic_rmw/reduce, tensor descriptors, ditron_core);
 anything else raises ``NotImplementedError`` naming the op. Integer results wrap to their type's width as on the GPU
 (``wrap``: an i32 offset past 2**31 turns negative, and the load it addresses fails), and an ``scf.for`` whose
 induction variable would overflow on its last step raises ``OverflowError``.
@@ -175,7 +175,7 @@ class Program:
         for op in block.operations:
             op = op.operation
             name = op.name
-            if name in ("scf.yield", "tt.return", "scf.condition"):
+            if name in ("scf.yield", "tt.return", "scf.condition", "tt.reduce.return"):
                 return [env[v] for v in op.operands]
             results = self._op(op, name, [env[v] for v in op.operands], env)
             for r, v in zip(op.results, results):
@@ -265,6 +265,15 @@ class Program:
             return [self._atomic(op, x)]
         if name == "gpu.barrier":
             return []
+        if name == "tt.reduce":  # the combiner region folded along the axis, elementwise over the other dims
+            vals = np.moveaxis(np.asarray(x[0]), _int_attr(op, "axis", 0), 0)
+            body = op.regions[0].blocks[0]
+            acc = vals[0]
+            for v in vals[1:]:
+                inner = dict(env)
+                inner[body.arguments[0]], inner[body.arguments[1]] = acc, v
+                acc = np.asarray(self._block(body, inner)[0])
+            return [_scalar(np.asarray(acc))]
         if name == "scf.for":
             lb, ub, st, carried = int(x[0]), int(x[1]), int(x[2]), list(x[3:])
             body = op.regions[0].blocks[0]
@@ -451,8 +460,9 @@ def region_indices(region, ld: int | None) -> np.ndarray:
     return (r[:, None] * ld + c[None, :]).ravel()
 
 
-def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int | None]) -> None:
-    """Run what tiles() describes on memory, program after program (waits are checked, notifies applied)."""
+def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int | None]) -> list:
+    """Run what tiles() describes on memory, program after program (waits are checked, notifies applied, steps
+    with ``expand`` replaced by their expansion); returns the steps run, per program (for ``compare_trace``)."""
     def view(region):
         buf = memory[(region.arg, rank if region.rank is None else region.rank)]
         ld = lds.get(region.arg)
@@ -462,17 +472,27 @@ def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int
         return grid2d[region.offsets[0]:region.offsets[0] + region.sizes[0],
                       region.offsets[1]:region.offsets[1] + region.sizes[1]]
 
+    ran = []
     for pid, steps in enumerate(steps_by_program):
-        for i, step in enumerate(steps):
+        steps = list(steps)
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            if step.expand is not None:
+                steps[i:i + 1] = step.expand(view)
+                continue
+            i += 1
             for w in step.waits:
                 have = memory[(w.arg, rank if w.rank is None else w.rank)][w.slot]
                 if have < w.value:
-                    raise Blocked(f"tiles(): program {pid} step {i} waits for {w.arg}[{w.slot}] >= {w.value}, "
+                    raise Blocked(f"tiles(): program {pid} step {i - 1} waits for {w.arg}[{w.slot}] >= {w.value}, "
                                   f"which holds {have}")
             if step.compute is not None:
                 step.compute(view)
             for n in step.notifies:
                 notify_pad(n, memory[(n.arg, rank if n.rank is None else n.rank)])
+        ran.append(steps)
+    return ran
 
 
 def _atomics_as_notifies(trace: TileTrace):
