@@ -30,6 +30,10 @@ def all_to_all_pull_sized(lw: LoweringContext, op: ir.Operation, t: Tiling, x: i
     recv_counts. The sizes are data-dependent, so the data moves on SMs (a copy engine's size is the host's: a
     host sync). Peers read the send buffer and write the counts until the end barrier (``crosses``)."""
     a2a = task.AllToAll(op)
+    if not a2a.bounded:
+        raise lw.error(op, f"is tiled for algorithm '{ALGORITHM}', which moves parts of run-time sizes into an "
+                           "output of bounded capacity with recv_counts; this all_to_all has equal parts (run "
+                           "ditron-tile again)")
     b = lw.b
     world = t.world or 1
     if a2a.split_dim != 0 or a2a.concat_dim != 0:
