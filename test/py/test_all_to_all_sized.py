@@ -223,3 +223,118 @@ def test_kernel_parses_and_compiles_for_both_vendors():
         triton_parse(text, triple)
         asm, binary = compile_text(text, target, rec["num_warps"], 2)
         assert binary
+
+
+# ------------------------------------------------------------------------------------------------ ditron.ops
+
+def test_ops_program_text_compiles_on_the_cpu():
+    """The op's task program goes through ditron.compile to an artifact (kernels built; no GPU needed)."""
+    from ditron import ops_sized
+    text = ops_sized.program_text(2, (8, 4, 4), "bf16", 12)
+    assert "tensor<12x4x4xbf16>" in text and "tensor<2xi32>" in text
+    exe = ops_sized._executable(2, (8, 4, 4), "bf16", 12, "cuda:90")
+    assert "a2a_sized" in exe.kernels
+
+
+def test_ops_refuses_bad_arguments_before_any_gpu_work():
+    import torch
+    from ditron import ops
+    from ditron.errors import DitronError
+    from ditron.runtime.world import World
+    world = World(2, None, None)  # virtual, no device needed for the checks
+    x = [torch.zeros(8, 4), torch.zeros(8, 4)]
+    s = [torch.tensor([4, 4]), torch.tensor([8, 0])]
+    with pytest.raises(DitronError, match="capacity= bounds parts of run-time sizes; it needs splits="):
+        ops.all_to_all(x, world, capacity=4)
+    with pytest.raises(DitronError, match="splits= splits and concatenates dim 0, got split_dim=1"):
+        ops.all_to_all(x, world, split_dim=1, splits=s)
+    with pytest.raises(DitronError, match="out= is not taken"):
+        ops.all_to_all(x, world, splits=s, out=x)
+    with pytest.raises(DitronError, match=r"splits of rank 1 must be an integer tensor of shape \(2,\)"):
+        ops.all_to_all(x, world, splits=[s[0], torch.tensor([1.0, 2.0])])
+    with pytest.raises(DitronError, match="capacity must be a positive int"):
+        ops.all_to_all(x, world, splits=s, capacity=0)
+    with pytest.raises(DitronError, match="x of rank 1 is"):
+        ops.all_to_all([x[0], torch.zeros(4, 4)], world, splits=s)
+
+
+def test_overflow_is_computed_without_reading_back():
+    import torch
+    from ditron.ops_sized import overflow
+    assert int(overflow(torch.tensor([3, 4], dtype=torch.int32), 5)) == 2
+    assert int(overflow(torch.tensor([1, 1], dtype=torch.int32), 5)) == 0
+    assert [int(v) for v in overflow([torch.tensor([9]), torch.tensor([2])], 4)] == [5, 0]
+
+
+def _gpu_inputs(w, n, h, skew=False):
+    import torch
+    g = torch.Generator().manual_seed(w)
+    xs = [torch.randn(n, h, generator=g).to(torch.bfloat16).cuda() for _ in range(w)]
+    ss = []
+    for r in range(w):
+        if skew:
+            s = torch.zeros(w, dtype=torch.int64)
+            s[0] = n
+        else:
+            cut = torch.sort(torch.randint(0, n + 1, (w - 1,), generator=g)).values
+            s = torch.diff(torch.cat([torch.tensor([0]), cut, torch.tensor([n])]))
+        ss.append(s.cuda())  # int64, as torch.bincount gives: converted on the device
+    return xs, ss
+
+
+def _check(xs, ss, outs, recvs, capacity):
+    want, counts = all_to_all_sized([x.float().cpu().numpy() for x in xs], [s.cpu().numpy() for s in ss], capacity)
+    for r in range(len(xs)):
+        np.testing.assert_array_equal(recvs[r].cpu().numpy(), counts[r])
+        np.testing.assert_array_equal(outs[r].float().cpu().numpy(), want[r])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("skew", [False, True])
+def test_gpu_virtual_world_matches_reference(w, skew):
+    from ditron import World, ops
+    world = World.virtual(w)
+    xs, ss = _gpu_inputs(w, 256, 512, skew)
+    for _ in range(3):
+        outs, recvs = ops.all_to_all(xs, world, splits=ss)
+        _check(xs, ss, outs, recvs, w * 256)
+
+
+@pytest.mark.gpu
+def test_gpu_small_capacity_raises_in_eager_and_counts_in_async():
+    from ditron import World, ops
+    from ditron.ops_sized import CapacityOverflowError, overflow
+    world = World.virtual(2)
+    xs, ss = _gpu_inputs(2, 64, 128, skew=True)
+    with pytest.raises(CapacityOverflowError, match="rank 0: 28 row"):
+        ops.all_to_all(xs, world, splits=ss, capacity=100)
+    outs, recvs = ops.all_to_all(xs, world, splits=ss, capacity=100, sync=False)
+    assert [int(v) for v in overflow(recvs, 100)] == [28, 0]
+    _check(xs, ss, outs, recvs, 100)
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_and_capture_in_the_callers_graph():
+    """No host sync anywhere: ops' graph=True replays, and the whole call is captured by torch.cuda.graph."""
+    import torch
+    from ditron import World, ops
+    world = World.virtual(2)
+    xs, ss = _gpu_inputs(2, 128, 256)
+    for _ in range(3):
+        outs, recvs = ops.all_to_all(xs, world, splits=ss, graph=True)
+        torch.cuda.synchronize()
+        _check(xs, ss, outs, recvs, 256)
+    ops.all_to_all(xs, world, splits=ss, sync=False)  # compiled and warm before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs, recvs = ops.all_to_all(xs, world, splits=ss, sync=False)
+    for skew in (False, True):
+        new_x, new_s = _gpu_inputs(2, 128, 256, skew)
+        for r in range(2):
+            xs[r].copy_(new_x[r])
+            ss[r].copy_(new_s[r])
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(xs, ss, outs, recvs, 256)
