@@ -106,7 +106,8 @@ def all_to_all_sized(x, splits, world, *, capacity: int | None = None, sync: boo
     cap = worst if capacity is None else capacity
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         raise DitronError(f"all_to_all: capacity must be a positive int (rows of the output), got {capacity!r}")
-    ss = [s if s.dtype == torch.int32 else s.to(torch.int32) for s in ss]  # on the device: no sync
+    # on the device, no sync: sizes past the rows are cut there anyway, and the cut keeps int64 sizes from wrapping
+    ss = [s if s.dtype == torch.int32 else s.clamp(-1, shape[0]).to(torch.int32) for s in ss]
     exe = _executable(w, shape, _DTYPES[dt], cap, target if target is not None else _target(xs[0]))
     inputs = [[a, b] for a, b in zip(xs, ss)] if virtual else [xs[0], ss[0]]
     if torch.cuda.is_current_stream_capturing():  # inside the caller's torch.cuda.graph: the call's capture plan

