@@ -344,3 +344,39 @@ def test_gpu_graph_replay_and_capture_in_the_callers_graph():
         graph.replay()
         torch.cuda.synchronize()
         _check(xs, ss, outs, recvs, 256)
+
+
+def moe_program(w: int, n: int, k: int, f: int) -> str:
+    """Dispatch, experts, combine: the rows go out by their sizes, each source's rows meet their own weights (the
+    recv counts as the group sizes of a grouped GEMM), and the results go back to where they came from (the recv
+    counts as the combine's sizes), into n rows."""
+    c = w * n
+    t, y, hs, z = (f"tensor<{n}x{k}xbf16>", f"tensor<{c}x{k}xbf16>", f"tensor<{c}x{f}xbf16>",
+                   f"tensor<{n}x{f}xbf16>")
+    s, wt = f"tensor<{w}xi32>", f"tensor<{w}x{k}x{f}xbf16>"
+    a2a = '{axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64}'
+    return (f'module attributes {{ditron.mesh = {{axes = ["tp"], shape = array<i64: {w}>}}}} {{\n'
+            f'  func.func @moe(%x: {t}, %s: {s}, %w: {wt}) -> ({z}, {s}) attributes {{ditron.view = "local"}} {{\n'
+            f'    %y, %c = "ditron_task.all_to_all"(%x, %s) {a2a} : ({t}, {s}) -> ({y}, {s})\n'
+            f'    %h = "ditron_task.grouped_matmul"(%y, %w, %c) : ({y}, {wt}, {s}) -> {hs}\n'
+            f'    %z, %back = "ditron_task.all_to_all"(%h, %c) {a2a} : ({hs}, {s}) -> ({z}, {s})\n'
+            f'    return %z, %back : {z}, {s}\n  }}\n}}\n')
+
+
+@pytest.mark.parametrize("w,kind", [(2, "uneven"), (3, "skewed"), (4, "empty")])
+def test_dispatch_experts_combine_in_the_simulator(w, kind):
+    """Two bounded all_to_alls around a grouped GEMM in one program: the combine's sizes are the dispatch's recv
+    counts (a buffer the program computed), its input the GEMM's symmetric output (no staging); every row comes
+    back to its rank, and back[q] = the rows this rank sent q."""
+    n, k, f = 8, 16, 16
+    text = moe_program(w, n, k, f)
+    dev = lower(text, "ditron-fuse-overlap," + DEVICE)
+    assert dev.count("kernel = @a2a_sized") == 2 and dev.count('"ditron_device.barrier"') == 1
+    rng = np.random.default_rng(w)
+
+    def inputs(call):
+        splits = _routing(kind, w, n, rng, call)
+        wts = rng.standard_normal((w, k, f)).astype(np.float32) / 4
+        return [[rng.standard_normal((n, k)).astype(np.float32), splits[r], wts] for r in range(w)]
+    result = simulate(dev, world_size=w, inputs=inputs, seed=w, calls=2, reference=task_reference(text))
+    assert result.ok, result.summary()
