@@ -23,7 +23,8 @@ call anyway) and a capacity below the worst case, a call that overflowed on any 
 ``sync=False`` and ``graph=True`` never read them back: check ``overflow`` on the device.
 
 The op is the task program ``program_text`` (the bounded ``ditron_task.all_to_all``, local view), compiled once
-per (shapes, dtype, split dtype, capacity, world, target) by ``ditron.compile`` and cached in this process.
+per (world, shape, dtype, capacity, target) by ``ditron.compile`` and cached in this process; a GPU box without
+the compiler loads the artifacts ``build`` wrote elsewhere (``library=ops.Library(directory)``).
 """
 from __future__ import annotations
 
@@ -65,11 +66,12 @@ def all_to_all_sized(x, splits, world, *, capacity: int | None = None, sync: boo
                      capturable: bool = True, target: Any = None, split_dim: int = 0, concat_dim: int = 0,
                      out=None, library=None, passes=None):
     """(out, recv) of the bounded all_to_all (module doc). Virtual world: x and splits are lists of one tensor per
-    rank, and so are out and recv; real world: this rank's. ``capturable``: an eager call also makes the plan a
+    rank, and so are out and recv; real world: this rank's. ``library``: an ops.Library whose directory holds the
+    artifact (``build``; else it is compiled, into that directory) and whose target is used. ``capturable``: an
+    eager call also makes the plan a
     later capture in the caller's torch.cuda.graph needs (a graph-mode heap: ditron.runtime.callplan); a call
     inside the capture enqueues that plan into outputs of the capture's pool. ``split_dim`` / ``concat_dim`` must
-    be 0, and
-    ``out`` / ``library`` / ``passes`` (ops.all_to_all's options for equal parts) None: refused otherwise."""
+    be 0, and ``out`` / ``passes`` (ops.all_to_all's options for equal parts) None: refused otherwise."""
     import torch
 
     if splits is None:
@@ -77,10 +79,10 @@ def all_to_all_sized(x, splits, world, *, capacity: int | None = None, sync: boo
     if (split_dim, concat_dim) != (0, 0):
         raise DitronError(f"all_to_all: splits= splits and concatenates dim 0, got split_dim={split_dim}, "
                           f"concat_dim={concat_dim}")
-    given = [n for n, v in (("out", out), ("library", library), ("passes", passes)) if v is not None]
+    given = [n for n, v in (("out", out), ("passes", passes)) if v is not None]
     if given:
-        raise DitronError(f"all_to_all: with splits= the output is allocated per call and the program compiled "
-                          f"here; {', '.join(given)}= is not taken")
+        raise DitronError(f"all_to_all: with splits= the output is allocated per call and the program's passes "
+                          f"are the default ones; {', '.join(given)}= is not taken")
 
     virtual = world.is_virtual
     xs, ss = (list(x), list(splits)) if virtual else ([x], [splits])
@@ -108,7 +110,9 @@ def all_to_all_sized(x, splits, world, *, capacity: int | None = None, sync: boo
         raise DitronError(f"all_to_all: capacity must be a positive int (rows of the output), got {capacity!r}")
     # on the device, no sync: sizes past the rows are cut there anyway, and the cut keeps int64 sizes from wrapping
     ss = [s if s.dtype == torch.int32 else s.clamp(-1, shape[0]).to(torch.int32) for s in ss]
-    exe = _executable(w, shape, _DTYPES[dt], cap, target if target is not None else _target(xs[0]))
+    if target is None:
+        target = library.target if library is not None and library.target else _target(xs[0])
+    exe = _executable(w, shape, _DTYPES[dt], cap, target, None if library is None else library.directory)
     inputs = [[a, b] for a, b in zip(xs, ss)] if virtual else [xs[0], ss[0]]
     if torch.cuda.is_current_stream_capturing():  # inside the caller's torch.cuda.graph: the call's capture plan
         return _capture(exe, world, inputs, xs, cap, virtual)
@@ -156,10 +160,39 @@ def _target(t) -> str:
     return device_target_name()
 
 
-def _executable(w: int, shape: tuple[int, ...], dtype: str, capacity: int, target: str):
-    key = (w, shape, dtype, capacity, target)
+def artifact_name(w: int, shape: tuple[int, ...], dtype: str, capacity: int, target: str) -> str:
+    """The artifact's directory name inside a library directory (``build``, ``library=``)."""
+    dims = "x".join(str(d) for d in shape)
+    return f"all_to_all_sized-{dtype}-w{w}-{dims}-c{capacity}-{target.replace(':', '')}"
+
+
+def build(directory, cases, target: str = "cuda:90") -> list:
+    """Compile the artifact of each case (w, shape, dtype ('bf16' | 'f16' | 'f32'), capacity) into directory (the
+    CPU side, where the MLIR bindings are); a GPU box with torch + triton only then runs them through
+    ``library=ops.Library(directory)``. Returns the artifact paths."""
+    from pathlib import Path
+
+    from .api import compile as ditron_compile
+    out = []
+    for w, shape, dtype, capacity in cases:
+        path = Path(directory) / artifact_name(w, tuple(shape), dtype, capacity, target)
+        ditron_compile(program_text(w, tuple(shape), dtype, capacity), target=target, out_dir=path, cache=False)
+        out.append(path)
+    return out
+
+
+def _executable(w: int, shape: tuple[int, ...], dtype: str, capacity: int, target: str, directory=None):
+    """The op's executable: loaded from ``directory`` where its artifact is there, else compiled (and written
+    there, when a directory is given)."""
+    key = (w, shape, dtype, capacity, target, None if directory is None else str(directory))
     exe = _EXECUTABLES.get(key)
     if exe is None:
-        from .api import compile as ditron_compile
-        exe = _EXECUTABLES[key] = ditron_compile(program_text(w, shape, dtype, capacity), target=target)
+        path = None if directory is None else directory / artifact_name(w, shape, dtype, capacity, target)
+        if path is not None and path.is_dir():
+            from .runtime.loader import load_artifact
+            exe = load_artifact(path)
+        else:
+            from .api import compile as ditron_compile
+            exe = ditron_compile(program_text(w, shape, dtype, capacity), target=target, out_dir=path)
+        _EXECUTABLES[key] = exe
     return exe

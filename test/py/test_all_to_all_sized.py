@@ -272,6 +272,32 @@ def test_overflow_is_computed_without_reading_back():
     assert [int(v) for v in overflow([torch.tensor([9]), torch.tensor([2])], 4)] == [5, 0]
 
 
+def test_ops_artifacts_built_here_load_without_compiling(tmp_path, monkeypatch):
+    """``build`` on the CPU side, then the op finds its artifact in the library directory (a GPU box with torch +
+    triton only): loaded, not compiled."""
+    from ditron import ops_sized
+    (path,) = ops_sized.build(tmp_path, [(2, (8, 16), "bf16", 16)])
+    assert path.name == ops_sized.artifact_name(2, (8, 16), "bf16", 16, "cuda:90")
+    import ditron.api
+    monkeypatch.setattr(ditron.api, "compile", lambda *a, **k: pytest.fail("compiled instead of loading"))
+    exe = ops_sized._executable(2, (8, 16), "bf16", 16, "cuda:90", tmp_path)
+    assert "a2a_sized" in exe.kernels
+
+
+# The GPU cases: (w, shape, dtype, capacity); their artifacts are built on the CPU side by
+#     python test/py/test_all_to_all_sized.py build DIR
+# and the GPU box runs them with DITRON_A2A_SIZED_DIR=DIR (else they are compiled there, which needs MLIR).
+GPU_CASES = [*((w, (256, 512), "bf16", w * 256) for w in (1, 2, 3, 4, 8)), (2, (64, 128), "bf16", 100),
+             (2, (128, 256), "bf16", 256)]
+
+
+def _library():
+    import os
+    from ditron import ops
+    given = os.environ.get("DITRON_A2A_SIZED_DIR")
+    return ops.Library(given, target="cuda:90") if given else None
+
+
 def _gpu_inputs(w, n, h, skew=False):
     import torch
     g = torch.Generator().manual_seed(w)
@@ -303,7 +329,7 @@ def test_gpu_virtual_world_matches_reference(w, skew):
     world = World.virtual(w)
     xs, ss = _gpu_inputs(w, 256, 512, skew)
     for _ in range(3):
-        outs, recvs = ops.all_to_all(xs, world, splits=ss)
+        outs, recvs = ops.all_to_all(xs, world, splits=ss, library=_library())
         _check(xs, ss, outs, recvs, w * 256)
 
 
@@ -314,8 +340,8 @@ def test_gpu_small_capacity_raises_in_eager_and_counts_in_async():
     world = World.virtual(2)
     xs, ss = _gpu_inputs(2, 64, 128, skew=True)
     with pytest.raises(CapacityOverflowError, match="rank 0: 28 row"):
-        ops.all_to_all(xs, world, splits=ss, capacity=100)
-    outs, recvs = ops.all_to_all(xs, world, splits=ss, capacity=100, sync=False)
+        ops.all_to_all(xs, world, splits=ss, capacity=100, library=_library())
+    outs, recvs = ops.all_to_all(xs, world, splits=ss, capacity=100, sync=False, library=_library())
     assert [int(v) for v in overflow(recvs, 100)] == [28, 0]
     _check(xs, ss, outs, recvs, 100)
 
@@ -328,14 +354,14 @@ def test_gpu_graph_replay_and_capture_in_the_callers_graph():
     world = World.virtual(2)
     xs, ss = _gpu_inputs(2, 128, 256)
     for _ in range(3):
-        outs, recvs = ops.all_to_all(xs, world, splits=ss, graph=True)
+        outs, recvs = ops.all_to_all(xs, world, splits=ss, graph=True, library=_library())
         torch.cuda.synchronize()
         _check(xs, ss, outs, recvs, 256)
-    ops.all_to_all(xs, world, splits=ss, sync=False)  # compiled and warm before the capture
+    ops.all_to_all(xs, world, splits=ss, sync=False, library=_library())  # loaded, with its plan, before
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs, recvs = ops.all_to_all(xs, world, splits=ss, sync=False)
+        outs, recvs = ops.all_to_all(xs, world, splits=ss, sync=False, library=_library())
     for skew in (False, True):
         new_x, new_s = _gpu_inputs(2, 128, 256, skew)
         for r in range(2):
@@ -380,3 +406,12 @@ def test_dispatch_experts_combine_in_the_simulator(w, kind):
         return [[rng.standard_normal((n, k)).astype(np.float32), splits[r], wts] for r in range(w)]
     result = simulate(dev, world_size=w, inputs=inputs, seed=w, calls=2, reference=task_reference(text))
     assert result.ok, result.summary()
+
+
+if __name__ == "__main__":  # python test/py/test_all_to_all_sized.py build DIR: the GPU cases' artifacts
+    import sys
+    if len(sys.argv) != 3 or sys.argv[1] != "build":
+        raise SystemExit("usage: test_all_to_all_sized.py build DIR")
+    from ditron import ops_sized
+    for built in ops_sized.build(sys.argv[2], GPU_CASES):
+        print(f"built {built}")
