@@ -498,16 +498,18 @@ class OpPlanner(PlannerBase):
         """The bounded all_to_all of run-time sizes (collectives/all_to_all_sized.py): the sizes are on the device,
         so the rows move on SMs (a copy engine's size is the host's), as one ``a2a_sized`` pull launch. Its
         programs (``comm_sms``) from the model, for the rows a rank receives when the routing is even (its own
-        rows' worth, (W - 1) / W of them from peers) plus the staging copy; the model cannot know the routing."""
+        rows' worth, (W - 1) / W of them from peers) plus the staging copy and the zeroing of the capacity's
+        rows past them; the model cannot know the routing."""
         a2a = task.AllToAll(op)
         if self.o.engine == "copy_engine":
             raise op_error(self.o.name, op, "engine=copy_engine cannot move parts of run-time sizes (the sizes are "
                                             "on the device, a copy engine's are the host's); use engine=sm")
         w, shape, eb = self.world(op), shape_of(a2a.input), elem_bytes(a2a.input)
         nbytes = math.prod(shape) * eb
+        zeroed = max(a2a.capacity - shape[0], 0) * nbytes / max(shape[0], 1)
         best = None
         for sms in self.comm_sm_options("sm"):
-            t = local_copy_time(nbytes, self.peaks) + copy_time(
+            t = local_copy_time(nbytes, self.peaks) + zeroed / self.peaks.hbm_copy_bw + copy_time(
                 nbytes * (w - 1) / max(w, 1), self.peaks, engine="sm", peers=max(w - 1, 1), chunks=w, sms=sms)
             t += self.peaks.launch_latency
             best = _better(best, (t, sms))

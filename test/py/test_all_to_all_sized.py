@@ -129,8 +129,8 @@ def _routing(kind: str, w: int, n: int, rng, call: int) -> list[np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("w", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("kind", ["uneven", "skewed", "empty", "past"])
+@pytest.mark.parametrize("w,kind", [*((w, k) for w in range(1, 9) for k in ("uneven", "skewed")),
+                                    *((w, k) for w in (1, 2, 3, 4, 8) for k in ("empty", "past"))])
 def test_simulator_runs_the_lowered_program_race_free(w, kind):
     n, h = 6, 16
     text = program(w, n, h, capacity=w * n)
