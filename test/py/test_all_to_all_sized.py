@@ -4,6 +4,7 @@ choice, the device lowering (pull_sized) and the simulator at W = 1..8 (uneven, 
 the rows, overflow of a small capacity)."""
 from __future__ import annotations
 
+import ditron.frontend as dt
 import numpy as np
 import pytest
 from mlir import ir
@@ -415,3 +416,30 @@ if __name__ == "__main__":  # python test/py/test_all_to_all_sized.py build DIR:
     from ditron import ops_sized
     for built in ops_sized.build(sys.argv[2], GPU_CASES):
         print(f"built {built}")
+
+
+def test_frontend_builds_the_bounded_form_and_the_simulator_runs_it():
+    """ditron.frontend: all_to_all(..., split_sizes=s, capacity=C) -> (output, recv_counts), through ditron-device
+    to the simulator; a capacity without sizes is a trace error."""
+    from ditron.frontend import TraceError
+
+    @dt.program(dt.Mesh(tp=3), view="local")
+    def dispatch(x: dt.Tensor[(6, 16), "bf16"], s: dt.Tensor[(3,), "i32"]):
+        return dt.all_to_all(x, 0, 0, "tp", split_sizes=s, capacity=10)
+    with ditron_context() as ctx:
+        text = str(dispatch.build(ctx))
+    assert "-> (tensor<10x16xbf16>, tensor<3xi32>)" in text
+    rng = np.random.default_rng(3)
+
+    def inputs(call):
+        splits = _routing("skewed", 3, 6, rng, call)
+        return [[rng.standard_normal((6, 16)).astype(np.float32), splits[r]] for r in range(3)]
+    result = simulate(lower(text), world_size=3, inputs=inputs, seed=3, calls=2, reference=task_reference(text))
+    assert result.ok, result.summary()
+
+    @dt.program(dt.Mesh(tp=2), view="local")
+    def bad(x: dt.Tensor[(6, 16), "bf16"]):
+        return dt.all_to_all(x, 0, 0, "tp", capacity=10)
+    with pytest.raises(TraceError, match="capacity .* needs split_sizes; got capacity=10 without split_sizes"):
+        with ditron_context() as ctx:
+            bad.build(ctx)
