@@ -285,94 +285,6 @@ def test_ops_artifacts_built_here_load_without_compiling(tmp_path, monkeypatch):
     assert "a2a_sized" in exe.kernels
 
 
-# The GPU cases: (w, shape, dtype, capacity); their artifacts are built on the CPU side by
-#     python test/py/test_all_to_all_sized.py build DIR
-# and the GPU box runs them with DITRON_A2A_SIZED_DIR=DIR (else they are compiled there, which needs MLIR).
-GPU_CASES = [*((w, (256, 512), "bf16", w * 256) for w in (1, 2, 3, 4, 8)), (2, (64, 128), "bf16", 100),
-             (2, (128, 256), "bf16", 256)]
-
-
-def _library():
-    import os
-    from ditron import ops
-    given = os.environ.get("DITRON_A2A_SIZED_DIR")
-    return ops.Library(given, target="cuda:90") if given else None
-
-
-def _gpu_inputs(w, n, h, skew=False):
-    import torch
-    g = torch.Generator().manual_seed(w)
-    xs = [torch.randn(n, h, generator=g).to(torch.bfloat16).cuda() for _ in range(w)]
-    ss = []
-    for r in range(w):
-        if skew:
-            s = torch.zeros(w, dtype=torch.int64)
-            s[0] = n
-        else:
-            cut = torch.sort(torch.randint(0, n + 1, (w - 1,), generator=g)).values
-            s = torch.diff(torch.cat([torch.tensor([0]), cut, torch.tensor([n])]))
-        ss.append(s.cuda())  # int64, as torch.bincount gives: converted on the device
-    return xs, ss
-
-
-def _check(xs, ss, outs, recvs, capacity):
-    want, counts = all_to_all_sized([x.float().cpu().numpy() for x in xs], [s.cpu().numpy() for s in ss], capacity)
-    for r in range(len(xs)):
-        np.testing.assert_array_equal(recvs[r].cpu().numpy(), counts[r])
-        np.testing.assert_array_equal(outs[r].float().cpu().numpy(), want[r])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("w", [1, 2, 3, 4, 8])
-@pytest.mark.parametrize("skew", [False, True])
-def test_gpu_virtual_world_matches_reference(w, skew):
-    from ditron import World, ops
-    world = World.virtual(w)
-    xs, ss = _gpu_inputs(w, 256, 512, skew)
-    for _ in range(3):
-        outs, recvs = ops.all_to_all(xs, world, splits=ss, library=_library())
-        _check(xs, ss, outs, recvs, w * 256)
-
-
-@pytest.mark.gpu
-def test_gpu_small_capacity_raises_in_eager_and_counts_in_async():
-    from ditron import World, ops
-    from ditron.ops_sized import CapacityOverflowError, overflow
-    world = World.virtual(2)
-    xs, ss = _gpu_inputs(2, 64, 128, skew=True)
-    with pytest.raises(CapacityOverflowError, match="rank 0: 28 row"):
-        ops.all_to_all(xs, world, splits=ss, capacity=100, library=_library())
-    outs, recvs = ops.all_to_all(xs, world, splits=ss, capacity=100, sync=False, library=_library())
-    assert [int(v) for v in overflow(recvs, 100)] == [28, 0]
-    _check(xs, ss, outs, recvs, 100)
-
-
-@pytest.mark.gpu
-def test_gpu_graph_replay_and_capture_in_the_callers_graph():
-    """No host sync anywhere: ops' graph=True replays, and the whole call is captured by torch.cuda.graph."""
-    import torch
-    from ditron import World, ops
-    world = World.virtual(2)
-    xs, ss = _gpu_inputs(2, 128, 256)
-    for _ in range(3):
-        outs, recvs = ops.all_to_all(xs, world, splits=ss, graph=True, library=_library())
-        torch.cuda.synchronize()
-        _check(xs, ss, outs, recvs, 256)
-    ops.all_to_all(xs, world, splits=ss, sync=False, library=_library())  # loaded, with its plan, before
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs, recvs = ops.all_to_all(xs, world, splits=ss, sync=False, library=_library())
-    for skew in (False, True):
-        new_x, new_s = _gpu_inputs(2, 128, 256, skew)
-        for r in range(2):
-            xs[r].copy_(new_x[r])
-            ss[r].copy_(new_s[r])
-        graph.replay()
-        torch.cuda.synchronize()
-        _check(xs, ss, outs, recvs, 256)
-
-
 def moe_program(w: int, n: int, k: int, f: int) -> str:
     """Dispatch, experts, combine: the rows go out by their sizes, each source's rows meet their own weights (the
     recv counts as the group sizes of a grouped GEMM), and the results go back to where they came from (the recv
@@ -407,15 +319,6 @@ def test_dispatch_experts_combine_in_the_simulator(w, kind):
         return [[rng.standard_normal((n, k)).astype(np.float32), splits[r], wts] for r in range(w)]
     result = simulate(dev, world_size=w, inputs=inputs, seed=w, calls=2, reference=task_reference(text))
     assert result.ok, result.summary()
-
-
-if __name__ == "__main__":  # python test/py/test_all_to_all_sized.py build DIR: the GPU cases' artifacts
-    import sys
-    if len(sys.argv) != 3 or sys.argv[1] != "build":
-        raise SystemExit("usage: test_all_to_all_sized.py build DIR")
-    from ditron import ops_sized
-    for built in ops_sized.build(sys.argv[2], GPU_CASES):
-        print(f"built {built}")
 
 
 def test_frontend_builds_the_bounded_form_and_the_simulator_runs_it():
