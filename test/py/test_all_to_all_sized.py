@@ -183,6 +183,24 @@ def test_removing_the_counts_wait_is_caught():
     assert "a2a_counts" in result.summary()
 
 
+def test_every_mutant_is_caught():
+    """sim.mutate: dropping any wait, signal or the barrier, or shifting either copy (the staging, the counts), is
+    a finding of the simulator (W = 3, uneven sizes)."""
+    from ditron.sim.mutate import run_mutants
+    w, n = 3, 6
+    text = program(w, n, 16, w * n)
+
+    def inputs(call):
+        rng = np.random.default_rng(call)
+        splits = _routing("uneven", w, n, rng, call)
+        return [[rng.standard_normal((n, 16)).astype(np.float32), splits[r]] for r in range(w)]
+    results = run_mutants(lower(text), w, inputs=inputs, calls=2, reference=task_reference(text))
+    kinds = {r.mutation.kind for r in results}
+    assert {"drop-wait", "drop-signal", "drop-barrier", "shift-src", "shift-dst"} <= kinds
+    missed = [str(r.mutation) for r in results if not r.caught]
+    assert not missed, missed
+
+
 # ------------------------------------------------------------------------------------------------ passes
 
 def test_ditron_tile_chooses_pull_sized_on_sms():
