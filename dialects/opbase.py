@@ -44,11 +44,18 @@ class Operand:
 
 
 class Result:
-    def __init__(self, index: int):
-        self.index = index
+    """Result ``index``; ``optional=True``: None if absent."""
+
+    def __init__(self, index: int, *, optional: bool = False):
+        self.index, self.optional = index, optional
 
     def __get__(self, obj, owner=None):
-        return self if obj is None else obj.op.results[self.index]
+        if obj is None:
+            return self
+        results = obj.op.results
+        if self.optional and self.index >= len(results):
+            return None
+        return results[self.index]
 
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1

@@ -65,13 +65,17 @@ irdl.dialect @ditron_task {
     irdl.attributes { "axis" = %axis, "reduce" = %red }
   }
   // Splits split_dim into axis-size parts, sends part r to rank r, concatenates what arrives along concat_dim.
-  // With split_sizes (tensor<W x i32/i64>), parts are of those run-time sizes and the output dim is dynamic.
+  // With split_sizes (tensor<W x i32/i64>, computed on the device), parts are of those run-time sizes: either one
+  // result with the dim dynamic (unbounded: no device lowering), or the bounded form, two results: the output with
+  // the dim static = its capacity (rows 0 .. sum(recv_counts) hold what arrived, in source rank order) and
+  // recv_counts (tensor<W x i32>: the rows each rank sent here; sum(recv_counts) > capacity = overflow).
   irdl.operation @all_to_all {
     %x = irdl.base "!builtin.tensor"
     %s = irdl.base "!builtin.tensor"
     %y = irdl.base "!builtin.tensor"
+    %c = irdl.base "!builtin.tensor"
     irdl.operands(input: %x, split_sizes: optional %s)
-    irdl.results(output: %y)
+    irdl.results(output: %y, recv_counts: optional %c)
     %sd = irdl.base "#builtin.integer"
     %cd = irdl.base "#builtin.integer"
     %axis = irdl.base "#builtin.string"

@@ -137,23 +137,43 @@ class AllToAll(TaskOp):
     input = Operand(0)
     split_sizes = Operand(1, optional=True)
     output = Result(0)
+    recv_counts = Result(1, optional=True)  # the bounded form: rows received from each rank (tensor<W x i32>)
     split_dim = IntAttr("split_dim")
     concat_dim = IntAttr("concat_dim")
     axis = StrAttr("axis")
 
     @classmethod
     def build(cls, x: ir.Value, *, split_dim: int, concat_dim: int, axis: str, axis_size: int,
-              split_sizes: ir.Value | None = None, loc=None, ip=None) -> "AllToAll":
+              split_sizes: ir.Value | None = None, capacity: int | None = None, loc=None,
+              ip=None) -> "AllToAll":
+        """Static (equal parts) without split_sizes; with them, ``capacity`` None: one result whose dim is
+        dynamic (unbounded), else the bounded form: (output with ``capacity`` rows along the dim, recv_counts)."""
         t = ir.RankedTensorType(x.type)
         shape = list(t.shape)
+        results = []
         if split_sizes is not None:
-            shape[concat_dim] = ir.ShapedType.get_dynamic_size()
+            shape[concat_dim] = ir.ShapedType.get_dynamic_size() if capacity is None else capacity
+        elif capacity is not None:
+            raise ValueError("all_to_all: capacity bounds parts of run-time sizes; it needs split_sizes")
         else:
             shape[split_dim] //= axis_size
             shape[concat_dim] *= axis_size
+        results.append(tensor_type(shape, t.element_type))
+        if capacity is not None:
+            results.append(tensor_type([axis_size], ir.IntegerType.get_signless(32)))
         operands = [x] + ([split_sizes] if split_sizes is not None else [])
-        return cls.create(operands=operands, results=[tensor_type(shape, t.element_type)], split_dim=split_dim,
+        return cls.create(operands=operands, results=results, split_dim=split_dim,
                           concat_dim=concat_dim, axis=axis, loc=loc, ip=ip)
+
+    @property
+    def bounded(self) -> bool:
+        """Parts of run-time sizes into an output of bounded capacity, with the received counts."""
+        return self.split_sizes is not None and self.recv_counts is not None
+
+    @property
+    def capacity(self) -> int:
+        """The bounded form's capacity: the output's rows along the dim."""
+        return int(ir.RankedTensorType(self.output.type).shape[self.concat_dim])
 
 
 OPS: tuple[type[TaskOp], ...] = (Shard, Matmul, GroupedMatmul, Elementwise, AllGather, ReduceScatter, AllReduce,

@@ -404,6 +404,13 @@ def _all_to_all(c: _Checker, op: ir.Operation) -> None:
                 not _dims_agree(t.shape[0], n):
             c.error(op, f"split_sizes must be a tensor<{n}xi32> or tensor<{n}xi64> (one size per rank of axis "
                         f"'{a2a.axis}'), got {sizes.type}")
+            return
+        if a2a.recv_counts is not None:
+            _bounded_all_to_all(c, op, a2a, n, b)
+        return
+    if a2a.recv_counts is not None:
+        c.error(op, "has a recv_counts result but no split_sizes: only parts of run-time sizes have received "
+                    "counts")
         return
     expect = list(a.shape)
     if expect[sd] >= 0:
@@ -416,6 +423,20 @@ def _all_to_all(c: _Checker, op: ir.Operation) -> None:
         expect[cd] *= n
     if not all(_dims_agree(x, y) for x, y in zip(expect, b.shape)):
         c.error(op, f"output shape {list(b.shape)} should be {expect}")
+
+
+def _bounded_all_to_all(c: _Checker, op: ir.Operation, a2a: task.AllToAll, n: int, out: ir.RankedTensorType) -> None:
+    """The bounded form: the output's dim is its capacity (static, >= 1), recv_counts a tensor<n x i32>."""
+    cap = out.shape[a2a.concat_dim]
+    if cap == ir.ShapedType.get_dynamic_size():
+        c.error(op, f"output dim {a2a.concat_dim} is its capacity and must be static in the bounded form (with "
+                    "recv_counts); the unbounded form has one result")
+        return
+    t = _tensor(a2a.recv_counts.type)
+    i32 = ir.IntegerType.get_signless(32)
+    if t is None or t.rank != 1 or t.element_type != i32 or not _dims_agree(t.shape[0], n):
+        c.error(op, f"recv_counts must be a tensor<{n}xi32> (rows received from each rank of axis "
+                    f"'{a2a.axis}'), got {a2a.recv_counts.type}")
 
 
 # --------------------------------------------------------------------------------------------- device level

@@ -479,9 +479,16 @@ def all_reduce(x: Value, axis: str, reduce: str = "sum") -> Value:
     return _wrap(trace, op, op.output, x.dtype)
 
 
-def all_to_all(x: Value, split_dim: int, concat_dim: int, axis: str, split_sizes: Value | None = None) -> Value:
+def all_to_all(x: Value, split_dim: int, concat_dim: int, axis: str, split_sizes: Value | None = None,
+               capacity: int | None = None):
     """Local view: split split_dim into one part per rank of axis, send part r to rank r, concatenate what
-    arrives along concat_dim. split_sizes (an integer tensor [n]): parts of those run-time sizes."""
+    arrives along concat_dim. split_sizes (an integer tensor [n]): parts of those run-time sizes (the result's dim
+    dynamic); with ``capacity`` too, the bounded form: (output of ``capacity`` rows, recv_counts [n] i32)."""
+    if capacity is not None and (split_sizes is None or isinstance(capacity, bool) or not isinstance(capacity, int)
+                                 or capacity < 1):
+        raise _trace_error(f"all_to_all: capacity (a positive int, the output's rows) bounds parts of run-time "
+                           f"sizes and needs split_sizes; got capacity={capacity!r}"
+                           f"{'' if split_sizes is not None else ' without split_sizes'}")
     operands = (x,) if split_sizes is None else (x, split_sizes)
     trace, vals = _values("all_to_all", operands)
     x = vals[0]
@@ -497,7 +504,9 @@ def all_to_all(x: Value, split_dim: int, concat_dim: int, axis: str, split_sizes
         raise _trace_error(f"all_to_all: split_dim {split_dim} of {_shape(x.shape)} (size {x.shape[sd]}) does not "
                            f"divide over axis '{axis}' of size {n}; pass split_sizes for uneven parts")
     op = task.AllToAll.build(x.ir, split_dim=sd, concat_dim=cd, axis=axis, axis_size=n, split_sizes=sizes,
-                             loc=trace.location(), ip=trace.ip())
+                             capacity=capacity, loc=trace.location(), ip=trace.ip())
+    if capacity is not None:
+        return _wrap(trace, op, op.output, x.dtype), _wrap(trace, op, op.recv_counts, "i32")
     return _wrap(trace, op, op.output, x.dtype)
 
 

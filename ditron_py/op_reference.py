@@ -49,3 +49,29 @@ def _array_module(x):
         return sys.modules["torch"]
     import numpy
     return numpy
+
+
+def all_to_all_sized(xs: Sequence[Any], splits: Sequence[Any], capacity: int) -> tuple[list[Any], list[Any]]:
+    """The bounded all_to_all of run-time split sizes along dim 0, per rank: (outputs, recv_counts). Rank p's x
+    sends its rows in order, splits[p][d] of them to rank d -- a negative size counts 0, and sizes past x's rows
+    are cut at its end (every rank cuts alike); rank r's output holds, in source rank order, the rows each rank
+    sent it, up to ``capacity`` rows (the rest is the overflow: ``recv_counts.sum() - capacity`` rows, not
+    written), then zeros; recv_counts[q] = the rows q sent it (int32). numpy arrays or torch tensors."""
+    import numpy as np
+    w = len(xs)
+    as_np = [np.asarray(x.detach().cpu().float()) if hasattr(x, "detach") else np.asarray(x) for x in xs]
+    sizes = np.maximum(np.stack([np.asarray(s.cpu() if hasattr(s, "cpu") else s, np.int64).reshape(w)
+                                 for s in splits]), 0)
+    outs, recvs = [], []
+    sent = []
+    for p in range(w):
+        ends = np.minimum(np.cumsum(sizes[p]), as_np[p].shape[0])
+        starts = np.concatenate([[0], ends[:-1]])
+        sent.append([as_np[p][a:b] for a, b in zip(starts, ends)])
+    for r in range(w):
+        rows = np.concatenate([sent[q][r] for q in range(w)], axis=0)[:capacity]
+        out = np.zeros((capacity,) + as_np[0].shape[1:], as_np[0].dtype)
+        out[:rows.shape[0]] = rows
+        outs.append(out)
+        recvs.append(np.array([sent[q][r].shape[0] for q in range(w)], np.int32))
+    return outs, recvs

@@ -773,11 +773,15 @@ def reduce_scatter(x, world, dim: int = 0, *, out=None, sync: bool = True, libra
     return _call("reduce_scatter", (x,), world, {"dim": dim}, out, sync, library, passes, graph)
 
 
-def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, *, out=None, sync: bool = True,
-               library: Library | None = None, passes=None, graph: bool = False):
+def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, *, splits=None, capacity: int | None = None,
+               out=None, sync: bool = True, library: Library | None = None, passes=None, graph: bool = False):
     """Split x along split_dim into W equal parts; part r goes to rank r, which concatenates the parts it receives
     (rank 0's first) along concat_dim. split_dim == concat_dim (the default, 0) is MoE's token exchange; split_dim
-    != concat_dim reshards (e.g. rows sharded -> columns sharded: split_dim=1, concat_dim=0)."""
+    != concat_dim reshards (e.g. rows sharded -> columns sharded: split_dim=1, concat_dim=0). splits=: ops_sized."""
+    if splits is not None or capacity is not None:  # parts of run-time sizes -> (out [capacity, ...], recv_counts)
+        from .ops_sized import all_to_all_sized
+        return all_to_all_sized(x, splits, world, capacity=capacity, sync=sync, graph=graph, split_dim=split_dim,
+                                concat_dim=concat_dim, out=out, library=library, passes=passes)
     return _call("all_to_all", (x,), world, {"split_dim": split_dim, "concat_dim": concat_dim}, out, sync, library,
                  passes, graph)
 

@@ -40,6 +40,7 @@ from .dialects import task
 from .dialects.sharding import Mesh, Sharding, arg_sharding, result_sharding
 from .errors import DitronError
 from .schema import VIEW_ATTR
+from .op_reference import all_to_all_sized
 
 
 class EvaluationError(DitronError):
@@ -367,6 +368,15 @@ def _coll_all_to_all(it: _Interpreter, op, operands):
     a2a = task.AllToAll(op)
     xs, n = operands[0], it.mesh.axis_size(a2a.axis)
     sizes = operands[1] if len(operands) > 1 else None
+    if a2a.bounded:  # per axis group: the group's inputs in order, the rank's own result
+        outs, recvs = [], []
+        for r in range(it.ranks):
+            group = axis_group(it.mesh, r, a2a.axis)
+            o, c = all_to_all_sized([xs[p] for p in group], [sizes[p] for p in group], a2a.capacity)
+            me = rank_coords(it.mesh, r)[a2a.axis]
+            outs.append(o[me].astype(xs[r].dtype))
+            recvs.append(c[me])
+        return [outs, recvs]
 
     def parts(r):
         x = xs[r]

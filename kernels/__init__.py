@@ -129,8 +129,10 @@ class TileStep:
     """One tile: wait, then read, compute (``compute(view)``: ``view(region)`` is a writable numpy view of that
     region), write, then notify.
 
-    ``expand``: a data-dependent step (a kernel whose tiles depend on what it reads, as the grouped GEMM's on the
-    group sizes): after its waits and reads, ``expand(view)`` gives the steps that take its place, in order."""
+    ``expand`` (data-dependent tiles: a kernel whose regions depend on values it reads, as the grouped GEMM's on
+    the group sizes): the step is a placeholder that waits and reads, then ``expand(view)`` (views of its reads,
+    read-only) returns the steps that replace it, in order. The simulator and ``interp.apply_tiles`` expand it when
+    the program reaches it; ``expanded`` does it for other consumers."""
 
     waits: list[SlotWait] = field(default_factory=list)
     reads: list[Region] = field(default_factory=list)
@@ -174,7 +176,7 @@ class Template(Protocol):
 
 # ------------------------------------------------------------------------------------------------ records
 
-TEMPLATES = ("gemm", "copy", "reduce", "elementwise", "grouped_gemm")
+TEMPLATES = ("gemm", "copy", "reduce", "elementwise", "grouped_gemm", "a2a_sized")
 
 
 class KernelRecord(dict):

@@ -3,7 +3,7 @@
 It exists to check the templates on a machine without a GPU: it runs the *emitted IR* on small problems, so tests
 can compare its numbers with numpy and its trace of memory accesses, waits and notifies with what the template's
 ``tiles()`` claims. It covers the subset the templates use (arith, scf.for/if/while, tt.make_range/splat/
-broadcast/expand_dims/reshape/trans/split/addptr/load/store/dot/atomic_rmw, tensor descriptors, ditron_core);
+broadcast/expand_dims/reshape/trans/split/addptr/load/store/dot/atomic_rmw/reduce, tensor descriptors, ditron_core);
 anything else raises ``NotImplementedError`` naming the op. Integer results wrap to their type's width as on the GPU
 (``wrap``: an i32 offset past 2**31 turns negative, and the load it addresses fails), and an ``scf.for`` whose
 induction variable would overflow on its last step raises ``OverflowError``.
@@ -123,6 +123,15 @@ def wrap(x, t: ir.Type):
     return ((int(x) + half) & mask) - half
 
 
+def _combiner(op) -> str:
+    """The name of the single op a tt.reduce / tt.scan region combines with."""
+    return [o.operation.name for o in op.regions[0].blocks[0].operations][0]
+
+
+_FAST_REDUCE = {"arith.addi": lambda a, axis: a.astype(np.int64).sum(axis=axis),
+                "arith.minsi": lambda a, axis: a.min(axis=axis), "arith.maxsi": lambda a, axis: a.max(axis=axis)}
+
+
 class Program:
     """Runs one tt.func for one program id."""
 
@@ -175,7 +184,7 @@ class Program:
         for op in block.operations:
             op = op.operation
             name = op.name
-            if name in ("scf.yield", "tt.return", "scf.condition"):
+            if name in ("scf.yield", "tt.return", "scf.condition", "tt.reduce.return"):
                 return [env[v] for v in op.operands]
             results = self._op(op, name, [env[v] for v in op.operands], env)
             for r, v in zip(op.results, results):
@@ -209,7 +218,7 @@ class Program:
             return [_scalar(wrap(np.asarray(x[0]), op.results[0].type))]
         if name in ("arith.truncf", "arith.extf"):
             return [round_to(dtype_name(op.results[0].type), np.asarray(x[0], np.float32))]
-        if name in ("tt.reduce", "tt.scan"):
+        if name == "tt.scan" or (name == "tt.reduce" and _combiner(op) in _FAST_REDUCE):
             return [self._reduce_or_scan(op, name, np.asarray(v)) for v in x]
         if name == "tt.get_program_id":
             return [self.pid if _int_attr(op, "axis") == 0 else 0]
@@ -267,6 +276,15 @@ class Program:
             return [self._atomic(op, x)]
         if name == "gpu.barrier":
             return []
+        if name == "tt.reduce":  # the combiner region folded along the axis, elementwise over the other dims
+            vals = np.moveaxis(np.asarray(x[0]), _int_attr(op, "axis", 0), 0)
+            body = op.regions[0].blocks[0]
+            acc = vals[0]
+            for v in vals[1:]:
+                inner = dict(env)
+                inner[body.arguments[0]], inner[body.arguments[1]] = acc, v
+                acc = np.asarray(self._block(body, inner)[0])
+            return [_scalar(np.asarray(acc))]
         if name == "scf.for":
             lb, ub, st, carried = int(x[0]), int(x[1]), int(x[2]), list(x[3:])
             body = op.regions[0].blocks[0]
@@ -340,19 +358,14 @@ class Program:
 
     @staticmethod
     def _reduce_or_scan(op, name, v):
-        """tt.reduce / tt.scan whose combiner is one integer arith op (the templates' sums and minima)."""
-        body = op.regions[0].blocks[0]
-        combine = [o.operation.name for o in body.operations][0]
-        axis = _int_attr(op, "axis")
+        """tt.scan with arith.addi, and tt.reduce whose combiner is one integer arith op of _FAST_REDUCE, in numpy
+        (other combiners: the region, folded along the axis)."""
+        combine, axis = _combiner(op), _int_attr(op, "axis", 0)
         if name == "tt.scan":
             if combine != "arith.addi" or bool(ir.BoolAttr(op.attributes["reverse"]).value):
                 raise NotImplementedError(f"interp: tt.scan with {combine}")
             return wrap(np.cumsum(v.astype(np.int64), axis=axis), op.results[0].type)
-        fns = {"arith.addi": lambda a: a.astype(np.int64).sum(axis=axis), "arith.minsi": lambda a: a.min(axis=axis),
-               "arith.maxsi": lambda a: a.max(axis=axis)}
-        if combine not in fns:
-            raise NotImplementedError(f"interp: tt.reduce with {combine}")
-        return _scalar(wrap(np.asarray(fns[combine](v)), op.results[0].type))
+        return _scalar(wrap(np.asarray(_FAST_REDUCE[combine](v, axis)), op.results[0].type))
 
     @staticmethod
     def _map(v, fn):
@@ -469,8 +482,9 @@ def region_indices(region, ld: int | None) -> np.ndarray:
     return (r[:, None] * ld + c[None, :]).ravel()
 
 
-def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int | None]) -> None:
-    """Run what tiles() describes on memory, program after program (waits are checked, notifies applied)."""
+def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int | None]) -> list:
+    """Run what tiles() describes on memory, program after program (waits are checked, notifies applied, steps
+    with ``expand`` replaced by their expansion); returns the steps run, per program (for ``compare_trace``)."""
     def view(region):
         buf = memory[(region.arg, rank if region.rank is None else region.rank)]
         ld = lds.get(region.arg)
@@ -480,17 +494,27 @@ def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int
         return grid2d[region.offsets[0]:region.offsets[0] + region.sizes[0],
                       region.offsets[1]:region.offsets[1] + region.sizes[1]]
 
+    ran = []
     for pid, steps in enumerate(steps_by_program):
-        for i, step in enumerate(expanded(steps, view)):
+        steps = list(steps)
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            if step.expand is not None:
+                steps[i:i + 1] = step.expand(view)
+                continue
+            i += 1
             for w in step.waits:
                 have = memory[(w.arg, rank if w.rank is None else w.rank)][w.slot]
                 if have < w.value:
-                    raise Blocked(f"tiles(): program {pid} step {i} waits for {w.arg}[{w.slot}] >= {w.value}, "
+                    raise Blocked(f"tiles(): program {pid} step {i - 1} waits for {w.arg}[{w.slot}] >= {w.value}, "
                                   f"which holds {have}")
             if step.compute is not None:
                 step.compute(view)
             for n in step.notifies:
                 notify_pad(n, memory[(n.arg, rank if n.rank is None else n.rank)])
+        ran.append(steps)
+    return ran
 
 
 def _atomics_as_notifies(trace: TileTrace):

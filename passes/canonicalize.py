@@ -5,7 +5,8 @@ IRDL ops have no traits, so MLIR's canonicalizer never folds or deletes them; th
 * a collective over a mesh axis of size 1 is the identity:
       %y = "ditron_task.all_gather"(%x) {axis = "dp", dim = 0 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
       return %y        // becomes: return %x   (when dp has size 1)
-  (an all_to_all with split_sizes, whose result dim is dynamic, becomes a ``tensor.cast`` of its input);
+  (an all_to_all with split_sizes, whose result dim is dynamic, becomes a ``tensor.cast`` of its input; the
+  bounded one, with recv_counts, is kept: it clips to its capacity and counts the rows);
 * a shard of a shard keeps only the outer annotation;
 * an op without side effects whose results are unused is erased: every Task-level op (they have value
   semantics), ``ditron_device.rank``/``num_ranks`` and ``ditron_core.rank``/``num_ranks``/``symm_at``/
@@ -47,6 +48,8 @@ def _fold_trivial_collective(op: ir.Operation) -> bool:
     axis = ir.StringAttr(op.attributes["axis"]).value
     mesh = Mesh.enclosing(op)
     if mesh is None or axis not in mesh.axes or mesh.axis_size(axis) != 1:
+        return False
+    if len(op.results) != 1:  # the bounded all_to_all: even one rank clips to its capacity and counts the rows
         return False
     x, y = op.operands[0], op.results[0]
     if x.type == y.type:

@@ -189,9 +189,11 @@ class _FunctionLowering(LoweringContext):
             if not any(w.match(op) for w in LOWERED):
                 raise self.error(op, "has no device-level lowering yet (supported: matmul, grouped_matmul, "
                                      "elementwise, all_gather, reduce_scatter, all_reduce, all_to_all)")
-            if task.AllToAll.match(op) and task.AllToAll(op).split_sizes is not None:
-                raise self.error(op, "with split_sizes (parts of run-time sizes) has no device-level lowering "
-                                     "yet; static all_to_all (equal parts) is lowered")
+            if task.AllToAll.match(op) and task.AllToAll(op).split_sizes is not None and \
+                    not task.AllToAll(op).bounded:
+                raise self.error(op, "with split_sizes and one result of a dynamic dim is unbounded, which has no "
+                                     "device-level lowering: give the output a capacity (the bounded form: results "
+                                     "tensor<capacity x ...> and recv_counts tensor<W x i32>)")
             if TILING_ATTR not in op.attributes:
                 raise self.error(op, "has no 'ditron.tiling'; run ditron-tile before ditron-lower-task-to-device")
             try:

@@ -464,8 +464,11 @@ class OpPlanner(PlannerBase):
     def all_to_all(self, op: ir.Operation) -> Tiling | None:
         """Static all_to_all: this rank's input is staged into a symmetric buffer and offered, every rank pulls
         its part of each peer's (one copy per peer) and copies its own part locally. The engine (and its SMs) from
-        the model; parts of run-time sizes (split_sizes) are not tiled (no device-level lowering yet)."""
+        the model; parts of run-time sizes (split_sizes) are tiled in the bounded form only (``all_to_all_sized``;
+        the unbounded one has no device-level lowering)."""
         a2a = task.AllToAll(op)
+        if a2a.bounded:
+            return self.all_to_all_sized(op)
         if a2a.split_sizes is not None:
             return None
         w, shape, eb = self.world(op), shape_of(a2a.input), elem_bytes(a2a.input)
@@ -487,6 +490,29 @@ class OpPlanner(PlannerBase):
         return Tiling(kind="all_to_all", target=self.peaks.target, world=w,
                       shard_rows=shape[a2a.split_dim] // max(w, 1), num_chunks=1, engine=engine, comm_sms=comm,
                       est_us=t * 1e6)
+
+    def all_to_all_sized(self, op: ir.Operation) -> Tiling:
+        """The bounded all_to_all of run-time sizes (collectives/all_to_all_sized.py): the sizes are on the device,
+        so the rows move on SMs (a copy engine's size is the host's), as one ``a2a_sized`` pull launch. Its
+        programs (``comm_sms``) from the model, for the rows a rank receives when the routing is even (its own
+        rows' worth, (W - 1) / W of them from peers) plus the staging copy and the zeroing of the capacity's
+        rows past them; the model cannot know the routing."""
+        a2a = task.AllToAll(op)
+        if self.o.engine == "copy_engine":
+            raise op_error(self.o.name, op, "engine=copy_engine cannot move parts of run-time sizes (the sizes are "
+                                            "on the device, a copy engine's are the host's); use engine=sm")
+        w, shape, eb = self.world(op), shape_of(a2a.input), elem_bytes(a2a.input)
+        nbytes = math.prod(shape) * eb
+        zeroed = max(a2a.capacity - shape[0], 0) * nbytes / max(shape[0], 1)
+        best = None
+        for sms in self.comm_sm_options("sm"):
+            t = local_copy_time(nbytes, self.peaks) + zeroed / self.peaks.hbm_copy_bw + copy_time(
+                nbytes * (w - 1) / max(w, 1), self.peaks, engine="sm", peers=max(w - 1, 1), chunks=w, sms=sms)
+            t += self.peaks.launch_latency
+            best = _better(best, (t, sms))
+        t, sms = best
+        return Tiling(kind="all_to_all", target=self.peaks.target, world=w, algorithm="pull_sized", engine="sm",
+                      comm_sms=sms, shard_rows=shape[0], num_warps=self.o.num_warps, est_us=t * 1e6)
 
     def reduction(self, op: ir.Operation) -> Tiling:
         """Standalone reduce_scatter (dim 0) or all_reduce: the reduction kernel reads peers' chunks on SMs."""

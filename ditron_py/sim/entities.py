@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from ..kernels import Region, TileStep, notify_effects
+from ..kernels import Region, notify_effects
 from .interpreter import HostInterpreter, Item
 from .kernels import LaunchPlan, plan_launch
 from .memory import Buffer, empty_clock, join, round_to
@@ -284,7 +284,7 @@ class ProgramEntity(Entity):
         super().__init__(world, rank, f"rank {rank} @{launch.plan.kernel} program {index}", launch.clock)
         self.launch = launch
         self.index = index
-        self.tiles = list(tiles)  # data-dependent steps splice in what they expand into
+        self.tiles = list(tiles)  # a step with expand is replaced in place
         self.t = 0
         self.call = launch.item.call
         self.loc: Loc = launch.item.loc
@@ -321,12 +321,11 @@ class ProgramEntity(Entity):
         for kind, reg, buf, box in regions:
             if kind == "read":
                 w.read(self, buf, box, self.loc, self.call, what)
-        if tile.expand is not None:  # a data-dependent step: its reads tell which tiles follow
+        if tile.expand is not None:  # data-dependent tiles: the values just read say what the program does next
             if ok:
-                produced = []
-                self._compute(TileStep(compute=lambda view: produced.extend(tile.expand(view))), regions, what)
-                self.tiles[self.t + 1:self.t + 1] = produced
-            self.t += 1
+                self.tiles[self.t:self.t + 1] = self._run(tile.expand, regions, what)
+            else:
+                self.t += 1
             return
         if ok and tile.compute is not None:
             self._compute(tile, regions, what)
@@ -369,6 +368,10 @@ class ProgramEntity(Entity):
     def _compute(self, tile, regions, what: str) -> None:
         """Run the tile's compute on views of its declared regions: written regions are writable, regions it only
         reads are read-only (a template writing where it did not declare a write is a template bug)."""
+        self._run(tile.compute, regions, what)
+
+    def _run(self, fn, regions, what: str):
+        """fn(view) on views of the declared regions (see _compute); returns what fn returns."""
         declared: dict[tuple[str, int], list] = {}
         me = self.world.groups.local(self.rank)  # regions name ranks of the group
         for kind, reg, buf, box in sorted(regions, key=lambda x: x[0] != "write"):
@@ -392,7 +395,7 @@ class ProgramEntity(Entity):
                 f"{list(region.offsets)} sizes {list(region.sizes)}, a region its reads and writes do not declare")
 
         try:
-            tile.compute(view)
+            return fn(view)
         except ValueError as err:
             if "read-only" not in str(err):
                 raise

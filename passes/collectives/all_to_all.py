@@ -22,6 +22,9 @@ def all_to_all_pull(lw: LoweringContext, op: ir.Operation, t: Tiling, x: ir.Valu
     until the end barrier (``crosses``). The pulls take ditron-tile's engine; the local copies take the copy engine
     (an SM copy kernel gets the few SMs ditron-tile gives the link)."""
     a2a = task.AllToAll(op)
+    if a2a.split_sizes is not None:
+        raise lw.error(op, f"of parts of run-time sizes is tiled for algorithm '{t.algorithm or 'pull'}'; the "
+                           "bounded form's is pull_sized (run ditron-tile again)")
     b = lw.b
     world = t.world
     shape = list(ir.MemRefType(x.type).shape)

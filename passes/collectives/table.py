@@ -7,7 +7,8 @@ tiling without one means the op's DEFAULTS entry). A module of this package regi
 ``@register(op, algorithm)``:
 
 * a collective's lowering is ``fn(ctx, op, t, x, out)``: x the memref of the op's input, out the memref of its
-  result (already placed: ``ctx.dest``); it runs only for world > 1 (one rank: a local copy, here);
+  (first) result (already placed: ``ctx.dest``); it runs only for world > 1 (one rank: a local copy, here),
+  except for ops of several results (the bounded all_to_all and its recv_counts), lowered for every world;
 * a fused pattern's lowering is ``fn(ctx, g, t)`` for the OverlapGroup g; it runs only for world > 1
   (one rank: the GEMM alone, in ditron-lower-task-to-device).
 """
@@ -65,6 +66,9 @@ def lower_collective(ctx: LoweringContext, op: ir.Operation, t: Tiling) -> None:
     name = op.name.split(".", 1)[1]
     x = ctx.buf(op.operands[0])
     out = ctx.dest(op.results[0], COLLECTIVES[name])
+    if len(op.results) > 1:  # the bounded all_to_all: even one rank clips to the capacity and counts the rows
+        lowering(ctx, op, name, t)(ctx, op, t, x, out)
+        return
     if (t.world or 1) == 1:  # one rank: the collective is the identity
         ctx.local_copy(x, out, lane="compute")
         return

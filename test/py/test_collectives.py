@@ -24,6 +24,7 @@ W, M, K, N = 2, 128, 64, 64  # rows of one shard: M; the GEMMs are [W*M, K] x [K
 CASES = {
     ("all_gather", "pull"): ("all_gather", ""),
     ("all_to_all", "pull"): ("all_to_all", ""),
+    ("all_to_all", "pull_sized"): ("all_to_all_sized", ""),
     ("reduce_scatter", "reduce_kernel"): ("reduce_scatter", "reduce-scatter=reduce_kernel"),
     ("reduce_scatter", "one_launch"): ("reduce_scatter", "reduce-scatter=one_launch"),
     ("all_reduce", "one_shot"): ("all_reduce", "all-reduce=one_shot"),
@@ -79,6 +80,14 @@ def program(kind: str, algorithm: str = "") -> str:
     elif kind == "all_reduce":
         args, res = f"%x: {_t(big, K)}", _t(big, K)
         body = f'%y = "ditron_task.all_reduce"(%x) {{axis = "tp", reduce = "sum"{tiling(kind)}}} : ({res}) -> {res}'
+    elif kind == "all_to_all_sized":  # split sizes of the run (the simulator's random i32 inputs), two results
+        t, s = _t(M, K), f"tensor<{W}xi32>"
+        args, res = f"%x: {t}, %s: {s}", f"{_t(big, K)}, {s}"
+        body = (f'%y, %c = "ditron_task.all_to_all"(%x, %s) {{axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64'
+                f'{tiling("all_to_all")}}} : ({t}, {s}) -> ({res})')
+        return (f'module attributes {{ditron.mesh = {{axes = ["tp"], shape = array<i64: {W}>}}}} {{\n'
+                f'  func.func @{kind}({args}) -> ({res}) attributes {{ditron.view = "local"}} {{\n'
+                f'    {body}\n    return %y, %c : {res}\n  }}\n}}\n')
     else:
         assert kind == "all_to_all", kind
         args, res = f"%x: {_t(big, K)}", _t(big, K)

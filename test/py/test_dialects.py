@@ -321,8 +321,9 @@ def wrapper_shape(w: type[OpWrapper]) -> dict:
         # declared as MAX_LAUNCH_ARGS optional slots a0, a1, ...; the wrapper reads them as one list.
         assert operands == [("args", "variadic")]
         operands = [(f"a{i}", "optional") for i in range(device.MAX_LAUNCH_ARGS)]
-    results = sorted(((d.index, k) for klass in w.__mro__ for k, d in vars(klass).items() if isinstance(d, Result)))
-    return {"operands": operands, "results": [(name, "single") for _, name in results],
+    results = sorted(((d.index, k, d.optional) for klass in w.__mro__ for k, d in vars(klass).items()
+                      if isinstance(d, Result)))
+    return {"operands": operands, "results": [(name, "optional" if opt else "single") for _, name, opt in results],
             "attributes": sorted(w.attributes_declared())}
 
 

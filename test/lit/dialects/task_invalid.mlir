@@ -509,6 +509,36 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
 
 // -----
 
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
+  func.func @all_to_all_bounded_dynamic_capacity(%x: tensor<16x8xf32>, %s: tensor<4xi32>) -> (tensor<?x8xf32>, tensor<4xi32>) {
+    // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:14: error: 'ditron_task.all_to_all' op output dim 0 is its capacity and must be static in the bounded form (with recv_counts); the unbounded form has one result
+    %0, %1 = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x8xf32>, tensor<4xi32>) -> (tensor<?x8xf32>, tensor<4xi32>)
+    return %0, %1 : tensor<?x8xf32>, tensor<4xi32>
+  }
+}
+
+// -----
+
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
+  func.func @all_to_all_bounded_counts_type(%x: tensor<16x8xf32>, %s: tensor<4xi32>) -> (tensor<64x8xf32>, tensor<4xi64>) {
+    // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:14: error: 'ditron_task.all_to_all' op recv_counts must be a tensor<4xi32> (rows received from each rank of axis 'tp'), got tensor<4xi64>
+    %0, %1 = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x8xf32>, tensor<4xi32>) -> (tensor<64x8xf32>, tensor<4xi64>)
+    return %0, %1 : tensor<64x8xf32>, tensor<4xi64>
+  }
+}
+
+// -----
+
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
+  func.func @all_to_all_counts_without_sizes(%x: tensor<16x8xf32>) -> (tensor<4x32xf32>, tensor<4xi32>) {
+    // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:14: error: 'ditron_task.all_to_all' op has a recv_counts result but no split_sizes: only parts of run-time sizes have received counts
+    %0, %1 = "ditron_task.all_to_all"(%x) {axis = "tp", split_dim = 0 : i64, concat_dim = 1 : i64} : (tensor<16x8xf32>) -> (tensor<4x32xf32>, tensor<4xi32>)
+    return %0, %1 : tensor<4x32xf32>, tensor<4xi32>
+  }
+}
+
+// -----
+
 // Zero-size tensors (issue 25: the cost model divided by zero, the GEMM template refused 'k' without a location).
 func.func @matmul_zero_k(%x: tensor<128x0xbf16>, %w: tensor<0x64xbf16>) -> tensor<128x64xbf16> {
   // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 2]]:8: error: 'ditron_task.matmul' op operand 0 (tensor<128x0xbf16>) has size 0 in dim 1; ditron computes on non-empty tensors only (every dim >= 1)

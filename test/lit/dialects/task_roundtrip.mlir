@@ -98,12 +98,15 @@ module attributes {ditron.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}
   // CHECK: "ditron_task.all_to_all"(%arg0) {axis = "tp", concat_dim = 0 : i64, split_dim = 0 : i64} : (tensor<16x8xf32>) -> tensor<16x8xf32>
   // CHECK: "ditron_task.all_to_all"(%arg0, %arg1) {axis = "tp", concat_dim = 0 : i64, split_dim = 0 : i64} : (tensor<16x8xf32>, tensor<4xi32>) -> tensor<?x8xf32>
   // CHECK: "ditron_task.all_to_all"(%arg0, %arg2) {axis = "dp", concat_dim = 0 : i64, split_dim = 0 : i64} : (tensor<16x8xf32>, tensor<?xi64>) -> tensor<?x8xf32>
+  // The bounded form: the output's dim is its capacity, with the rows received from each rank.
+  // CHECK: %{{.*}}:2 = "ditron_task.all_to_all"(%arg0, %arg1) {axis = "tp", concat_dim = 0 : i64, split_dim = 0 : i64} : (tensor<16x8xf32>, tensor<4xi32>) -> (tensor<40x8xf32>, tensor<4xi32>)
   func.func @all_to_all(%x: tensor<16x8xf32>, %s: tensor<4xi32>, %sd: tensor<?xi64>)
       -> (tensor<4x32xf32>, tensor<16x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>) {
     %0 = "ditron_task.all_to_all"(%x) {axis = "tp", split_dim = 0 : i64, concat_dim = 1 : i64} : (tensor<16x8xf32>) -> tensor<4x32xf32>
     %1 = "ditron_task.all_to_all"(%x) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x8xf32>) -> tensor<16x8xf32>
     %2 = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x8xf32>, tensor<4xi32>) -> tensor<?x8xf32>
     %3 = "ditron_task.all_to_all"(%x, %sd) {axis = "dp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x8xf32>, tensor<?xi64>) -> tensor<?x8xf32>
+    %4, %5 = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x8xf32>, tensor<4xi32>) -> (tensor<40x8xf32>, tensor<4xi32>)
     return %0, %1, %2, %3 : tensor<4x32xf32>, tensor<16x8xf32>, tensor<?x8xf32>, tensor<?x8xf32>
   }
 }

@@ -94,3 +94,22 @@ module attributes {ditron.mesh = {axes = ["ep"], shape = array<i64: 2>}} {
     return %y : tensor<8x6xf32>
   }
 }
+
+// -----
+
+// MoE dispatch of run-time sizes: the bounded all_to_all's output (result 0) feeds grouped_matmul's lhs, its recv
+// counts the group sizes; the pair is marked alike. The combine back (sizes = the recv counts) stays unmarked.
+module attributes {ditron.mesh = {axes = ["ep"], shape = array<i64: 2>}} {
+  // CHECK-LABEL: func.func @moe_sized
+  // CHECK: %[[D:.*]]:2 = "ditron_task.all_to_all"{{.*}}ditron.overlap = {group = 0 : i64, kind = "a2a_grouped_matmul", role = "producer"}
+  // CHECK: "ditron_task.grouped_matmul"(%[[D]]#0, %arg2, %[[D]]#1) {ditron.overlap = {group = 0 : i64, kind = "a2a_grouped_matmul", role = "consumer"}}
+  // CHECK: "ditron_task.all_to_all"
+  // CHECK-NOT: ditron.overlap
+  // CHECK: return
+  func.func @moe_sized(%x: tensor<8x4xf32>, %s: tensor<2xi32>, %w: tensor<2x4x6xf32>) -> (tensor<8x6xf32>, tensor<2xi32>) {
+    %t, %c = "ditron_task.all_to_all"(%x, %s) {axis = "ep", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<8x4xf32>, tensor<2xi32>) -> (tensor<16x4xf32>, tensor<2xi32>)
+    %y = "ditron_task.grouped_matmul"(%t, %w, %c) : (tensor<16x4xf32>, tensor<2x4x6xf32>, tensor<2xi32>) -> tensor<16x6xf32>
+    %z, %b = "ditron_task.all_to_all"(%y, %c) {axis = "ep", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<16x6xf32>, tensor<2xi32>) -> (tensor<8x6xf32>, tensor<2xi32>)
+    return %z, %b : tensor<8x6xf32>, tensor<2xi32>
+  }
+}

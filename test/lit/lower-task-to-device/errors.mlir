@@ -73,10 +73,10 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
 
 // -----
 
-// An all_to_all of parts of run-time sizes.
+// An all_to_all of parts of run-time sizes, unbounded.
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
   func.func @a2a(%x: tensor<8x8xbf16>, %s: tensor<2xi32>) -> tensor<?x8xbf16> attributes {ditron.view = "local"} {
-    // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: ditron-lower-task-to-device: 'ditron_task.all_to_all' op with split_sizes (parts of run-time sizes) has no device-level lowering yet; static all_to_all (equal parts) is lowered
+    // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: ditron-lower-task-to-device: 'ditron_task.all_to_all' op with split_sizes and one result of a dynamic dim is unbounded, which has no device-level lowering: give the output a capacity (the bounded form: results tensor<capacity x ...> and recv_counts tensor<W x i32>)
     %y = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64, ditron.tiling = {kind = "all_to_all", target = "cuda:90"}} : (tensor<8x8xbf16>, tensor<2xi32>) -> tensor<?x8xbf16>
     return %y : tensor<?x8xbf16>
   }
@@ -101,5 +101,27 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
     // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: ditron-lower-task-to-device: 'ditron_task.elementwise' op 'ditron.tiling' field 'block' must be an int, got "big"; run ditron-tile to write it
     %y = "ditron_task.elementwise"(%x) {fn = "relu", ditron.tiling = {kind = "elementwise", target = "cuda:90", block = "big"}} : (tensor<4x8xbf16>) -> tensor<4x8xbf16>
     return %y : tensor<4x8xbf16>
+  }
+}
+
+// -----
+
+// The bounded all_to_all of run-time sizes: i64 sizes are not lowered (ditron.ops converts them on the device).
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @a2a_i64(%x: tensor<8x8xbf16>, %s: tensor<2xi64>) -> (tensor<16x8xbf16>, tensor<2xi32>) attributes {ditron.view = "local"} {
+    // CHECK: errors.mlir:[[# @LINE + 1]]:14: error: ditron-lower-task-to-device: 'ditron_task.all_to_all' op split_sizes of type tensor<2xi64> are lowered as i32 only (convert them on the device first: ditron.ops.all_to_all does)
+    %y, %c = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64, ditron.tiling = {kind = "all_to_all", target = "cuda:90", world = 2 : i64, algorithm = "pull_sized", engine = "sm", comm_sms = 4 : i64}} : (tensor<8x8xbf16>, tensor<2xi64>) -> (tensor<16x8xbf16>, tensor<2xi32>)
+    return %y, %c : tensor<16x8xbf16>, tensor<2xi32>
+  }
+}
+
+// -----
+
+// The bounded all_to_all tiled for the static algorithm.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @a2a_static_algorithm(%x: tensor<8x8xbf16>, %s: tensor<2xi32>) -> (tensor<16x8xbf16>, tensor<2xi32>) attributes {ditron.view = "local"} {
+    // CHECK: errors.mlir:[[# @LINE + 1]]:14: error: ditron-lower-task-to-device: 'ditron_task.all_to_all' op of parts of run-time sizes is tiled for algorithm 'pull'; the bounded form's is pull_sized (run ditron-tile again)
+    %y, %c = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64, ditron.tiling = {kind = "all_to_all", target = "cuda:90", world = 2 : i64, algorithm = "pull", engine = "sm", comm_sms = 4 : i64}} : (tensor<8x8xbf16>, tensor<2xi32>) -> (tensor<16x8xbf16>, tensor<2xi32>)
+    return %y, %c : tensor<16x8xbf16>, tensor<2xi32>
   }
 }

@@ -106,3 +106,14 @@ module {
     return %y : tensor<4x8xf32>
   }
 }
+
+// -----
+
+// In the global view it is refused, at the op.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @global(%x: tensor<8x16xbf16>, %s: tensor<2xi32>) -> (tensor<16x16xbf16>, tensor<2xi32>) {
+    // CHECK: errors.mlir:[[# @LINE + 1]]:14: error: ditron-partition: 'ditron_task.all_to_all' op is a collective of the local (SPMD) view, but the function is in the global view
+    %y, %c = "ditron_task.all_to_all"(%x, %s) {axis = "tp", split_dim = 0 : i64, concat_dim = 0 : i64} : (tensor<8x16xbf16>, tensor<2xi32>) -> (tensor<16x16xbf16>, tensor<2xi32>)
+    return %y, %c : tensor<16x16xbf16>, tensor<2xi32>
+  }
+}
