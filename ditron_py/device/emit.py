@@ -82,11 +82,6 @@ class _Emission:
         import gc
         from ..dialects import ditron_context
         from ..sim import simulate
-        jit = self._jit_launches()
-        if jit:
-            raise _error(f"program '{self.name}' launches @ditron.jit kernel(s) ({', '.join(k.name for k in jit)}), "
-                         "which the device-level simulator cannot run yet (it runs template kernels tile by tile): "
-                         "check the kernel alone with ditron.language.simulate", jit[0].where)
         with ditron_context():
             module = self.build()
             try:
