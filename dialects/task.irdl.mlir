@@ -77,4 +77,19 @@ irdl.dialect @ditron_task {
     %axis = irdl.base "#builtin.string"
     irdl.attributes { "split_dim" = %sd, "concat_dim" = %cd, "axis" = %axis }
   }
+  // A user's kernel program (ditron.register_op) called as an op: the program named by "kernel" runs over mesh
+  // axis "axis"; in_shardings / out_shardings (one ditron.sharding dictionary per operand / result) are its
+  // sharding rule: how it takes its inputs and gives its outputs; "params" are its builder's own parameters.
+  irdl.operation @custom {
+    %x = irdl.base "!builtin.tensor"
+    %y = irdl.base "!builtin.tensor"
+    irdl.operands(inputs: variadic %x)
+    irdl.results(outputs: variadic %y)
+    %k = irdl.base "#builtin.string"
+    %ax = irdl.base "#builtin.string"
+    %ins = irdl.base "#builtin.array"
+    %outs = irdl.base "#builtin.array"
+    %p = irdl.base "#builtin.dictionary"
+    irdl.attributes { "kernel" = %k, "axis" = %ax, "in_shardings" = %ins, "out_shardings" = %outs, "params" = %p }
+  }
 }

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from .opbase import DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
+from .opbase import Attr, DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
 from .sharding import Sharding
 
 REDUCTIONS = ("sum", "max", "min", "prod")
@@ -156,6 +156,44 @@ class AllToAll(TaskOp):
                           concat_dim=concat_dim, axis=axis, loc=loc, ip=ip)
 
 
+class Custom(TaskOp):
+    """A user's kernel program (``ditron.register_op``) called as an op, with its sharding rule."""
+
+    NAME = "custom"
+    inputs = Operand(0, variadic=True)
+    kernel = StrAttr("kernel")
+    axis = StrAttr("axis")
+    in_shardings_attr = Attr("in_shardings")
+    out_shardings_attr = Attr("out_shardings")
+    params_attr = DictAttr("params")
+
+    @property
+    def outputs(self) -> list[ir.Value]:
+        return list(self.op.results)
+
+    @property
+    def in_shardings(self) -> list[Sharding]:
+        return [Sharding.from_attr(a) for a in ir.ArrayAttr(self.op.attributes["in_shardings"])]
+
+    @property
+    def out_shardings(self) -> list[Sharding]:
+        return [Sharding.from_attr(a) for a in ir.ArrayAttr(self.op.attributes["out_shardings"])]
+
+    @property
+    def params(self) -> dict:
+        from .opbase import attr_to_py
+        return attr_to_py(self.op.attributes["params"])
+
+    @classmethod
+    def build(cls, kernel: str, inputs: Sequence[ir.Value], result_types: Sequence[ir.Type], *, axis: str,
+              in_shardings: Sequence[Sharding], out_shardings: Sequence[Sharding], params: ir.Attribute | None = None,
+              loc=None, ip=None) -> "Custom":
+        return cls.create(operands=list(inputs), results=list(result_types), kernel=kernel, axis=axis,
+                          in_shardings=ir.ArrayAttr.get([s.to_attr() for s in in_shardings]),
+                          out_shardings=ir.ArrayAttr.get([s.to_attr() for s in out_shardings]),
+                          params=params if params is not None else ir.DictAttr.get({}), loc=loc, ip=ip)
+
+
 OPS: tuple[type[TaskOp], ...] = (Shard, Matmul, GroupedMatmul, Elementwise, AllGather, ReduceScatter, AllReduce,
-                                  AllToAll)
+                                  AllToAll, Custom)
 COLLECTIVES: tuple[type[TaskOp], ...] = (AllGather, ReduceScatter, AllReduce, AllToAll)

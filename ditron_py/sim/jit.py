@@ -81,14 +81,16 @@ class JitPlan:
 
 
 def jit_kernel(info, loc: Loc):
-    """The ditron.device JitKernel a launched declaration stands for (held by this process, by key)."""
-    from ..device.kernel import JIT_KERNELS
-    key, params = info.jit
-    k = JIT_KERNELS.get(key)
-    if k is None:
-        raise SimulationError.at(loc, f"launch of '@{info.name}', a @ditron.jit kernel whose Python function is not in "
-                                      "this process (the IR names it only): simulate the ditron.device Program itself "
-                                      "(program.simulate(...))", info.loc.diagnostic("kernel declared here", "note"))
+    """The ditron.device JitKernel a launched declaration stands for: this process's, else the one its source
+    record names (ditron.device.kernel.resolve)."""
+    from ..device.kernel import resolve
+    from ..errors import DitronError
+    key, params, source = info.jit
+    try:
+        k = resolve(info.name, key, source)
+    except DitronError as err:
+        raise SimulationError.at(loc, f"launch of '@{info.name}': {err.diagnostics[0].message}",
+                                 info.loc.diagnostic("kernel declared here", "note")) from None
     if k.params != list(params):
         raise SimulationError.at(loc, f"@ditron.jit kernel '@{info.name}' takes {', '.join(k.params)}; its declaration "
                                       f"names {', '.join(params)}")

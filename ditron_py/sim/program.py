@@ -77,7 +77,7 @@ class KernelInfo:
     name: str
     record: Any
     loc: Loc
-    jit: tuple[str, list[str]] | None = None   # a user @ditron.jit kernel: (its key, its parameters) (sim.jit)
+    jit: tuple | None = None   # a user @ditron.jit kernel: (its key, its parameters, its source record) (sim.jit)
 
 
 @dataclass
@@ -216,9 +216,11 @@ class _Loader:
         if op is None:
             raise SimulationError.at(launch_loc, f"launch of '@{name}': no such symbol in the module")
         if JIT_ATTR in op.attributes:  # a user @ditron.jit kernel (ditron.device): run by sim.jit
+            from ..dialects.opbase import attr_to_py
             d = ir.DictAttr(op.attributes[JIT_ATTR])
             self.kernels[name] = KernelInfo(name, None, loc_of(op), (
-                ir.StringAttr(d["key"]).value, [ir.StringAttr(a).value for a in ir.ArrayAttr(d["params"])]))
+                ir.StringAttr(d["key"]).value, [ir.StringAttr(a).value for a in ir.ArrayAttr(d["params"])],
+                attr_to_py(d["source"]) if "source" in d else None))
             return
         if KERNEL_ATTR not in op.attributes:
             raise SimulationError.at(

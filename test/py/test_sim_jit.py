@@ -165,16 +165,27 @@ def test_ag_gemm_user_jit_missing_signal_deadlocks_in_the_kernel():
     assert dead and dead[0].loc.file.endswith("jit_kernels.py"), r.summary()
 
 
-def test_ir_alone_in_another_process_is_a_located_error(tmp_path):
-    """The printed IR names the kernel by key; ditron sim of it in a process that never built the program cannot
-    find the Python function, and says so at the launch."""
+def test_ditron_sim_of_the_printed_ir_in_another_process(tmp_path):
+    """The printed IR names the kernel by key and by its source record: ``ditron sim`` in a process that never built
+    the program loads the kernel's module from its file and runs it; the planted missing notify is found there too,
+    at the kernel's line. A kernel whose source no longer matches the key is a located error at the launch."""
     import subprocess
-    path = tmp_path / "g.mlir"
-    path.write_text(gather_program(2, 16).to_mlir())
-    out = subprocess.run([sys.executable, "-m", "ditron.sim", str(path)], capture_output=True, text=True)
-    assert out.returncode == 1
-    assert "Python function is not in this process" in out.stdout + out.stderr, out.stdout + out.stderr
-    assert "error:" in out.stdout + out.stderr
+    good, bad, stale = tmp_path / "good.mlir", tmp_path / "bad.mlir", tmp_path / "stale.mlir"
+    good.write_text(gather_program(3, 37).to_mlir())
+    bad.write_text(gather_program(3, 37, plant="missing_notify").to_mlir())
+    stale.write_text(gather_program(3, 37).to_mlir().replace("BLOCK = 16 : i64", "BLOCK = 8 : i64"))
+
+    def sim(path):
+        return subprocess.run([sys.executable, "-W", "ignore", "-m", "ditron.sim", str(path)], capture_output=True,
+                              text=True, cwd=tmp_path)
+    out = sim(good)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
+    out = sim(bad)
+    assert out.returncode == 1 and f"{HERE.name}:{_line('# THE-WAIT')}:" in out.stdout and "[deadlock]" in out.stdout, \
+        out.stdout + out.stderr
+    out = sim(stale)
+    assert out.returncode == 1 and "is no longer the kernel the IR was built with" in out.stdout + out.stderr
+    assert "error:" in out.stdout + out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
