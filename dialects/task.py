@@ -156,6 +156,9 @@ class AllToAll(TaskOp):
                           concat_dim=concat_dim, axis=axis, loc=loc, ip=ip)
 
 
+MAX_CUSTOM_INPUTS, MAX_CUSTOM_OUTPUTS = 8, 4  # task.irdl.mlir's optional groups of ditron_task.custom
+
+
 class Custom(TaskOp):
     """A user's kernel program (``ditron.register_op``) called as an op, with its sharding rule."""
 
@@ -188,10 +191,18 @@ class Custom(TaskOp):
     def build(cls, kernel: str, inputs: Sequence[ir.Value], result_types: Sequence[ir.Type], *, axis: str,
               in_shardings: Sequence[Sharding], out_shardings: Sequence[Sharding], params: ir.Attribute | None = None,
               loc=None, ip=None) -> "Custom":
-        return cls.create(operands=list(inputs), results=list(result_types), kernel=kernel, axis=axis,
-                          in_shardings=ir.ArrayAttr.get([s.to_attr() for s in in_shardings]),
-                          out_shardings=ir.ArrayAttr.get([s.to_attr() for s in out_shardings]),
-                          params=params if params is not None else ir.DictAttr.get({}), loc=loc, ip=ip)
+        if len(inputs) > MAX_CUSTOM_INPUTS or len(result_types) > MAX_CUSTOM_OUTPUTS:
+            raise ValueError(f"a custom op takes at most {MAX_CUSTOM_INPUTS} inputs and {MAX_CUSTOM_OUTPUTS} "
+                             f"outputs, got {len(inputs)} and {len(result_types)}")
+        op = cls.create(operands=list(inputs), results=list(result_types), kernel=kernel, axis=axis,
+                        in_shardings=ir.ArrayAttr.get([s.to_attr() for s in in_shardings]),
+                        out_shardings=ir.ArrayAttr.get([s.to_attr() for s in out_shardings]),
+                        params=params if params is not None else ir.DictAttr.get({}), loc=loc, ip=ip)
+        op.op.attributes["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(
+            [1] * len(inputs) + [0] * (MAX_CUSTOM_INPUTS - len(inputs)))
+        op.op.attributes["resultSegmentSizes"] = ir.DenseI32ArrayAttr.get(
+            [1] * len(result_types) + [0] * (MAX_CUSTOM_OUTPUTS - len(result_types)))
+        return op
 
 
 OPS: tuple[type[TaskOp], ...] = (Shard, Matmul, GroupedMatmul, Elementwise, AllGather, ReduceScatter, AllReduce,

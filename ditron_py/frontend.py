@@ -508,7 +508,7 @@ def custom(op: Any, *xs: Value, **params: Any) -> Value | tuple[Value, ...]:
     ``ditron_task.custom`` op with the op's sharding rule. Its builder runs for the local shapes (the mesh axis'
     size, the element type) to give the results' shapes; ``params`` are its own parameters (ints, floats, strings,
     bools). One result: a Value; several: a tuple."""
-    from .custom_ops import CustomOpError, registered
+    from .custom_ops import registered
     from .device.values import DTYPES
     from .kernels import KernelRecord
     if isinstance(op, str):
@@ -541,7 +541,11 @@ def custom(op: Any, *xs: Value, **params: Any) -> Value | tuple[Value, ...]:
     try:
         prog = op.program(W, local_shapes, dtype, **params)
         attr = KernelRecord(params).to_attr()
-    except (CustomOpError, TypeError) as err:
+    except DitronError as err:  # the builder's own errors (ditron.device's are located in it: named)
+        d = err.diagnostics[0]
+        at = f" (in its builder, {d.file}:{d.line}:{d.col})" if getattr(d, "file", None) else ""
+        raise _trace_error(f"{name}: {d.message}{at}") from None
+    except TypeError as err:  # a parameter the builder does not take
         raise _trace_error(f"{name}: {err}") from None
     outs, types, dts = [], [], []
     for j, (spec, b) in enumerate(zip(op.outputs, prog.outputs)):

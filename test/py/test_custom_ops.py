@@ -51,7 +51,8 @@ def lowered(text: str, pipeline: str = "ditron-device") -> str:
 def test_the_frontend_traces_a_custom_op_with_its_sharding_rule():
     text = mlp_like(4, 37).to_mlir()
     assert '"ditron_task.custom"(%arg0) {axis = "tp", in_shardings = [{dims = [["tp"]]}], kernel = "user_gather", ' \
-           'out_shardings = [{dims = [[]]}], params = {}} : (tensor<148xf32>) -> tensor<148xf32>' in text, text
+           'operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>, out_shardings = [{dims = [[]]}], params = {}, ' \
+           'resultSegmentSizes = array<i32: 1, 0, 0, 0>} : (tensor<148xf32>) -> tensor<148xf32>' in text, text
     part = mlp_like(4, 37).to_mlir("ditron-partition")
     assert "(tensor<37xf32>) -> tensor<148xf32>" in part, part
 
@@ -191,3 +192,38 @@ def test_the_op_on_torch_tensors_in_a_virtual_world(gpu):
     ys = GATHER(xs, world=ditron.World.virtual(W))
     for y in ys:
         torch.testing.assert_close(y, torch.cat(xs))
+
+
+sys.path.insert(0, str(HERE.parents[2] / "examples"))
+import ag_gemm_user  # noqa: E402
+
+AG_GEMM = register_op("ag_gemm_user", ag_gemm_user.build, inputs=[dt.shard(0, "tp"), dt.shard(1, "tp")],
+                      outputs=[dt.shard(1, "tp")], reference=lambda x, w, **params: x @ w)
+
+
+@pytest.mark.parametrize("W,gemm", [(1, "template"), (3, "template"), (2, "jit")])
+def test_the_user_ag_gemm_as_a_task_op_then_a_builtin_op(W, gemm):
+    """examples/ag_gemm_user.py (copy-engine chunks, a GEMM with per-tile waits: the template's or the user's
+    @ditron.jit one) as a task op on operands of different shapes, followed by a built-in elementwise op; the
+    rows per rank (20) divide no GEMM tile."""
+    m, K, n = 20, 48, 24
+    dtype = "bf16" if gemm == "template" else "f32"  # the GEMM template takes 16-bit floats
+
+    @dt.program(dt.Mesh(tp=W))
+    def f(x: dt.Tensor[(W * m, K), dtype, dt.shard(0, "tp")],
+          w: dt.Tensor[(K, W * n), dtype, dt.shard(1, "tp")]) -> dt.Sharded[dt.shard(1, "tp")]:
+        return dt.relu(AG_GEMM(x, w, chunks=2, gemm=gemm))
+    text = f.to_mlir()
+    assert '"ditron_task.custom"(%arg0, %arg1)' in text and "params = {chunks = 2 : i64" in text, text
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == "f32" else {}
+    r = simulate(lowered(text), W, reference=task_reference(text), calls=2, **tol)
+    assert r.ok, r.summary()
+
+
+def test_a_builder_error_is_a_trace_error_at_the_ops_call():
+    with pytest.raises(dt.TraceError, match=r"test_custom_ops.py:\d+:\d+: error: ag_gemm_user: gemm kernel: gemm "
+                                            r"template: in_dtype 'fp32' .* \(in its builder, .*ag_gemm_user.py:\d+:\d+\)"):
+        @dt.program(dt.Mesh(tp=2))
+        def f(x: dt.Tensor[(40, 48), "f32", dt.shard(0, "tp")], w: dt.Tensor[(48, 48), "f32", dt.shard(1, "tp")]):
+            return AG_GEMM(x, w, chunks=2)
+        f.to_mlir()
