@@ -227,3 +227,25 @@ def test_a_builder_error_is_a_trace_error_at_the_ops_call():
         def f(x: dt.Tensor[(40, 48), "f32", dt.shard(0, "tp")], w: dt.Tensor[(48, 48), "f32", dt.shard(1, "tp")]):
             return AG_GEMM(x, w, chunks=2)
         f.to_mlir()
+
+
+@pytest.mark.slow
+def test_a_task_program_with_a_custom_op_compiles_to_an_artifact(tmp_path):
+    """ditron.compile of the task program: the kernel program's @ditron.jit kernel is compiled from its Python
+    function into the artifact, launched by the host program with its parameters."""
+    exe = ditron.compile(mlp_like(2, 37).to_mlir(), "cuda:90", out_dir=tmp_path / "a", cache=False)
+    assert "gather" in exe.kernels
+    assert exe.host_program["kernels"]["gather"]["args"] == ["x_ptr", "g_ptr", "y_ptr", "pad_ptr", "n", "epoch"]
+
+
+@pytest.mark.gpu
+def test_a_task_program_with_a_custom_op_on_a_virtual_world(gpu):
+    """The same artifact run by the executor in a virtual world of 2 ranks on one GPU, against the reference."""
+    import torch
+    W, n = 2, 37
+    exe = ditron.compile(mlp_like(W, n).to_mlir(), cache=False)
+    xs = [torch.randn(n, device="cuda") for _ in range(W)]
+    ys = exe.run(ditron.World.virtual(W), [[x] for x in xs])
+    want = torch.relu(torch.cat(xs))
+    for y in ys:
+        torch.testing.assert_close(y[0], want)
