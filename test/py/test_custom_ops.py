@@ -4,8 +4,11 @@ operands to the rule), tiled, lowered (the program inlined), simulated against t
 W = 1, 2, 3, 4, 8 and uneven sizes -- and on torch tensors (a UserOp)."""
 
 
+import os
 import sys
 from pathlib import Path
+
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # the GPU tests' virtual worlds (before CUDA starts)
 
 import numpy as np
 import pytest
@@ -19,6 +22,14 @@ from ditron.sim import simulate, task_reference
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent))
 from test_sim_jit import _line, gather_program  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch
 
 
 def build_gather(W, shapes, dtype, *, sm_budget, target, block=16, plant="none"):
