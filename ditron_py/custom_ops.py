@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import DitronError
 
-__all__ = ["register_op", "registered", "CustomOp", "CustomOpError", "REGISTRY"]
+__all__ = ["register_op", "registered", "load", "CustomOp", "CustomOpError", "REGISTRY"]
 
 
 class CustomOpError(DitronError):
@@ -158,6 +158,33 @@ def register_op(name: str, build: Callable[..., Any], *, inputs: Sequence[Any], 
     op = CustomOp(name, build, specs[0], specs[1], reference, axis)
     REGISTRY[name] = op
     return op
+
+
+def load(sources: Sequence[str]) -> None:
+    """Run each Python file (a path ending in .py) or import each module, for the kernel programs it registers
+    (``ditron-opt --load``, ``ditron sim --load``: a process that lowers or simulates IR naming them). A file's
+    directory is on sys.path while it runs, so it imports its neighbours."""
+    import importlib
+    import os
+    import runpy
+    import sys
+    for src in sources:
+        try:
+            if src.endswith(".py"):
+                if not os.path.exists(src):
+                    raise CustomOpError(f"--load {src}: no such file")
+                folder = os.path.dirname(os.path.abspath(src))
+                sys.path.insert(0, folder)
+                try:
+                    runpy.run_path(src, run_name=f"ditron_load_{os.path.basename(src)[:-3]}")
+                finally:
+                    sys.path.remove(folder)
+            else:
+                importlib.import_module(src)
+        except DitronError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's module failed: say which and why
+            raise CustomOpError(f"--load {src}: {type(err).__name__}: {err}") from None
 
 
 def registered(name: str) -> CustomOp:
