@@ -260,3 +260,38 @@ def test_a_task_program_with_a_custom_op_on_a_virtual_world(gpu):
     want = torch.relu(torch.cat(xs))
     for y in ys:
         torch.testing.assert_close(y[0], want)
+
+
+def test_a_registered_op_as_a_torch_operator_traces_with_its_output_shapes():
+    """torch_ops.register_custom_op: ditron::user_gather(Tensor x0, str world) -> Tensor, whose fake builds the
+    program for the handle's world (no GPU, no MLIR) -- FakeTensor and make_fx see [W * n] from this rank's [n]."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ditron import torch_ops
+    from ditron.runtime.world import World
+    oper = torch_ops.register_custom_op(GATHER)
+    assert torch_ops.register_custom_op(GATHER) is oper   # once per op and parameters
+    assert "user_gather(Tensor x0, str world) -> Tensor" in str(oper.default._schema)
+    h = torch_ops.register_world(World(3, 0, torch.device("cpu")))
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        y = oper(mode.from_tensor(torch.empty(37)), h)
+        assert tuple(y.shape) == (111,) and y.dtype == torch.float32
+    gm = make_fx(lambda x: torch.relu(torch.ops.ditron.user_gather(x, h)), tracing_mode="fake")(torch.empty(16))
+    assert "ditron.user_gather" in gm.code
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode, \
+            pytest.raises(ditron.DitronError, match="the tensors must share one of"):
+        oper(mode.from_tensor(torch.empty(16, dtype=torch.float64)), h)
+    with pytest.raises(ditron.DitronError, match="cannot name a torch operator"):
+        torch_ops.register_custom_op(register_op("all_gather", build_gather, inputs=[dt.shard(0, "tp")],
+                                                 outputs=[dt.replicated], reference=lambda x: x))
+    REGISTRY.pop("all_gather")
+
+
+@pytest.mark.gpu
+def test_a_registered_op_as_a_torch_operator_on_the_gpu(gpu):
+    import torch
+    from ditron import torch_ops
+    oper = torch_ops.register_custom_op(GATHER)
+    h = torch_ops.register_world(ditron.World.virtual(1))
+    x = torch.randn(37, device="cuda")
+    torch.testing.assert_close(oper(x, h), x)
