@@ -62,6 +62,9 @@ class JitKernel:
     options: dict[str, Any]
     where: tuple[str, int, int]
     wait: dict[str, str] | None = None   # {"arg": pad parameter, "value_arg": value parameter}: for the watchdog
+    # the parameters compiled as tt.divisibility = 16 (set from the program's launches when it is emitted:
+    # ditron_py/device/emit.py, jit_divisible); the executor checks them before each launch
+    divisible: frozenset = frozenset()
     module: str | None = None            # the module the kernel was defined in, when loaded again by file path
 
     @property
@@ -84,11 +87,12 @@ class JitKernel:
         spec = json.dumps([self.module or self.fn.fn.__module__, self.fn.fn.__qualname__, source,
                            sorted(self.signature.items()), sorted((self.wait or {}).items()),
                            sorted(self.constexprs.items(), key=lambda kv: kv[0]), sorted(self.options.items()),
-                           target], default=repr)
+                           target, sorted(self.divisible)], default=repr)
         return hashlib.sha256(spec.encode()).hexdigest()[:20]
 
     def compile(self, target: str) -> Any:
-        return self.fn.compile(signature=self.signature, constexprs=self.constexprs, target=target, **self.options)
+        return self.fn.compile(signature=self.signature, constexprs=self.constexprs, target=target,
+                               divisible=self.divisible, **self.options)
 
     def source(self, target: str) -> dict[str, Any] | None:
         """Where the kernel's Python function is and how it is specialised (the declaration's ``source``): what
@@ -102,13 +106,13 @@ class JitKernel:
             return None
         return {"module": self.module or fn.__module__, "qualname": fn.__qualname__, "file": fn.__code__.co_filename,
                 "target": target, "signature": dict(self.signature), "constexprs": dict(self.constexprs),
-                "options": dict(self.options), "where": list(self.where)}
+                "options": dict(self.options), "divisible": sorted(self.divisible), "where": list(self.where)}
 
 
 def resolve(name: str, key: str, source: dict[str, Any] | None) -> "JitKernel":
     """The JitKernel a declaration names: this process's (``JIT_KERNELS``, by key), else the one its source record
     says -- its module imported (by name, else from its file) and specialised as recorded, checked to be the very
-    kernel the IR was built with (same key: source text, types, constexprs, options, target). DitronError
+    kernel the IR was built with (same key: source text, types, constexprs, options, divisibility, target). DitronError
     otherwise, saying why."""
     k = JIT_KERNELS.get(key)
     if k is not None:
@@ -120,7 +124,7 @@ def resolve(name: str, key: str, source: dict[str, Any] | None) -> "JitKernel":
     fn = _find_function(name, source)
     where = tuple(source.get("where") or (source["file"], 1, 1))
     k = JitKernel(fn, dict(source["signature"]), dict(source["constexprs"]), dict(source["options"]), where,
-                  None, source["module"])
+                  divisible=frozenset(source.get("divisible", ())), module=source["module"])
     for wait in (None, *_waits(key, source)):
         k.wait = wait
         if k.key(source["target"]) == key:
