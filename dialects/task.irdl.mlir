@@ -81,4 +81,31 @@ irdl.dialect @ditron_task {
     %axis = irdl.base "#builtin.string"
     irdl.attributes { "split_dim" = %sd, "concat_dim" = %cd, "axis" = %axis }
   }
+  // A user's kernel program (ditron.register_op) called as an op: the program named by "kernel" runs over mesh
+  // axis "axis"; in_shardings / out_shardings (one ditron.sharding dictionary per operand / result) are its
+  // sharding rule: how it takes its inputs and gives its outputs; "params" are its builder's own parameters.
+  // Operands and results of their own types: one optional group each (IRDL unifies a variadic's types), with
+  // operandSegmentSizes / resultSegmentSizes; at most 8 inputs and 4 outputs.
+  irdl.operation @custom {
+    %i0 = irdl.base "!builtin.tensor"
+    %i1 = irdl.base "!builtin.tensor"
+    %i2 = irdl.base "!builtin.tensor"
+    %i3 = irdl.base "!builtin.tensor"
+    %i4 = irdl.base "!builtin.tensor"
+    %i5 = irdl.base "!builtin.tensor"
+    %i6 = irdl.base "!builtin.tensor"
+    %i7 = irdl.base "!builtin.tensor"
+    %o0 = irdl.base "!builtin.tensor"
+    %o1 = irdl.base "!builtin.tensor"
+    %o2 = irdl.base "!builtin.tensor"
+    %o3 = irdl.base "!builtin.tensor"
+    irdl.operands(in0: optional %i0, in1: optional %i1, in2: optional %i2, in3: optional %i3, in4: optional %i4, in5: optional %i5, in6: optional %i6, in7: optional %i7)
+    irdl.results(out0: optional %o0, out1: optional %o1, out2: optional %o2, out3: optional %o3)
+    %k = irdl.base "#builtin.string"
+    %ax = irdl.base "#builtin.string"
+    %ins = irdl.base "#builtin.array"
+    %outs = irdl.base "#builtin.array"
+    %p = irdl.base "#builtin.dictionary"
+    irdl.attributes { "kernel" = %k, "axis" = %ax, "in_shardings" = %ins, "out_shardings" = %outs, "params" = %p }
+  }
 }

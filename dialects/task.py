@@ -5,7 +5,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from .opbase import DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
+from .opbase import Attr, DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
 from .sharding import Sharding
 
 REDUCTIONS = ("sum", "max", "min", "prod")
@@ -176,6 +176,55 @@ class AllToAll(TaskOp):
         return int(ir.RankedTensorType(self.output.type).shape[self.concat_dim])
 
 
+MAX_CUSTOM_INPUTS, MAX_CUSTOM_OUTPUTS = 8, 4  # task.irdl.mlir's optional groups of ditron_task.custom
+
+
+class Custom(TaskOp):
+    """A user's kernel program (``ditron.register_op``) called as an op, with its sharding rule."""
+
+    NAME = "custom"
+    inputs = Operand(0, variadic=True)
+    kernel = StrAttr("kernel")
+    axis = StrAttr("axis")
+    in_shardings_attr = Attr("in_shardings")
+    out_shardings_attr = Attr("out_shardings")
+    params_attr = DictAttr("params")
+
+    @property
+    def outputs(self) -> list[ir.Value]:
+        return list(self.op.results)
+
+    @property
+    def in_shardings(self) -> list[Sharding]:
+        return [Sharding.from_attr(a) for a in ir.ArrayAttr(self.op.attributes["in_shardings"])]
+
+    @property
+    def out_shardings(self) -> list[Sharding]:
+        return [Sharding.from_attr(a) for a in ir.ArrayAttr(self.op.attributes["out_shardings"])]
+
+    @property
+    def params(self) -> dict:
+        from .opbase import attr_to_py
+        return attr_to_py(self.op.attributes["params"])
+
+    @classmethod
+    def build(cls, kernel: str, inputs: Sequence[ir.Value], result_types: Sequence[ir.Type], *, axis: str,
+              in_shardings: Sequence[Sharding], out_shardings: Sequence[Sharding], params: ir.Attribute | None = None,
+              loc=None, ip=None) -> "Custom":
+        if len(inputs) > MAX_CUSTOM_INPUTS or len(result_types) > MAX_CUSTOM_OUTPUTS:
+            raise ValueError(f"a custom op takes at most {MAX_CUSTOM_INPUTS} inputs and {MAX_CUSTOM_OUTPUTS} "
+                             f"outputs, got {len(inputs)} and {len(result_types)}")
+        op = cls.create(operands=list(inputs), results=list(result_types), kernel=kernel, axis=axis,
+                        in_shardings=ir.ArrayAttr.get([s.to_attr() for s in in_shardings]),
+                        out_shardings=ir.ArrayAttr.get([s.to_attr() for s in out_shardings]),
+                        params=params if params is not None else ir.DictAttr.get({}), loc=loc, ip=ip)
+        op.op.attributes["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get(
+            [1] * len(inputs) + [0] * (MAX_CUSTOM_INPUTS - len(inputs)))
+        op.op.attributes["resultSegmentSizes"] = ir.DenseI32ArrayAttr.get(
+            [1] * len(result_types) + [0] * (MAX_CUSTOM_OUTPUTS - len(result_types)))
+        return op
+
+
 OPS: tuple[type[TaskOp], ...] = (Shard, Matmul, GroupedMatmul, Elementwise, AllGather, ReduceScatter, AllReduce,
-                                  AllToAll)
+                                  AllToAll, Custom)
 COLLECTIVES: tuple[type[TaskOp], ...] = (AllGather, ReduceScatter, AllReduce, AllToAll)

@@ -14,6 +14,8 @@ from .context import DIALECT_NAMESPACES, diagnostic_at, diagnostics_of
 from .opbase import OpWrapper, attribute, walk_ops
 from .sharding import MESH_ATTR, SHARDING_ATTR, Mesh, Sharding, mesh_holder
 
+VIEW_ATTR = "ditron.view"
+
 # Dialects an input may use. tt/ttg are Triton's (unregistered in our context, checked by Triton's parser).
 KNOWN_DIALECTS = frozenset({"builtin", "func", "arith", "math", "scf", "cf", "tensor", "memref", "gpu", "tt", "ttg",
                             "ttng", "ub", *DIALECT_NAMESPACES})
@@ -313,6 +315,50 @@ def _elementwise(c: _Checker, op: ir.Operation) -> None:
         if t.rank != r.rank or not all(_dims_agree(x, y) for x, y in zip(t.shape, r.shape)):
             c.error(op, f"operand shape {t} differs from result shape {r}")
             return
+
+
+@rule(task.Custom)
+def _custom(c: _Checker, op: ir.Operation) -> None:
+    """A user kernel program called as an op: its name, its mesh axis, and a sharding rule of one sharding per
+    operand and per result, each over that axis only, not padded, fitting the value (global view: its shape; local
+    view: its rank)."""
+    import re
+    k = task.Custom(op)
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", k.kernel):
+        c.error(op, f"kernel '{k.kernel}' is not a name (letters, digits, '_' and '.')")
+    n = c.axis_size(op, k.axis)
+    fn = op.parent
+    while fn is not None and fn.name != "func.func":
+        fn = fn.parent
+    local = fn is not None and VIEW_ATTR in fn.attributes and \
+        isinstance(fn.attributes[VIEW_ATTR], ir.StringAttr) and ir.StringAttr(fn.attributes[VIEW_ATTR]).value == "local"
+    for key, values, what in (("in_shardings", list(op.operands), "operand"),
+                              ("out_shardings", list(op.results), "result")):
+        attr = op.attributes[key]
+        if not isinstance(attr, ir.ArrayAttr):
+            c.error(op, f"attribute '{key}' must be an array of shardings (one per {what}), got {attr}")
+            continue
+        entries = list(ir.ArrayAttr(attr))
+        if len(entries) != len(values):
+            c.error(op, f"'{key}' gives {len(entries)} sharding(s) for {len(values)} {what}(s); the sharding rule "
+                        f"names one per {what}")
+            continue
+        for i, (a, v) in enumerate(zip(entries, values)):
+            where = f"{key}[{i}] ({what} {i})"
+            c.check_sharding(op, a, v.type, where, local=local)
+            try:
+                sh = Sharding.from_attr(a)
+            except ValueError:
+                continue
+            other = [x for x in sh.axes_used() if x != k.axis]
+            if other:
+                c.error(op, f"{where} uses mesh axis '{other[0]}'; the kernel program runs over axis '{k.axis}' only")
+            if sh.padded:
+                c.error(op, f"{where} is padded; a kernel program takes whole shards (sizes the axis divides)")
+    if n is None:
+        return
+    if not op.operands and not op.results:
+        c.error(op, "has no operands and no results")
 
 
 def _collective_types(c: _Checker, op: ir.Operation, x: ir.Value, y: ir.Value):

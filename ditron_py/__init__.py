@@ -15,6 +15,7 @@ _LAZY = {
     "load": ("ditron.runtime.loader", "load_artifact"),
     "World": ("ditron.runtime.world", "World"),
     "jit": ("ditron.language.jit", "jit"),
+    "register_op": ("ditron.custom_ops", "register_op"),
 }
 
 
@@ -40,4 +41,5 @@ def __dir__():
 
 
 __all__ = ["CompileError", "DitronError", "DitronRuntimeError", "Executable", "ParseError", "PassError",
-           "TargetError", "VerificationError", "WaitTimeoutError", "World", "__version__", "compile", "jit", "load"]
+           "TargetError", "VerificationError", "WaitTimeoutError", "World", "__version__", "compile", "jit", "load",
+           "register_op"]

@@ -56,7 +56,7 @@ __all__ = [
     "Mesh", "Spec", "shard", "partial", "replicated", "Tensor", "Sharded", "Value", "Program", "program",
     "TraceError", "matmul", "grouped_matmul", "elementwise", "add", "sub", "mul", "div", "maximum", "minimum", "neg",
     "relu", "silu", "gelu", "exp", "sigmoid", "tanh", "copy", "silu_mul", "with_sharding", "all_gather",
-    "reduce_scatter", "all_reduce", "all_to_all",
+    "reduce_scatter", "all_reduce", "all_to_all", "custom",
 ]
 
 
@@ -66,11 +66,13 @@ class TraceError(DitronError):
 
 
 _THIS_FILE = __file__
+# frames of ditron's own that trace on the user's behalf (a registered op's call): errors name the user's line
+_OWN_FILES = frozenset({__file__, __file__.rsplit("/", 1)[0] + "/custom_ops.py"})
 
 
 def _user_frame():
     frame = inspect.currentframe()
-    while frame is not None and frame.f_code.co_filename == _THIS_FILE:
+    while frame is not None and frame.f_code.co_filename in _OWN_FILES:
         frame = frame.f_back
     return frame
 
@@ -508,6 +510,64 @@ def all_to_all(x: Value, split_dim: int, concat_dim: int, axis: str, split_sizes
     if capacity is not None:
         return _wrap(trace, op, op.output, x.dtype), _wrap(trace, op, op.recv_counts, "i32")
     return _wrap(trace, op, op.output, x.dtype)
+
+
+def custom(op: Any, *xs: Value, **params: Any) -> Value | tuple[Value, ...]:
+    """A registered kernel program (``ditron.register_op``; ``op`` it or its name) applied to xs: a
+    ``ditron_task.custom`` op with the op's sharding rule. Its builder runs for the local shapes (the mesh axis'
+    size, the element type) to give the results' shapes; ``params`` are its own parameters (ints, floats, strings,
+    bools). One result: a Value; several: a tuple."""
+    from .custom_ops import registered
+    from .device.values import DTYPES
+    from .kernels import KernelRecord
+    if isinstance(op, str):
+        try:
+            op = registered(op)
+        except KeyError as err:
+            raise _trace_error(str(err.args[0])) from None
+    name = op.name
+    trace, xs_ = _values(name, xs)
+    if len(xs_) != len(op.inputs):
+        raise _trace_error(f"{name}: takes {len(op.inputs)} tensor(s) (its sharding rule names {len(op.inputs)} "
+                           f"input(s)), got {len(xs_)}")
+    dtypes = {x.dtype for x in xs_}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in ("bf16", "f16", "f32", "i32"):
+        raise _trace_error(f"{name}: a kernel program takes tensors of one element type (bf16, f16, f32, i32), got "
+                           f"{', '.join(sorted(dtypes))}")
+    dtype = next(iter(dtypes))
+    axis = op.axis or (trace.mesh.axes[0] if trace.mesh is not None and trace.mesh.axes else None)
+    if axis is None:
+        raise _trace_error(f"{name}: a kernel program runs over a mesh axis; the program has no mesh")
+    W = trace.axis_size(name, axis)
+    ins = [spec.resolve(x.ndim, f"{name}: input {i}") for i, (spec, x) in enumerate(zip(op.inputs, xs_))]
+    local_shapes = []
+    for i, (sh, x) in enumerate(zip(ins, xs_)):
+        if trace.view == "global":
+            _check_sharding(trace, sh, x.shape, f"{name}: input {i}")
+            local_shapes.append(sh.local_shape(x.shape, trace.mesh))
+        else:
+            local_shapes.append(x.shape)
+    try:
+        prog = op.program(W, local_shapes, dtype, **params)
+        attr = KernelRecord(params).to_attr()
+    except DitronError as err:  # the builder's own errors (ditron.device's are located in it: named)
+        d = err.diagnostics[0]
+        at = f" (in its builder, {d.file}:{d.line}:{d.col})" if getattr(d, "file", None) else ""
+        raise _trace_error(f"{name}: {d.message}{at}") from None
+    except TypeError as err:  # a parameter the builder does not take
+        raise _trace_error(f"{name}: {err}") from None
+    outs, types, dts = [], [], []
+    for j, (spec, b) in enumerate(zip(op.outputs, prog.outputs)):
+        sh = spec.resolve(len(b.shape), f"{name}: output {j}")
+        shape = tuple(b.shape) if trace.view == "local" else tuple(
+            n * sh.shards(d, trace.mesh) for d, n in enumerate(b.shape))
+        outs.append(sh)
+        types.append(_ir_type(shape, DTYPES[b.dtype][0]))
+        dts.append(b.dtype)
+    new = task.Custom.build(name, [x.ir for x in xs_], types, axis=axis, in_shardings=ins, out_shardings=outs,
+                            params=attr, loc=trace.location(), ip=trace.ip())
+    values = tuple(_wrap(trace, new, r, d) for r, d in zip(new.op.results, dts))
+    return values[0] if len(values) == 1 else values
 
 
 # ---------------------------------------------------------------------------------------------- programs

@@ -396,7 +396,29 @@ def _coll_all_to_all(it: _Interpreter, op, operands):
     return [out]
 
 
+def _custom(it: _Interpreter, op, operands):
+    """A user kernel program: its registered reference on the global arrays (local view: the operands unsharded
+    by the op's sharding rule, the results sharded by it)."""
+    from .custom_ops import registered
+    k = task.Custom(op)
+    try:
+        custom = registered(k.kernel)
+    except KeyError as err:
+        raise EvaluationError(f"'{op.name}': {err.args[0]}") from None
+    params = k.params
+    if not it.spmd:
+        return [[a] for a in custom.evaluate([vals[0] for vals in operands], params)]
+    arrays = []
+    for v, sh, vals in zip(op.operands, k.in_shardings, operands):
+        local = ir.RankedTensorType(v.type).shape
+        shape = [n * sh.shards(d, it.mesh) for d, n in enumerate(local)]
+        arrays.append(unshard_array(vals, sh, it.mesh, shape))
+    outs = custom.evaluate(arrays, params)
+    return [shard_array(a, sh, it.mesh) for a, sh in zip(outs, k.out_shardings)]
+
+
 _HANDLERS = {
+    task.Custom.op_name(): _custom,
     task.Shard.op_name(): _shard,
     task.Matmul.op_name(): _matmul,
     task.GroupedMatmul.op_name(): _grouped_matmul,

@@ -365,6 +365,72 @@ del _op
 OPERATORS = {op: getattr(torch.ops.ditron, op) for op in ops.OPS}
 
 
+# ------------------------------------------------------------------------ registered kernel programs
+
+_custom_library = torch.library.Library(NAMESPACE, "FRAGMENT")
+_custom: dict[str, tuple[Any, dict[str, Any]]] = {}   # name -> (ditron.custom_ops.CustomOp, its builder's params)
+
+
+def register_custom_op(op, **params: Any):
+    """A kernel program registered with ``ditron.register_op`` as the torch operator ``torch.ops.ditron.<name>``:
+    ``ditron::<name>(Tensor x0, ..., str world) -> Tensor`` (a tuple of tensors for several outputs); ``params``:
+    its builder's parameters, fixed for the operator. The fake implementation builds the program for the handle's
+    world size and the tensors' shapes (ditron.device's builder: no MLIR, no GPU) and gives its outputs' shapes and
+    dtypes; a call is the op's UserOp call on this rank's tensors (a real world, or a virtual world of one rank),
+    enqueued on the current stream with no host synchronisation. Not capturable into the caller's CUDA graphs yet
+    (refused inside a capture). Static shapes only. Returns the operator."""
+    from .custom_ops import CustomOp
+    from .user_ops import TORCH_DTYPES
+    if not isinstance(op, CustomOp):
+        raise DitronError(f"register_custom_op takes an op of ditron.register_op, got {type(op).__name__}")
+    name = op.name
+    if name in _custom:
+        if _custom[name] != (op, params):
+            raise DitronError(f"torch operator ditron::{name} is already registered for another op or parameters")
+        return getattr(torch.ops.ditron, name)
+    if not name.isidentifier() or name in ops.OPS:
+        raise DitronError(f"register_custom_op: '{name}' cannot name a torch operator of namespace ditron (an "
+                          f"identifier that is none of ditron.ops' own: {', '.join(ops.OPS)})")
+    n_in, n_out = len(op.inputs), len(op.outputs)
+    to_torch = {v: getattr(torch, k) for k, v in TORCH_DTYPES.items()}
+
+    def program(tensors, world):
+        dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in TORCH_DTYPES:
+            raise ops.OpError(f"ditron::{name}: the tensors must share one of {', '.join(TORCH_DTYPES)}, got "
+                              f"{', '.join(sorted(dtypes))}")
+        return op.program(world.world_size, [tuple(int(d) for d in t.shape) for t in tensors],
+                          TORCH_DTYPES[next(iter(dtypes))], **params)
+
+    def fake(*args):
+        tensors, handle = args[:n_in], args[n_in]
+        outs = [tensors[0].new_empty(tuple(b.shape), dtype=to_torch[b.dtype])
+                for b in program(tensors, _entry(handle)[0]).outputs]
+        return outs[0] if n_out == 1 else tuple(outs)
+
+    def kernel(*args):
+        tensors, handle = args[:n_in], args[n_in]
+        world = _entry(handle)[0]
+        if torch.cuda.is_current_stream_capturing():
+            from .runtime.callplan import CaptureNotPreparedError
+            raise CaptureNotPreparedError(f"ditron::{name} (a registered kernel program) cannot be captured into "
+                                          "a CUDA graph yet: call it outside the capture")
+        program(tensors, world)  # the same checks as the fake
+        result = op.user_op(*([[t] for t in tensors] if world.is_virtual else tensors), world=world, sync=False,
+                            **params)
+        if world.is_virtual:
+            result = result[0]
+        return result if n_out == 1 else tuple(result)
+
+    inputs = ", ".join(f"Tensor x{i}" for i in range(n_in))
+    returns = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
+    _custom_library.define(f"{name}({inputs}{', ' if inputs else ''}str world) -> {returns}")
+    _custom_library.impl(name, kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_custom_library)
+    _custom[name] = (op, dict(params))
+    return getattr(torch.ops.ditron, name)
+
+
 # ------------------------------------------------------------------------------- Python-facing wrappers
 # Each takes the world's handle (or a World, registered here with the default library: outside a compiled region,
 # since registering is Python that torch.compile does not trace) and calls torch.ops.ditron.<op>.
@@ -409,4 +475,5 @@ def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, max_rows: int 
 
 
 __all__ = ["NAMESPACE", "OPERATORS", "WorldHandleError", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "close",
-           "gemm_ar", "gemm_rs", "reduce_scatter", "register_world", "synchronize", "unregister_world", "world_of"]
+           "gemm_ar", "gemm_rs", "reduce_scatter", "register_custom_op", "register_world", "synchronize",
+           "unregister_world", "world_of"]

@@ -82,6 +82,12 @@ def scale_program(W: int, n: int = 1000, *, grid: int = 4, block: int = 256, cop
     g = p.symmetric("g", (n,), "f32")
     ready = p.signal_pad("ready", 1)
     nxt = (p.rank + 1) % p.num_ranks
+    if copy_stream != 0:
+        # the copy stream starts after stream 0 reached this call, so after the previous call's barrier: else call
+        # e + 1's copy overwrites the peer's g while its kernel of call e still reads it (ditron sim reports it)
+        sync = p.signal_pad("sync", 1)
+        p.signal(sync, slot=0, scope="gpu", stream=0)
+        p.wait(sync, 0, stream=copy_stream)
     p.copy(x, g, dst_rank=nxt, stream=copy_stream)
     if signal:
         p.signal(ready, rank=nxt, slot=0, stream=copy_stream)

@@ -53,7 +53,9 @@ END_BARRIERS = ("auto", "always")
 
 
 LOWERED = (task.Matmul, task.GroupedMatmul, task.Elementwise, task.AllGather, task.ReduceScatter, task.AllReduce,
-           task.AllToAll)
+           task.AllToAll, task.Custom)
+# element types of a user kernel program's tensors (ditron_task.custom) -> ditron.device's names
+CUSTOM_ELEMENTS = {"bf16": "bf16", "f16": "f16", "f32": "f32", "i32": "i32"}
 
 
 def _global_shape(fn: ir.Operation, key: str, index: int) -> ir.Attribute | None:
@@ -188,7 +190,7 @@ class _FunctionLowering(LoweringContext):
                 raise self.error(op, "is a sharding annotation of the global view; run ditron-partition first")
             if not any(w.match(op) for w in LOWERED):
                 raise self.error(op, "has no device-level lowering yet (supported: matmul, grouped_matmul, "
-                                     "elementwise, all_gather, reduce_scatter, all_reduce, all_to_all)")
+                                     "elementwise, all_gather, reduce_scatter, all_reduce, all_to_all, custom)")
             if task.AllToAll.match(op) and task.AllToAll(op).split_sizes is not None and \
                     not task.AllToAll(op).bounded:
                 raise self.error(op, "with split_sizes and one result of a dynamic dim is unbounded, which has no "
@@ -290,6 +292,8 @@ class _FunctionLowering(LoweringContext):
                 self.grouped_matmul(op, t)
             elif task.Elementwise.match(op):
                 self.elementwise(op, t)
+            elif task.Custom.match(op):
+                self.custom(op, t)
             elif op.name.split(".", 1)[1] in COLLECTIVES:
                 lower_collective(self, op, t)
             else:
@@ -364,6 +368,45 @@ class _FunctionLowering(LoweringContext):
         out = self.dest(e.result, "ew")
         rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t)
         self.launch(rec, [self.buf(x) for x in e.inputs] + [out], lane="compute", role="elementwise")
+
+    def custom(self, op: ir.Operation, t: Tiling) -> None:
+        """A user's kernel program (ditron.register_op): built for this world, the local shapes, the element
+        type, the target and the SMs, checked against the op's types, and inlined (ditron.device's emitter) with
+        its inputs and outputs bound to the op's buffers."""
+        from ..custom_ops import registered
+        from ..device.emit import _Emitter, _epoch_limit
+        from ..errors import DitronError
+        k = task.Custom(op)
+        try:
+            c = registered(k.kernel)
+        except KeyError as err:
+            raise self.error(op, f"{err.args[0]}: register it before lowering (import the module that does)") \
+                from None
+        elems = {str(ir.RankedTensorType(v.type).element_type) for v in k.inputs}
+        dtype = CUSTOM_ELEMENTS.get(next(iter(elems))) if len(elems) == 1 else None
+        if dtype is None:
+            raise self.error(op, f"takes tensors of element type(s) {', '.join(sorted(elems)) or 'none'}; a kernel "
+                                 f"program takes tensors of one of {', '.join(CUSTOM_ELEMENTS)}")
+        shapes = [shape_of(v) for v in k.inputs]
+        try:
+            p = c.program(t.world, shapes, dtype, target=t.target, sm_budget=t.sm_budget or 1, **k.params)
+        except DitronError as err:
+            raise self.error(op, f"kernel program '{k.kernel}': {err.diagnostics[0].message}") from None
+        except TypeError as err:  # a parameter its builder does not take
+            raise self.error(op, f"kernel program '{k.kernel}': its builder: {err}") from None
+        for j, (r, b) in enumerate(zip(op.results, p.outputs)):
+            rt = ir.RankedTensorType(r.type)
+            if tuple(rt.shape) != tuple(b.shape) or CUSTOM_ELEMENTS.get(str(rt.element_type)) != b.dtype:
+                raise self.error(op, f"result {j} is {rt}, but the kernel program '{k.kernel}' built for it gives "
+                                     f"{list(b.shape)} {b.dtype} (its output '{b.name}')")
+        bind = {id(b): self.buf(v) for b, v in zip(p.inputs, k.inputs)}
+        bind.update({id(b): self.dest(r, f"{k.kernel}_{b.name}") for b, r in zip(p.outputs, op.results)})
+        _Emitter(p).inline(self.b, self.kernels, bind)
+        if (t.world or 1) > 1:
+            self.crosses()
+        limit = _epoch_limit(p)
+        if limit is not None:
+            self.grow_slot_step(I32_MAX // limit)
 
     def local_copy(self, src: ir.Value, dst: ir.Value, *, lane: str) -> None:
         shape = list(ir.MemRefType(src.type).shape)

@@ -39,6 +39,8 @@ Rules (per value: which mesh axes split each dim, which axes it is an unreduced 
   reduce_scatter when the wanted sharding splits a dim over that axis next, else an all_reduce. Splitting a
   replicated dim would need a rank-dependent slice, which the task level does not have: that is an error.
 * an unannotated result keeps the split it has (partial sums all-reduced) and gets that sharding written out.
+* custom (a user's kernel program, ``ditron.register_op``): each operand is converted to the sharding its rule
+  takes (``in_shardings``), each result is laid out as the rule gives it (``out_shardings``).
 * any other op (e.g. grouped_matmul, arith on tensors) is kept as it is when all its operands are replicated.
 
 Padding (``padded = true`` shardings whose dims the mesh does not divide): shards are ``ceil(size / n)`` long and
@@ -272,6 +274,34 @@ class _FuncPartitioner:
         pad_zero = fn in _ZERO_PRESERVING and all(c.pad_zero for c in conv)
         self.env[ew.result] = _Local(new.result, dims, partial, tuple(result_type.shape), pad_zero)
 
+    def custom(self, op: ir.Operation) -> None:
+        """A user kernel program: each operand converted to the sharding its rule takes (all-gathers, reductions
+        as for any use), the results laid out as the rule gives them."""
+        k = task.Custom(op)
+        try:
+            ins, outs = k.in_shardings, k.out_shardings
+        except ValueError as err:
+            raise self.error(str(err)) from None
+        conv = []
+        for i, (v, sh) in enumerate(zip(k.inputs, ins)):
+            x = self.env[v]
+            self.check_sharding(sh, x.shape, f"in_shardings[{i}]")
+            c = self.convert(x, sh.dims, sh.partial, f"operand {i} (the kernel program '{k.kernel}' takes it "
+                                                     f"{Sharding(sh.dims, sh.partial).to_attr()})")
+            if any(self.padded(c, d) for d in range(len(c.dims))):
+                raise self.error(f"operand {i} is padded; the kernel program '{k.kernel}' takes whole shards")
+            conv.append(c)
+        types = []
+        for j, (r, sh) in enumerate(zip(op.results, outs)):
+            t = ir.RankedTensorType(r.type)
+            self.check_sharding(sh, tuple(t.shape), f"out_shardings[{j}]")
+            types.append(task.tensor_type(sh.local_shape(tuple(t.shape), self.mesh), t.element_type))
+        new = task.Custom.build(k.kernel, [c.value for c in conv], types, axis=k.axis, in_shardings=ins,
+                                out_shardings=outs, params=op.attributes["params"], **self.build_at())
+        _copy_discardable(op, new)
+        for r, nr, sh in zip(op.results, new.op.results, outs):
+            self.env[r] = _Local(nr, sh.dims, sh.partial, tuple(ir.RankedTensorType(r.type).shape))
+
     def shard(self, op: ir.Operation) -> None:
         sh = task.Shard(op)
         x = self.env[sh.input]
@@ -352,7 +382,7 @@ class _FuncPartitioner:
             arg_shapes.append(shape)
         old_ops = [op.operation for op in block.operations]
         rules = {task.Matmul.op_name(): self.matmul, task.Elementwise.op_name(): self.elementwise,
-                 task.Shard.op_name(): self.shard}
+                 task.Shard.op_name(): self.shard, task.Custom.op_name(): self.custom}
         result_shardings: list[Sharding] = []
         result_types = list(ftype.results)
         for op in old_ops:

@@ -409,6 +409,8 @@ class OpPlanner(PlannerBase):
             return self.all_to_all(op)
         if task.GroupedMatmul.match(op):
             return self.grouped_matmul(op)
+        if task.Custom.match(op):  # the user's kernel program makes its own choices, for this world and SMs
+            return Tiling(kind="custom", target=self.peaks.target, world=self.world(op), sm_budget=self.peaks.num_sms)
         if task.Elementwise.match(op):
             block = self.o.elementwise_block or 1024
             return Tiling(kind="elementwise", target=self.peaks.target, block=block,

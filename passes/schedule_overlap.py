@@ -32,6 +32,7 @@ from mlir.dialects import arith, scf
 from ..cost_model import peaks_for
 from ..dialects import device
 from ..dialects.opbase import walk_ops
+from ..schema import JIT_ATTR
 from ..errors import PassError, TargetError
 from ..kernels import KernelRecord
 from . import device_kernels as K
@@ -299,6 +300,8 @@ class _Scheduler:
 
     def record(self, launch: ir.Operation) -> KernelRecord:
         decl = self.symbols.get(device.Launch(launch).kernel)
+        if decl is not None and JIT_ATTR in decl.attributes:  # a user @ditron.jit kernel: nothing to re-tile
+            return KernelRecord({"template": "jit"})
         if decl is None or KERNEL_ATTR not in decl.attributes:
             raise self.error(launch, f"launches '@{device.Launch(launch).kernel}', which has no '{KERNEL_ATTR}' "
                                      "record")

@@ -2,7 +2,7 @@
 
     ditron-opt [FILE|-] --pass-pipeline='ditron-a,ditron-b{opt=v}' [-o OUT]
                [--list-passes] [--print-ir-after-all] [--print-ir-after=NAME] [--verify-each=true|false]
-               [--split-input-file] [--mlir-print-debuginfo] [--time-passes]
+               [--split-input-file] [--mlir-print-debuginfo] [--time-passes] [--load FILE.py|MODULE]
 
 Errors are printed as ``file:line:col: error: message`` on stderr, exit code 1, never a traceback.
 """
@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-passes", action="store_true", help="print time per pass (stderr)")
     p.add_argument("--emit", default="mlir", metavar="KIND",
                    help="what to print: mlir (default), or a backend stage: ttir, ttgir, llir, ptx, amdgcn")
+    p.add_argument("--load", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="run a Python file (or import a module) first: the kernel programs it registers with "
+                        "ditron.register_op are then known to the passes (repeatable)")
     p.add_argument("--target", default=None,
                    help="the GPU target, e.g. cuda:90, hip:gfx942: sets the module's ditron.target (which the passes "
                         "tile for) where it has none, and the backend of --emit")
@@ -158,6 +161,9 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> i
         if args.target is not None:
             from ditron.backends.target import Target
             args.target = str(Target.parse(args.target))
+        if args.load:
+            from ditron.custom_ops import load
+            load(args.load)
         from ditron.passes.registry import parse_pipeline
         passes = parse_pipeline(args.pass_pipeline)
         known = {p.name for p in passes}

@@ -79,15 +79,11 @@ class _Emission:
 
     def simulate(self, inputs: Any = None, *, reference: Callable | None = None, **options: Any) -> Any:
         """Run the program on the CPU for its ``world_size`` ranks (``ditron.sim.simulate``: deadlocks, races,
-        unwritten outputs, mismatches against ``reference(per_rank_inputs) -> per_rank_outputs``)."""
+        unwritten outputs, mismatches against ``reference(per_rank_inputs) -> per_rank_outputs``). Launches of
+        @ditron.jit kernels run the kernel's Python body (ditron_py/sim/jit.py), findings at its source lines."""
         import gc
         from ..dialects import ditron_context
         from ..sim import simulate
-        jit = self._jit_launches()
-        if jit:
-            raise _error(f"program '{self.name}' launches @ditron.jit kernel(s) ({', '.join(k.name for k in jit)}), "
-                         "which the device-level simulator cannot run yet (it runs template kernels tile by tile): "
-                         "check the kernel alone with ditron.language.simulate", jit[0].where)
         with ditron_context():
             module = self.build()
             try:
@@ -152,6 +148,28 @@ class _Emitter:
         with loc:
             func.ReturnOp([], ip=ir.InsertionPoint(entry))
         return module
+
+    def inline(self, builder: Any, kernels: Any, bind: dict[int, Any]) -> None:
+        """Emit the program's work into another device function (ditron-lower-task-to-device, for a
+        ``ditron_task.custom`` op): ``builder`` its DeviceBuilder, ``kernels`` the module's KernelTable, ``bind``
+        the memref of each input and output (by ``id`` of the Buffer). Its symmetric buffers and pads are allocated
+        there (names made unique by the builder); its launches declare their kernels in that module."""
+        p = self.p
+        self.b, self.kernels = builder, kernels
+        self.values, self.vars = dict(bind), {}
+        missing = [b.name for b in p.inputs + p.outputs if id(b) not in bind]
+        if missing:
+            raise _error(f"program '{p.name}' inlined without a buffer for {', '.join(missing)}", p.where)
+        for b in p.buffers:
+            with self.b.located(self.loc(b.where)):
+                if isinstance(b, Pad):
+                    v = self.b.pad(b.slots, b.name, consumed=b.consumed)
+                else:
+                    v = self.b.alloc(list(b.shape), self.elem(b.dtype), b.name)
+                    if b.rotate:
+                        self.b.rotate(v)
+            self.values[id(b)] = v
+        self.ops(p._ops)
 
     # ---- types and locations
 
@@ -297,6 +315,10 @@ class _Emitter:
         fields = {"key": ir.StringAttr.get(key), "params": ir.ArrayAttr.get([ir.StringAttr.get(n) for n in k.params])}
         if k.wait:
             fields["wait"] = ir.DictAttr.get({n: ir.StringAttr.get(v) for n, v in k.wait.items()})
+        source = k.source(self.p.target)
+        if source is not None:  # another process finds the kernel again from it (kernel.resolve)
+            from ..kernels import KernelRecord
+            fields["source"] = KernelRecord({**source, **({"wait": k.wait} if k.wait else {})}).to_attr()
         decl.attributes[schema.JIT_ATTR] = ir.DictAttr.get(fields)
         self.kernels.names.add(k.name)
         return k.name
@@ -330,31 +352,34 @@ def jit_divisible(p: Program, k: JitKernel) -> frozenset:
     return frozenset(out or ())
 
 
-def jit_declarations(module: Any) -> dict[str, tuple[str, list[str]]]:
-    """The @ditron.jit kernels a module's device program launches: name -> (key, parameter names)."""
+def jit_declarations(module: Any) -> dict[str, tuple[str, list[str], dict | None]]:
+    """The @ditron.jit kernels a module's device program launches: name -> (key, parameter names, source record
+    or None)."""
     from mlir import ir
     from .. import schema
+    from ..dialects.opbase import attr_to_py
     out = {}
     for op in module.body.operations:
         op = op.operation
         if op.name == "func.func" and schema.JIT_ATTR in op.attributes:
             d = ir.DictAttr(op.attributes[schema.JIT_ATTR])
+            source = attr_to_py(d["source"]) if "source" in d else None
             out[ir.StringAttr(op.attributes["sym_name"]).value] = (
-                ir.StringAttr(d["key"]).value, [ir.StringAttr(a).value for a in ir.ArrayAttr(d["params"])])
+                ir.StringAttr(d["key"]).value, [ir.StringAttr(a).value for a in ir.ArrayAttr(d["params"])], source)
     return out
 
 
-def compile_jit_kernels(declared: dict[str, tuple[str, list[str]]], target: Any) -> list[tuple[Any, list[str]]]:
+def compile_jit_kernels(declared: dict[str, tuple], target: Any) -> list[tuple[Any, list[str]]]:
     """The compiled kernels (ditron.backends.CompiledKernel) of declared @ditron.jit kernels, with their parameter
-    names; a CompileError for one whose Python function this process does not hold."""
-    from ..errors import CompileError
+    names; a CompileError for one this process cannot find (kernel.resolve: by key, else by its source record)."""
+    from ..errors import CompileError, DitronError
+    from .kernel import resolve
     out = []
-    for name, (key, params) in declared.items():
-        k = JIT_KERNELS.get(key)
-        if k is None:
-            raise CompileError(f"the program launches @{name}, a @ditron.jit kernel whose Python function is not in "
-                               "this process (the IR names it only): compile the ditron.device Program itself "
-                               "(ditron.compile(program) or program.compile())")
+    for name, (key, params, *rest) in declared.items():
+        try:
+            k = resolve(name, key, rest[0] if rest else None)
+        except DitronError as err:
+            raise CompileError(str(err.diagnostics[0].message) if err.diagnostics else str(err)) from None
         compiled = k.compile(str(target))
         if compiled.name != name:
             raise CompileError(f"@ditron.jit kernel '{name}' compiled as '{compiled.name}'")

@@ -65,6 +65,7 @@ class JitKernel:
     # the parameters compiled as tt.divisibility = 16 (set from the program's launches when it is emitted:
     # ditron_py/device/emit.py, jit_divisible); the executor checks them before each launch
     divisible: frozenset = frozenset()
+    module: str | None = None            # the module the kernel was defined in, when loaded again by file path
 
     @property
     def name(self) -> str:
@@ -83,7 +84,8 @@ class JitKernel:
             source = inspect.getsource(self.fn.fn)
         except (OSError, TypeError):
             source = repr(self.fn.fn.__code__.co_code)
-        spec = json.dumps([self.fn.fn.__module__, self.fn.fn.__qualname__, source, self.signature, self.wait,
+        spec = json.dumps([self.module or self.fn.fn.__module__, self.fn.fn.__qualname__, source,
+                           sorted(self.signature.items()), sorted((self.wait or {}).items()),
                            sorted(self.constexprs.items(), key=lambda kv: kv[0]), sorted(self.options.items()),
                            target, sorted(self.divisible)], default=repr)
         return hashlib.sha256(spec.encode()).hexdigest()[:20]
@@ -91,6 +93,84 @@ class JitKernel:
     def compile(self, target: str) -> Any:
         return self.fn.compile(signature=self.signature, constexprs=self.constexprs, target=target,
                                divisible=self.divisible, **self.options)
+
+    def source(self, target: str) -> dict[str, Any] | None:
+        """Where the kernel's Python function is and how it is specialised (the declaration's ``source``): what
+        another process needs to find the kernel again (``resolve``); None for a kernel defined inside a function
+        or specialised with values IR attributes cannot hold."""
+        fn = self.fn.fn
+        if "<locals>" in fn.__qualname__:
+            return None
+        plain = (bool, int, float, str)
+        if not all(isinstance(v, plain) for v in (*self.constexprs.values(), *self.options.values())):
+            return None
+        return {"module": self.module or fn.__module__, "qualname": fn.__qualname__, "file": fn.__code__.co_filename,
+                "target": target, "signature": dict(self.signature), "constexprs": dict(self.constexprs),
+                "options": dict(self.options), "divisible": sorted(self.divisible), "where": list(self.where)}
+
+
+def resolve(name: str, key: str, source: dict[str, Any] | None) -> "JitKernel":
+    """The JitKernel a declaration names: this process's (``JIT_KERNELS``, by key), else the one its source record
+    says -- its module imported (by name, else from its file) and specialised as recorded, checked to be the very
+    kernel the IR was built with (same key: source text, types, constexprs, options, divisibility, target). DitronError
+    otherwise, saying why."""
+    k = JIT_KERNELS.get(key)
+    if k is not None:
+        return k
+    if not source:
+        raise DitronError(f"the program launches @{name}, a @ditron.jit kernel whose Python function is not in this "
+                          "process (the IR names it only, with no source record): build the ditron.device Program in "
+                          "this process (ditron.compile(program), program.simulate())")
+    fn = _find_function(name, source)
+    where = tuple(source.get("where") or (source["file"], 1, 1))
+    k = JitKernel(fn, dict(source["signature"]), dict(source["constexprs"]), dict(source["options"]), where,
+                  divisible=frozenset(source.get("divisible", ())), module=source["module"])
+    for wait in (None, *_waits(key, source)):
+        k.wait = wait
+        if k.key(source["target"]) == key:
+            JIT_KERNELS[key] = k
+            return k
+    raise DitronError(f"@{name}: {source['module']}.{source['qualname']} ({source['file']}) is no longer the kernel "
+                      "the IR was built with (its source, types, constexprs or options changed): build the IR again")
+
+
+def _waits(key: str, source: dict[str, Any]) -> list[dict[str, str]]:
+    w = source.get("wait")
+    return [dict(w)] if isinstance(w, dict) else []
+
+
+def _find_function(name: str, source: dict[str, Any]) -> Any:
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    module = sys.modules.get(source["module"]) if source["module"] != "__main__" else None
+    if module is None and source["module"] != "__main__":
+        try:
+            module = importlib.import_module(source["module"])
+        except ImportError:
+            module = None
+    if module is None:
+        path = source["file"]
+        if not os.path.exists(path):
+            raise DitronError(f"@{name}: the @ditron.jit kernel's module '{source['module']}' cannot be imported and "
+                              f"its file {path} does not exist: run where the kernel's source is")
+        spec = importlib.util.spec_from_file_location(f"_ditron_jit_{abs(hash(path))}", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, os.path.dirname(path))
+        try:
+            spec.loader.exec_module(module)
+        except Exception as err:  # noqa: BLE001 - reported as the reason
+            raise DitronError(f"@{name}: loading {path} (the @ditron.jit kernel's source) failed: "
+                              f"{type(err).__name__}: {err}") from None
+        finally:
+            sys.path.remove(os.path.dirname(path))
+    obj: Any = module
+    for part in source["qualname"].split("."):
+        obj = getattr(obj, part, None)
+    if obj is None or not hasattr(obj, "constexpr_names"):
+        raise DitronError(f"@{name}: {source['module']} has no @ditron.jit kernel {source['qualname']}")
+    return obj
 
 
 def _template_dtype(name: str, what: str) -> str:

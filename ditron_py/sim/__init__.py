@@ -38,6 +38,7 @@ from .program import Program, load
 from .report import (DEADLOCK, INVALID, KINDS, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE,
                      UNINITIALIZED, UNWRITTEN_OUTPUT, Finding, Loc, SimResult, SimulationError, describe_region)
 from .entities import new_world
+from .jit import Session
 from .scheduler import World, check_call_inputs
 
 __all__ = ["simulate", "task_reference", "SimResult", "Finding", "Loc", "SimulationError", "load_program",
@@ -121,7 +122,8 @@ def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0
         world.report(INVALID, f"alloc_symmetric '{spec.name}' comes after device work was enqueued; allocate "
                      f"every symmetric buffer first (allocating while a kernel spins can deadlock the GPU)",
                      spec.loc, None, None)
-    world.run()
+    with Session(world):  # the World's @ditron.jit kernel programs (sim.jit), if it launches any
+        world.run()
     outputs_per_call = []
     for call in range(1, calls + 1):
         per_rank = []

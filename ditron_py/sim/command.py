@@ -1,7 +1,7 @@
 """``ditron sim``: simulate a program from the command line (also ``python -m ditron.sim``).
 
     ditron sim FILE.mlir [-W N] [--seeds 0,1,2] [--calls 2] [--function NAME] [--pipeline P] [--num-sms N]
-                         [--sync-between-calls] [--no-reference] [--mutate]
+                         [--sync-between-calls] [--no-reference] [--mutate] [--load FILE.py|MODULE]
 
 FILE holds a device-level program (a func.func with ditron.level = "device"), or a task-level program, which is
 first lowered with ``--pipeline`` (default ``ditron-device``) and then serves as its own numpy reference
@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                         "signal pad per parity, none zeroed (pads must be consumed)")
     p.add_argument("--no-reference", action="store_true", help="do not compare with the task-level reference")
     p.add_argument("--mutate", action="store_true", help="mutation-test the program instead of running it once")
+    p.add_argument("--load", action="append", default=[], metavar="FILE.py|MODULE",
+                   help="run a Python file (or import a module) first: the kernel programs it registers with "
+                        "ditron.register_op are then known to the lowering and the reference (repeatable)")
 
 
 def _seeds(text: str) -> list[int]:
@@ -95,6 +98,9 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
                               "file first")
         seeds = _seeds(args.seeds)
         _check_counts(args)
+        if getattr(args, "load", None):
+            from ..custom_ops import load
+            load(args.load)
         with open(args.input, encoding="utf-8") as f:
             text = f.read()
         with ditron_context():

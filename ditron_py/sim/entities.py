@@ -206,10 +206,14 @@ class StreamEntity(Entity):
         launch = a.get("_launch")
         if launch is None:
             kinfo = w.program.kernels[a["kernel"]]
-            plan = plan_launch(kinfo, a["operands"], grid=a["grid"], rank=w.groups.local(self.rank),
-                               num_ranks=w.groups.size(self.rank), loc=loc,
-                               templates=w.templates)
-            if len(plan.programs) != plan.grid_size:
+            if kinfo.jit is not None:  # a user @ditron.jit kernel: its Python body runs (sim.jit)
+                from .jit import plan_jit_launch
+                plan = plan_jit_launch(w, kinfo, a["operands"], grid=a["grid"], loc=loc)
+            else:
+                plan = plan_launch(kinfo, a["operands"], grid=a["grid"], rank=w.groups.local(self.rank),
+                                   num_ranks=w.groups.size(self.rank), loc=loc,
+                                   templates=w.templates)
+            if kinfo.jit is None and len(plan.programs) != plan.grid_size:
                 w.report(INVALID, f"launch of @{plan.kernel} has a grid of {plan.grid_size} program(s) but its "
                          f"template '{plan.template}' describes {len(plan.programs)}", loc, self.rank, item.call)
             launch = a["_launch"] = Launch(self, item, plan, self.release())
@@ -247,8 +251,12 @@ class Launch:
         world = self.stream.world
         p = self.next
         self.next += 1
-        tiles = self.plan.programs[p] if p < len(self.plan.programs) else []
         self.resident += 1
+        make = getattr(self.plan, "program", None)  # a @ditron.jit launch makes its own programs (sim.jit)
+        if make is not None:
+            world.wake(make(world, self, p))
+            return
+        tiles = self.plan.programs[p] if p < len(self.plan.programs) else []
         world.wake(ProgramEntity(world, self, p, tiles))
 
     def program_done(self, entity: "ProgramEntity") -> None:

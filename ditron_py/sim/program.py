@@ -20,6 +20,7 @@ from ..dialects.opbase import memref_shape, walk_ops
 from ..dialects.sharding import Mesh, Sharding
 from ..kernels import KERNEL_ATTR
 from ..passes.partition import GLOBAL_SHAPE_ATTR
+from ..schema import JIT_ATTR
 from .report import Loc, SimulationError
 
 # Host ops the interpreter runs (HOST_OPS), device ops aside.
@@ -76,6 +77,7 @@ class KernelInfo:
     name: str
     record: Any
     loc: Loc
+    jit: tuple | None = None   # a user @ditron.jit kernel: (its key, its parameters, its source record) (sim.jit)
 
 
 @dataclass
@@ -213,6 +215,13 @@ class _Loader:
         op = self.symbols.get(name)
         if op is None:
             raise SimulationError.at(launch_loc, f"launch of '@{name}': no such symbol in the module")
+        if JIT_ATTR in op.attributes:  # a user @ditron.jit kernel (ditron.device): run by sim.jit
+            from ..dialects.opbase import attr_to_py
+            d = ir.DictAttr(op.attributes[JIT_ATTR])
+            self.kernels[name] = KernelInfo(name, None, loc_of(op), (
+                ir.StringAttr(d["key"]).value, [ir.StringAttr(a).value for a in ir.ArrayAttr(d["params"])],
+                attr_to_py(d["source"]) if "source" in d else None))
+            return
         if KERNEL_ATTR not in op.attributes:
             raise SimulationError.at(
                 launch_loc, f"kernel '@{name}' has no '{KERNEL_ATTR}' record; the simulator runs launches from the "

@@ -356,12 +356,18 @@ def test_a_jit_kernel_launch_compiles_into_the_artifact(tmp_path):
 
 
 def test_a_jit_kernel_from_ir_alone_is_a_clear_compile_error():
+    """The IR names the kernel by key and by its source record (module, qualname, file, specialisation); a kernel
+    the record no longer finds (here: another BLOCK than the one the key was made with) is a clear error."""
     import ditron
     from ditron.device import JIT_KERNELS
     text = jit_program().to_mlir()
     JIT_KERNELS.clear()
-    with pytest.raises(ditron.CompileError, match="whose Python function is not in this process"):
-        ditron.compile(text, "cuda:90", cache=False)
+    assert "BLOCK = 256 : i64" in text
+    with pytest.raises(ditron.CompileError, match="is no longer the kernel the IR was built with"):
+        ditron.compile(text.replace("BLOCK = 256 : i64", "BLOCK = 128 : i64"), "cuda:90", cache=False)
+    with pytest.raises(ditron.CompileError, match="cannot be imported and its file /nowhere/k.py does not exist"):
+        ditron.compile(text.replace('module = "jit_kernels"', 'module = "no_such_module"').replace(
+            f'file = "{jit_kernels.__file__}"', 'file = "/nowhere/k.py"'), "cuda:90", cache=False)
 
 
 def test_jit_launch_errors():
@@ -387,7 +393,9 @@ def test_jit_launch_errors():
     p.launch(k, [x, x, pad, 64, p.epoch], grid=1)
     other = p.jit(jit_kernels.scale_after_wait, signature=sig, constexprs={"BLOCK": 32})
     _raises_here(lambda: p.launch(other, [x, x, pad, 64, p.epoch], grid=1), "two specialisations")
-    _raises_here(lambda: p.simulate(), "cannot run yet")
+    # the device-level simulator runs the kernel's Python body (sim/jit.py): nobody sets slot 0 of 'ready'
+    dead = p.simulate(calls=1).of_kind(DEADLOCK)
+    assert dead and dead[0].loc.file.endswith("jit_kernels.py") and "'ready'" in dead[0].message, dead
 
 
 def _tiles_args(W: int, m: int, K: int, n: int, chunk: int, ready: int = 1):

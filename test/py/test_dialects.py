@@ -109,6 +109,14 @@ def test_task_builders_and_accessors(mlir_context):
         assert a2av.split_sizes == g
         assert a2av.output.type == ir.RankedTensorType.get([ir.ShapedType.get_dynamic_size(), 32],
                                                            ir.BF16Type.get())
+        rows, cols = Sharding((("tp",), ())), Sharding(((), ("tp",)))
+        cu = task.Custom.build("my.op", [a, b], [t([16, 8], "bf16"), t([4], "i32")], axis="tp",
+                               in_shardings=[rows, cols], out_shardings=[cols, Sharding(((),))],
+                               params=ir.DictAttr.get({"block": ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                                                    16)}))
+        assert (cu.kernel, cu.axis, cu.inputs, cu.params) == ("my.op", "tp", [a, b], {"block": 16})
+        assert cu.in_shardings == [rows, cols] and cu.out_shardings == [cols, Sharding(((),))]
+        assert [r.type for r in cu.outputs] == [t([16, 8], "bf16"), t([4], "i32")]
         ret(unary.result)
     verify(module)
     text = reparse(module)
@@ -323,8 +331,13 @@ def wrapper_shape(w: type[OpWrapper]) -> dict:
         operands = [(f"a{i}", "optional") for i in range(device.MAX_LAUNCH_ARGS)]
     results = sorted(((d.index, k, d.optional) for klass in w.__mro__ for k, d in vars(klass).items()
                       if isinstance(d, Result)))
-    return {"operands": operands, "results": [(name, "optional" if opt else "single") for _, name, opt in results],
-            "attributes": sorted(w.attributes_declared())}
+    results = [(name, "optional" if opt else "single") for _, name, opt in results]
+    if w is task.Custom:
+        # the same for a custom op's inputs and outputs (of any types): in0.. and out0.. optional slots
+        assert operands == [("inputs", "variadic")] and results == []
+        operands = [(f"in{i}", "optional") for i in range(task.MAX_CUSTOM_INPUTS)]
+        results = [(f"out{i}", "optional") for i in range(task.MAX_CUSTOM_OUTPUTS)]
+    return {"operands": operands, "results": results, "attributes": sorted(w.attributes_declared())}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
@@ -338,7 +351,7 @@ def test_wrappers_match_irdl(dialect):
         assert got["results"] == spec["results"], name
         assert got["attributes"] == sorted(spec["attributes"]), name
         for _, d in wrappers[name].operands_declared():  # indices are positions
-            if wrappers[name] is not device.Launch:
+            if wrappers[name] not in (device.Launch, task.Custom):
                 assert d.index == [n for n, _ in got["operands"]].index(d.name)
 
 
@@ -351,7 +364,8 @@ def test_every_wrapper_class_is_in_ops(dialect):
 
 
 def test_task_collectives_are_the_axis_ops():
-    assert set(task.COLLECTIVES) == {w for w in task.OPS if "axis" in w.attributes_declared()}
+    # a custom op names the axis its kernel program runs over; it is no collective (ditron-partition's rule)
+    assert set(task.COLLECTIVES) == {w for w in task.OPS if "axis" in w.attributes_declared()} - {task.Custom}
 
 
 # ----------------------------------------------------------------------------------------- meshes, shardings
