@@ -516,11 +516,14 @@ def cdiv(a, b) -> Value:
 
 
 def int_cast(x: Value, to: ir.Type) -> Value:
-    """An integer scalar or tensor as element type ``to``: sign-extended, truncated, or x itself if equal."""
+    """An integer scalar or tensor as element type ``to``: sign-extended (a boolean, i1, zero-extended: true is
+    1), truncated, or x itself if equal."""
     src, dst = ir.IntegerType(elem(x)).width, ir.IntegerType(to).width
     if src == dst:
         return x
-    return arith.extsi(like(x, to), x) if src < dst else arith.trunci(like(x, to), x)
+    if src < dst:
+        return (arith.extui if src == 1 else arith.extsi)(like(x, to), x)
+    return arith.trunci(like(x, to), x)
 
 
 def cast(x: Value, to: ir.Type | str) -> Value:

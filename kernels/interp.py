@@ -212,8 +212,10 @@ class Program:
             return [_scalar(_CMPI[_int_attr(op, "predicate")](np.asarray(x[0]), np.asarray(x[1])))]
         if name == "arith.select":
             return [_scalar(np.where(x[0], x[1], x[2]))]
-        if name in ("arith.extsi", "arith.index_cast"):
-            return [x[0]]
+        if name == "arith.extsi" and T.elem(op.operands[0].type) == ir.IntegerType.get_signless(1):
+            return [_scalar(-np.asarray(x[0], np.int64))]  # i1 true sign-extends to -1, as on the GPU
+        if name in ("arith.extsi", "arith.extui", "arith.index_cast"):
+            return [_scalar(np.asarray(x[0]).astype(np.int64)) if np.asarray(x[0]).dtype == np.bool_ else x[0]]
         if name == "arith.trunci":
             return [_scalar(wrap(np.asarray(x[0]), op.results[0].type))]
         if name in ("arith.truncf", "arith.extf"):
