@@ -133,13 +133,7 @@ class _Emitter:
         for b, a in zip(args, entry.arguments):
             self.values[id(b)] = a
         for b in p.buffers:
-            with self.b.located(self.loc(b.where)):
-                if isinstance(b, Pad):
-                    v = self.b.pad(b.slots, b.name, consumed=b.consumed)
-                else:
-                    v = self.b.alloc(list(b.shape), self.elem(b.dtype), b.name)
-                    if b.rotate:
-                        self.b.rotate(v)
+            v = self.declare(b)
             if device.AllocSymmetric(v.owner).name != b.name:
                 raise _error(f"buffer '{b.name}' clashes with a name ditron reserves", b.where)
             self.values[id(b)] = v
@@ -148,6 +142,16 @@ class _Emitter:
         with loc:
             func.ReturnOp([], ip=ir.InsertionPoint(entry))
         return module
+
+    def declare(self, b) -> Any:
+        """The symmetric allocation (or signal pad) of one of the program's buffers, located at its declaration."""
+        with self.b.located(self.loc(b.where)):
+            if isinstance(b, Pad):
+                return self.b.pad(b.slots, b.name, consumed=b.consumed)
+            v = self.b.alloc(list(b.shape), self.elem(b.dtype), b.name)
+            if b.rotate:
+                self.b.rotate(v)
+            return v
 
     def inline(self, builder: Any, kernels: Any, bind: dict[int, Any]) -> None:
         """Emit the program's work into another device function (ditron-lower-task-to-device, for a
@@ -161,14 +165,7 @@ class _Emitter:
         if missing:
             raise _error(f"program '{p.name}' inlined without a buffer for {', '.join(missing)}", p.where)
         for b in p.buffers:
-            with self.b.located(self.loc(b.where)):
-                if isinstance(b, Pad):
-                    v = self.b.pad(b.slots, b.name, consumed=b.consumed)
-                else:
-                    v = self.b.alloc(list(b.shape), self.elem(b.dtype), b.name)
-                    if b.rotate:
-                        self.b.rotate(v)
-            self.values[id(b)] = v
+            self.values[id(b)] = self.declare(b)
         self.ops(p._ops)
 
     # ---- types and locations

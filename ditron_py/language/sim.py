@@ -564,6 +564,17 @@ def _int(x) -> int:
 _TAINT = "_ditron_tokens"
 
 
+def _propagating(ti, original):
+    """``original`` (an interpreter-builder method) wrapped to carry its operands' token taint to its result."""
+    def run(*args, **kwargs):
+        out = original(*args, **kwargs)
+        taint = frozenset().union(*(_taint_of(a) for a in args if isinstance(a, ti.TensorHandle)))
+        if taint and isinstance(out, ti.TensorHandle):
+            _taint(out, taint)
+        return out
+    return run
+
+
 def _taint_of(handle) -> frozenset:
     return getattr(handle, _TAINT, frozenset())
 
@@ -584,13 +595,7 @@ def _patch_builder(world: _World) -> list[str]:
     patched = []
 
     def propagate(name, original):
-        def run(*args, **kwargs):
-            out = original(*args, **kwargs)
-            taint = frozenset().union(*(_taint_of(a) for a in args if isinstance(a, ti.TensorHandle)))
-            if taint and isinstance(out, ti.TensorHandle):
-                _taint(out, taint)
-            return out
-        return run
+        return _propagating(ti, original)
 
     for name in dir(type(b)):
         if name in ("create_masked_load", "create_masked_store", "create_load", "create_store",

@@ -230,18 +230,12 @@ class Session:
 
     def _patch_builder(self) -> None:
         from ..language.core import active
-        from ..language.sim import _PROPAGATING, _taint, _taint_of
+        from ..language.sim import _PROPAGATING, _propagating
         ti = self.ti
         b = ti.interpreter_builder
 
         def propagate(original):
-            def run(*args, **kwargs):
-                out = original(*args, **kwargs)
-                taint = frozenset().union(*(_taint_of(a) for a in args if isinstance(a, ti.TensorHandle)))
-                if taint and isinstance(out, ti.TensorHandle):
-                    _taint(out, taint)
-                return out
-            return run
+            return _propagating(ti, original)
 
         own = ("create_masked_load", "create_masked_store", "create_load", "create_store", "create_atomic_rmw",
                "create_atomic_cas", "create_descriptor_load", "create_descriptor_store", "create_descriptor_gather",
