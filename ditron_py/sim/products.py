@@ -40,6 +40,8 @@ class Products:
         self.served = 0                  # products served from a kept block
         self.computed = 0                # blocks computed
         self.direct = 0                  # products computed as given
+        self.rows_computed = 0           # rows of blocks computed (a block recomputed in part counts its rows)
+        self._rows: dict[int, tuple[int, np.ndarray]] = {}  # buffer uid -> (changes seen, per-row versions)
 
     # ------------------------------------------------------------------------------------------ operands
 
@@ -74,6 +76,18 @@ class Products:
 
     # -------------------------------------------------------------------------------------------- serving
 
+    def _row_versions(self, buf: Buffer) -> np.ndarray:
+        """Per row of a 2-d buffer: the version (count of changes) right after the last change that touched it."""
+        upto, rows = self._rows.get(buf.uid, (0, None))
+        if rows is None:
+            rows = np.zeros(buf.data.shape[0], dtype=np.int64)
+        changes = buf.changes
+        for j in range(upto, len(changes)):
+            lo, hi = changes[j]
+            rows[lo[0]:hi[0]] = j + 1
+        self._rows[buf.uid] = (len(changes), rows)
+        return rows
+
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         la, lb = self._locate(a), self._locate(b)
         if la is None or lb is None or la[3] or a.shape[1] != b.shape[0]:
@@ -96,18 +110,33 @@ class Products:
         key = (abuf.uid, r0, r1, ak, ak + k, bbuf.uid, bt, b_lo, b_hi)
         entry = self._cache.get(key)
         if entry is not None:
-            block, av, bv = entry
-            if abuf.changed_since(av, (r0, ak), (r1, ak + k)) or bbuf.changed_since(bv, b_lo, b_hi):
+            if bbuf.changed_since(entry[2], b_lo, b_hi):
                 self._drop(key)
                 entry = None
             else:
                 self._cache[key] = self._cache.pop(key)  # most recently used last
+        rows = self._row_versions(abuf)
+        b_block = None
         if entry is None:
-            a_block = abuf.data[r0:r1, ak:ak + k]
             b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
-            block = a_block @ b_block
+            block = abuf.data[r0:r1, ak:ak + k] @ b_block
+            stamps = np.full(r1 - r0, abuf.version, dtype=np.int64)
             self.computed += 1
-            self._keep(key, (block, abuf.version, bbuf.version))
+            self.rows_computed += r1 - r0
+            self._keep(key, (block, stamps, bbuf.version))
+        else:
+            block, stamps, _ = entry
+            i0 = ar - r0
+            if (rows[ar:ar + m] > stamps[i0:i0 + m]).any():
+                # rows of the block written since they were computed: recompute those (the span from the first
+                # to the last), the rows computed from unchanged data stay
+                stale = np.flatnonzero(rows[r0:r1] > stamps)
+                s0, s1 = int(stale[0]), int(stale[-1]) + 1
+                b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
+                block[s0:s1] = abuf.data[r0 + s0:r0 + s1, ak:ak + k] @ b_block
+                stamps[s0:s1] = abuf.version
+                self.computed += 1
+                self.rows_computed += s1 - s0
         self.served += 1
         first = br if bt else bc  # the tile's columns of the block
         return block[ar - r0:ar - r0 + m, first:first + n].copy()
@@ -125,4 +154,5 @@ class Products:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._rows.clear()
         self._bytes = 0
