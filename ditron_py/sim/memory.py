@@ -214,7 +214,7 @@ class Buffer:
     def index(self, lo: Sequence[int], hi: Sequence[int]) -> tuple[slice, ...]:
         if not self.shape:
             return ()
-        return tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+        return tuple(map(slice, lo, hi))
 
 
 @dataclass

@@ -56,6 +56,34 @@ def test_a_block_serves_its_tiles_and_is_recomputed_after_a_write():
     assert p.direct == 2 and y.shape == (3, 96)
 
 
+def test_rows_written_after_the_block_was_computed_are_recomputed_alone():
+    """A block whose rows of A arrive chunk by chunk (an all-gather feeding the GEMM): each arrival makes only its
+    rows stale; the next tile reading them recomputes those rows, the block's other rows are served as kept."""
+    rng = np.random.default_rng(3)
+    a, b = _buffers(rng, (256, 32), (32, 48))
+    p = prod.Products([a, b], rows=256)
+    np.testing.assert_allclose(p(a.data[0:32], b.data[:, :16]), a.data[0:32] @ b.data[:, :16], rtol=1e-5, atol=1e-5)
+    assert (p.computed, p.rows_computed) == (1, 256)
+    for chunk in range(1, 8):  # rows [32 c, 32 c + 32) arrive, then a tile reads them
+        lo = 32 * chunk
+        a.data[lo:lo + 32] = rng.standard_normal((32, 32))
+        a.changed((lo, 0), (lo + 32, 32))
+        got = p(a.data[lo:lo + 32], b.data[:, 16:48])
+        np.testing.assert_allclose(got, a.data[lo:lo + 32] @ b.data[:, 16:48], rtol=1e-5, atol=1e-5)
+        # an earlier chunk's tile is served from the kept rows
+        np.testing.assert_allclose(p(a.data[0:32], b.data[:, :16]), a.data[0:32] @ b.data[:, :16], rtol=1e-5,
+                                   atol=1e-5)
+    assert p.computed == 8 and p.rows_computed == 256 + 7 * 32
+    a.data[40:50] = 1.0  # written again, and two chunks at once: one recompute of the span that changed
+    a.changed((40, 0), (50, 32))
+    a.data[100:110] = 2.0
+    a.changed((100, 0), (110, 32))
+    got = p(a.data[96:128], b.data)
+    np.testing.assert_allclose(got, a.data[96:128] @ b.data, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(p(a.data[32:64], b.data), a.data[32:64] @ b.data, rtol=1e-5, atol=1e-5)
+    assert p.computed == 9 and p.rows_computed == 256 + 7 * 32 + 70
+
+
 def test_a_tile_straddling_two_blocks_is_computed_alone():
     rng = np.random.default_rng(1)
     a, b = _buffers(rng, (256, 32), (32, 32))
