@@ -26,6 +26,49 @@ import numpy as np
 
 from .memory import Buffer
 
+# Products below this many multiply-adds run BLAS on one thread: OpenBLAS shares a product of more than about
+# 2^18 of them out to its threads, whose hand-over costs milliseconds on a loaded machine (8 ms of CPU for a
+# 1024 x 32 x 32 product that one thread does in 0.05 ms); above it the threads pay.
+ONE_THREAD_BELOW = 1 << 26
+
+
+def _openblas_threads():
+    """(get, set) of the thread count of the OpenBLAS that numpy links, or None where that is not the BLAS."""
+    try:
+        import ctypes
+        import glob
+        import os
+
+        libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
+        for path in libs:
+            lib = ctypes.CDLL(path)
+            for suffix in ("64_", "_64_", ""):
+                get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
+                put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    return get, put
+    except OSError:
+        pass
+    return None
+
+
+_THREADS = _openblas_threads()
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``, on one BLAS thread when the product is small (ONE_THREAD_BELOW)."""
+    if _THREADS is None or a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] >= ONE_THREAD_BELOW:
+        return a @ b
+    get, put = _THREADS
+    n = get()
+    if n <= 1:
+        return a @ b
+    put(1)
+    try:
+        return a @ b
+    finally:
+        put(n)
+
 
 class Products:
     """The ``matmul`` provider of one simulation (``numerics.products(provider)``)."""
@@ -92,7 +135,7 @@ class Products:
         la, lb = self._locate(a), self._locate(b)
         if la is None or lb is None or la[3] or a.shape[1] != b.shape[0]:
             self.direct += 1
-            return a @ b
+            return matmul(a, b)
         abuf, ar, ak, _ = la
         bbuf, br, bc, bt = lb
         m, k = a.shape
@@ -101,7 +144,7 @@ class Products:
         r1 = min(r0 + self.rows, abuf.data.shape[0])
         if ar + m > r1:  # the tile straddles two blocks: computed alone
             self.direct += 1
-            return a @ b
+            return matmul(a, b)
         # B's block: its K steps, every column (stored [K, N]) or every row (stored [N, K], bt)
         if bt:
             b_lo, b_hi = (0, bc), (bbuf.data.shape[0], bc + k)
@@ -119,7 +162,7 @@ class Products:
         b_block = None
         if entry is None:
             b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
-            block = abuf.data[r0:r1, ak:ak + k] @ b_block
+            block = matmul(abuf.data[r0:r1, ak:ak + k], b_block)
             stamps = np.full(r1 - r0, abuf.version, dtype=np.int64)
             self.computed += 1
             self.rows_computed += r1 - r0
@@ -133,7 +176,7 @@ class Products:
                 stale = np.flatnonzero(rows[r0:r1] > stamps)
                 s0, s1 = int(stale[0]), int(stale[-1]) + 1
                 b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
-                block[s0:s1] = abuf.data[r0 + s0:r0 + s1, ak:ak + k] @ b_block
+                block[s0:s1] = matmul(abuf.data[r0 + s0:r0 + s1, ak:ak + k], b_block)
                 stamps[s0:s1] = abuf.version
                 self.computed += 1
                 self.rows_computed += s1 - s0
