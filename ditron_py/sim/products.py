@@ -9,8 +9,11 @@ whole block by every column of B over the tile's K steps in one call, keeps the 
 of the block its part.
 
 A kept block is only served while what it was computed from is unchanged: every write to a buffer (``World.write``:
-copies, tile writes, a call's inputs) is recorded in ``Buffer.changes``, and an entry computed at change ``v`` of
-A and ``u`` of B is dropped once a later change overlaps its rows of A or its K steps of B. A served product is
+copies, tile writes, a call's inputs) is recorded in ``Buffer.changes``. An entry computed at change ``u`` of B
+is dropped once a later change overlaps its K steps of B. Its rows of A are tracked one by one: each row keeps the
+version of A it was computed at, and a row that a later change touched is stale. A tile whose rows are all fresh
+is served; else the block's stale rows (the span from the first to the last) are recomputed first, so a block
+whose rows arrive in chunks (a gathered A) costs about one block product, not one per chunk. A served product is
 therefore the product of the data the tile reads at the step it runs, computed in a larger block (BLAS may sum in
 another order: float32 rounding differences only). The scheduler, the happens-before checks and every finding are
 unchanged: only the arithmetic is shared.
