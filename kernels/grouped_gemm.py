@@ -35,7 +35,7 @@ from ..errors import VerificationError
 from . import I32_LIMIT, KERNEL_ATTR, KernelRecord, Region, TileStep, check_i32
 from . import offset_type as _offset_type
 from .gemm import TILE_ORDER_FNS, Geometry, IrOps, PyOps
-from .numerics import round_to
+from .numerics import matmul, round_to
 
 name = "grouped_gemm"
 
@@ -163,11 +163,14 @@ def _compute(rec, a, b, sizes, c, r0: int, c0: int):
         bv = np.asarray(view(b), dtype=np.float32)
         rows = np.arange(r0, r0 + av.shape[0])
         group = group_of_rows(view(sizes), rows)
+        ends = np.cumsum(np.asarray(view(sizes), dtype=np.int64))
         width = view(c).shape[1]
         result = np.zeros((av.shape[0], width), dtype=np.float32)
         for g in np.unique(group[group < rec["e"]]):
-            mine = group == g
-            result[mine] = av[mine] @ bv[g][:, c0:c0 + width]
+            mine = np.flatnonzero(group == g)  # groups own consecutive rows: one span of the tile
+            lo, hi = int(mine[0]), int(mine[-1]) + 1
+            first = int(ends[g - 1]) if g else 0  # the group's rows of a, which a simulator may batch
+            result[lo:hi] = matmul(av[lo:hi], bv[g][:, c0:c0 + width], rows=(first, int(ends[g])))
         view(c)[...] = round_to(rec["out_dtype"], result)
     return compute
 

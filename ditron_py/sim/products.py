@@ -97,23 +97,30 @@ class Products:
         if buf is None or buf.data is not base:
             self._owners = {id(b.data): b for b in self._buffers if isinstance(b, Buffer)}
             buf = self._owners.get(id(base))
-        if buf is None or buf.data is not base or base.ndim != 2 or not base.flags.c_contiguous:
+        if buf is None or buf.data is not base or base.ndim not in (2, 3) or not base.flags.c_contiguous:
             return None
         return buf
 
     def _locate(self, x: np.ndarray):
         """(buffer, first row, first column, transposed) of a 2-d float32 view of a buffer, else None. A
-        transposed view x is buffer rows [row, row + x.shape[1]) x columns [col, col + x.shape[0]), transposed."""
+        transposed view x is buffer rows [row, row + x.shape[1]) x columns [col, col + x.shape[0]), transposed.
+        A 3-d buffer [E, K, N] counts as its E*K rows of N (a view of one of its matrices, b[e], is rows
+        [e K, e K + K)); rows that cross from one matrix into the next are not a view of one."""
         if x.ndim != 2 or x.dtype != np.float32 or 0 in x.shape:
             return None
         buf = self._owner(x)
         if buf is None:
             return None
-        cols = buf.data.shape[1]
+        cols = buf.data.shape[-1]
         off, rem = divmod(x.__array_interface__["data"][0] - buf.data.__array_interface__["data"][0], 4)
         if rem:
             return None
         row, col = divmod(off, cols)
+        if buf.data.ndim == 3:  # the rows of one matrix b[e] only, not transposed
+            per = buf.data.shape[1]
+            if x.strides != (cols * 4, 4) or row // per != (row + x.shape[0] - 1) // per:
+                return None
+            return buf, row, col, False
         if x.strides == (cols * 4, 4):
             return buf, row, col, False
         if x.strides == (4, cols * 4):
@@ -134,9 +141,11 @@ class Products:
         self._rows[buf.uid] = (len(changes), rows)
         return rows
 
-    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def __call__(self, a: np.ndarray, b: np.ndarray, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """``a @ b``; ``rows``: the rows of a's buffer that multiply this b (a grouped GEMM's group), within
+        which a block may batch (default: all of them)."""
         la, lb = self._locate(a), self._locate(b)
-        if la is None or lb is None or la[3] or a.shape[1] != b.shape[0]:
+        if la is None or lb is None or la[3] or la[0].data.ndim != 2 or a.shape[1] != b.shape[0]:
             self.direct += 1
             return matmul(a, b)
         abuf, ar, ak, _ = la
@@ -145,14 +154,20 @@ class Products:
         n = b.shape[1]
         r0 = ar - ar % self.rows
         r1 = min(r0 + self.rows, abuf.data.shape[0])
-        if ar + m > r1:  # the tile straddles two blocks: computed alone
+        if rows is not None:
+            r0, r1 = max(r0, int(rows[0])), min(r1, int(rows[1]))
+        if ar < r0 or ar + m > r1:  # the tile straddles two blocks (or leaves its rows): computed alone
             self.direct += 1
             return matmul(a, b)
         # B's block: its K steps, every column (stored [K, N]) or every row (stored [N, K], bt)
+        bmat = bbuf.data if bbuf.data.ndim == 2 else bbuf.data.reshape(-1, bbuf.data.shape[-1])
         if bt:
-            b_lo, b_hi = (0, bc), (bbuf.data.shape[0], bc + k)
+            b_lo, b_hi = (0, bc), (bmat.shape[0], bc + k)
+        elif bbuf.data.ndim == 3:  # the whole matrix b[e] of its rows
+            e, per = br // bbuf.data.shape[1], bbuf.data.shape[1]
+            b_lo, b_hi = (e, 0, 0), (e + 1, per, bmat.shape[1])
         else:
-            b_lo, b_hi = (br, 0), (br + k, bbuf.data.shape[1])
+            b_lo, b_hi = (br, 0), (br + k, bmat.shape[1])
         key = (abuf.uid, r0, r1, ak, ak + k, bbuf.uid, bt, b_lo, b_hi)
         entry = self._cache.get(key)
         if entry is not None:
@@ -161,10 +176,10 @@ class Products:
                 entry = None
             else:
                 self._cache[key] = self._cache.pop(key)  # most recently used last
-        rows = self._row_versions(abuf)
+        versions = self._row_versions(abuf)
         b_block = None
         if entry is None:
-            b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
+            b_block = bmat[:, bc:bc + k].T if bt else bmat[br:br + k, :]
             block = matmul(abuf.data[r0:r1, ak:ak + k], b_block)
             stamps = np.full(r1 - r0, abuf.version, dtype=np.int64)
             self.computed += 1
@@ -173,12 +188,12 @@ class Products:
         else:
             block, stamps, _ = entry
             i0 = ar - r0
-            if (rows[ar:ar + m] > stamps[i0:i0 + m]).any():
+            if (versions[ar:ar + m] > stamps[i0:i0 + m]).any():
                 # rows of the block written since they were computed: recompute those (the span from the first
                 # to the last), the rows computed from unchanged data stay
-                stale = np.flatnonzero(rows[r0:r1] > stamps)
+                stale = np.flatnonzero(versions[r0:r1] > stamps)
                 s0, s1 = int(stale[0]), int(stale[-1]) + 1
-                b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
+                b_block = bmat[:, bc:bc + k].T if bt else bmat[br:br + k, :]
                 block[s0:s1] = matmul(abuf.data[r0 + s0:r0 + s1, ak:ak + k], b_block)
                 stamps[s0:s1] = abuf.version
                 self.computed += 1
