@@ -18,8 +18,12 @@ therefore the product of the data the tile reads at the step it runs, computed i
 another order: float32 rounding differences only). The scheduler, the happens-before checks and every finding are
 unchanged: only the arithmetic is shared.
 
-Products that are not views of simulator buffers (a copy, fancy-indexed rows, a 3-d operand) are computed as they
-are. The kept blocks are bounded (``max_bytes``, least recently used first out).
+A grouped GEMM passes ``rows``, the rows of A that multiply the same matrix (its group): the block then spans
+those rows of the aligned row block only, and B may be one matrix ``b[e]`` of a 3-d buffer [E, K, N].
+
+Products that are not views of simulator buffers (a copy, fancy-indexed rows, a 3-d A) are computed as they are.
+The kept blocks are bounded (``max_bytes``, least recently used first out). Small products run BLAS on one thread
+(``matmul``).
 """
 from __future__ import annotations
 
