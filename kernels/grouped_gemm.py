@@ -38,7 +38,7 @@ from ..errors import VerificationError
 from . import I32_LIMIT, KERNEL_ATTR, KernelRecord, Region, TileStep, check_i32
 from . import offset_type as _offset_type
 from .gemm import IrOps, PyOps
-from .numerics import round_to
+from .numerics import matmul, round_to
 
 name = "grouped_gemm"
 
@@ -183,14 +183,17 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
 
     def program(pid: int) -> list[TileStep]:
         def expand(view) -> list[TileStep]:
-            boxes = tile_boxes(rec, np.asarray(view(sizes)))
-            return [_tile_step(rec, *box) for box in boxes[pid::rec["grid"]]]
+            counts = np.asarray(view(sizes))
+            starts, ends = group_bounds(counts, rec["t"])
+            return [_tile_step(rec, *box, span=(int(starts[box[0]]), int(ends[box[0]])))
+                    for box in tile_boxes(rec, counts)[pid::rec["grid"]]]
         return [TileStep(reads=[sizes], expand=expand)]
 
     return [program(pid) for pid in range(rec["grid"])]
 
 
-def _tile_step(rec, g: int, r0: int, rows: int, c0: int, cols: int) -> TileStep:
+def _tile_step(rec, g: int, r0: int, rows: int, c0: int, cols: int, *, span: tuple[int, int]) -> TileStep:
+    """Tile (g, r0, rows, c0, cols) of group g, whose rows of a are span = [first, end)."""
     c = Region("c", (r0, c0), (rows, cols))
     if g == rec["e"]:  # the rows past the last group
         def zeros(view):
@@ -200,7 +203,8 @@ def _tile_step(rec, g: int, r0: int, rows: int, c0: int, cols: int) -> TileStep:
     b = Region("b", (g, 0, c0), (1, rec["k"], cols))
 
     def compute(view):
-        product = np.asarray(view(a), np.float32) @ np.asarray(view(b), np.float32)[0]
+        # the group's rows of a (a simulator may batch the products of a group's tiles: ditron.sim.products)
+        product = matmul(np.asarray(view(a), np.float32), np.asarray(view(b), np.float32)[0], rows=span)
         view(c)[...] = round_to(rec["out_dtype"], product)
     return TileStep(reads=[a, b], writes=[c], compute=compute)
 

@@ -66,10 +66,14 @@ def _round_fp8(x: np.ndarray, dtype: str) -> np.ndarray:
 _PRODUCTS: list = []  # providers installed by ``products``, innermost last
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, rows: tuple[int, int] | None = None) -> np.ndarray:
     """``a @ b`` for the tile products of ``tiles()`` computes; a simulator may serve them from products it
-    computes in larger blocks (``products``, ditron.sim.products), which hold the same values."""
-    return _PRODUCTS[-1](a, b) if _PRODUCTS else a @ b
+    computes in larger blocks (``products``, ditron.sim.products), which hold the same values. ``rows``: where a
+    is rows of a region of which only rows [lo, hi) (in the region's buffer) multiply this b -- a grouped GEMM's
+    group -- the block may span those rows only (default: any)."""
+    if not _PRODUCTS:
+        return a @ b
+    return _PRODUCTS[-1](a, b) if rows is None else _PRODUCTS[-1](a, b, rows)
 
 
 @contextlib.contextmanager

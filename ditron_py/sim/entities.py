@@ -384,9 +384,24 @@ class ProgramEntity(Entity):
         me = self.world.groups.local(self.rank)  # regions name ranks of the group
         for kind, reg, buf, box in sorted(regions, key=lambda x: x[0] != "write"):
             declared.setdefault((reg.arg, me if reg.rank is None else reg.rank), []).append((kind, buf, box))
+        # the declared regions themselves (the usual case) resolve at once to what the search below finds for
+        # them: a written region's view, or a read-only view where no write of that argument and rank is declared
+        direct: dict[int, tuple] = {}
+        for kind, reg, buf, box in regions:
+            found = declared[(reg.arg, me if reg.rank is None else reg.rank)]
+            if (kind == "write" or found[0][0] == "read") and id(reg) not in direct:
+                direct[id(reg)] = (reg, kind, buf, box)
         template = self.launch.plan.template
 
         def view(region: Region) -> np.ndarray:
+            hit = direct.get(id(region))
+            if hit is not None and hit[0] is region:
+                _, kind, buf, (lo, hi) = hit
+                v = buf.data[buf.index(lo, hi)]
+                if kind == "read":
+                    v = v.view()
+                    v.flags.writeable = False
+                return v
             rank = me if region.rank is None else region.rank
             off = tuple(int(o) for o in region.offsets)
             end = tuple(o + int(z) for o, z in zip(off, region.sizes))

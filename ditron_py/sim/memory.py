@@ -133,7 +133,7 @@ class AccessLog:
         ov = (self.lo[:n, 0] < hi[0]) & (self.hi[:n, 0] > lo[0])
         for d in range(1, self.ndim):
             ov &= (self.lo[:n, d] < hi[d]) & (self.hi[:n, d] > lo[d])
-        return np.flatnonzero(ov)
+        return ov.nonzero()[0]
 
     def covered_by(self, idx: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return np.all((self.lo[idx] >= lo) & (self.hi[idx] <= hi), axis=1)
@@ -214,7 +214,7 @@ class Buffer:
     def index(self, lo: Sequence[int], hi: Sequence[int]) -> tuple[slice, ...]:
         if not self.shape:
             return ()
-        return tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+        return tuple(map(slice, lo, hi))
 
 
 @dataclass

@@ -9,14 +9,21 @@ whole block by every column of B over the tile's K steps in one call, keeps the 
 of the block its part.
 
 A kept block is only served while what it was computed from is unchanged: every write to a buffer (``World.write``:
-copies, tile writes, a call's inputs) is recorded in ``Buffer.changes``, and an entry computed at change ``v`` of
-A and ``u`` of B is dropped once a later change overlaps its rows of A or its K steps of B. A served product is
+copies, tile writes, a call's inputs) is recorded in ``Buffer.changes``. An entry computed at change ``u`` of B
+is dropped once a later change overlaps its K steps of B. Its rows of A are tracked one by one: each row keeps the
+version of A it was computed at, and a row that a later change touched is stale. A tile whose rows are all fresh
+is served; else the block's stale rows (the span from the first to the last) are recomputed first, so a block
+whose rows arrive in chunks (a gathered A) costs about one block product, not one per chunk. A served product is
 therefore the product of the data the tile reads at the step it runs, computed in a larger block (BLAS may sum in
 another order: float32 rounding differences only). The scheduler, the happens-before checks and every finding are
 unchanged: only the arithmetic is shared.
 
-Products that are not views of simulator buffers (a copy, fancy-indexed rows, a 3-d operand) are computed as they
-are. The kept blocks are bounded (``max_bytes``, least recently used first out).
+A grouped GEMM passes ``rows``, the rows of A that multiply the same matrix (its group): the block then spans
+those rows of the aligned row block only, and B may be one matrix ``b[e]`` of a 3-d buffer [E, K, N].
+
+Products that are not views of simulator buffers (a copy, fancy-indexed rows, a 3-d A) are computed as they are.
+The kept blocks are bounded (``max_bytes``, least recently used first out). Small products run BLAS on one thread
+(``matmul``).
 """
 from __future__ import annotations
 
@@ -25,6 +32,49 @@ from typing import Iterable
 import numpy as np
 
 from .memory import Buffer
+
+# Products below this many multiply-adds run BLAS on one thread: OpenBLAS shares a product of more than about
+# 2^18 of them out to its threads, whose hand-over costs milliseconds on a loaded machine (8 ms of CPU for a
+# 1024 x 32 x 32 product that one thread does in 0.05 ms); above it the threads pay.
+ONE_THREAD_BELOW = 1 << 26
+
+
+def _openblas_threads():
+    """(get, set) of the thread count of the OpenBLAS that numpy links, or None where that is not the BLAS."""
+    try:
+        import ctypes
+        import glob
+        import os
+
+        libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs", "*openblas*"))
+        for path in libs:
+            lib = ctypes.CDLL(path)
+            for suffix in ("64_", "_64_", ""):
+                get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
+                put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    return get, put
+    except OSError:
+        pass
+    return None
+
+
+_THREADS = _openblas_threads()
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``, on one BLAS thread when the product is small (ONE_THREAD_BELOW)."""
+    if _THREADS is None or a.ndim != 2 or b.ndim != 2 or a.shape[0] * a.shape[1] * b.shape[1] >= ONE_THREAD_BELOW:
+        return a @ b
+    get, put = _THREADS
+    n = get()
+    if n <= 1:
+        return a @ b
+    put(1)
+    try:
+        return a @ b
+    finally:
+        put(n)
 
 
 class Products:
@@ -40,6 +90,8 @@ class Products:
         self.served = 0                  # products served from a kept block
         self.computed = 0                # blocks computed
         self.direct = 0                  # products computed as given
+        self.rows_computed = 0           # rows of blocks computed (a block recomputed in part counts its rows)
+        self._rows: dict[int, tuple[int, np.ndarray]] = {}  # buffer uid -> (changes seen, per-row versions)
 
     # ------------------------------------------------------------------------------------------ operands
 
@@ -49,23 +101,30 @@ class Products:
         if buf is None or buf.data is not base:
             self._owners = {id(b.data): b for b in self._buffers if isinstance(b, Buffer)}
             buf = self._owners.get(id(base))
-        if buf is None or buf.data is not base or base.ndim != 2 or not base.flags.c_contiguous:
+        if buf is None or buf.data is not base or base.ndim not in (2, 3) or not base.flags.c_contiguous:
             return None
         return buf
 
     def _locate(self, x: np.ndarray):
         """(buffer, first row, first column, transposed) of a 2-d float32 view of a buffer, else None. A
-        transposed view x is buffer rows [row, row + x.shape[1]) x columns [col, col + x.shape[0]), transposed."""
+        transposed view x is buffer rows [row, row + x.shape[1]) x columns [col, col + x.shape[0]), transposed.
+        A 3-d buffer [E, K, N] counts as its E*K rows of N (a view of one of its matrices, b[e], is rows
+        [e K, e K + K)); rows that cross from one matrix into the next are not a view of one."""
         if x.ndim != 2 or x.dtype != np.float32 or 0 in x.shape:
             return None
         buf = self._owner(x)
         if buf is None:
             return None
-        cols = buf.data.shape[1]
+        cols = buf.data.shape[-1]
         off, rem = divmod(x.__array_interface__["data"][0] - buf.data.__array_interface__["data"][0], 4)
         if rem:
             return None
         row, col = divmod(off, cols)
+        if buf.data.ndim == 3:  # the rows of one matrix b[e] only, not transposed
+            per = buf.data.shape[1]
+            if x.strides != (cols * 4, 4) or row // per != (row + x.shape[0] - 1) // per:
+                return None
+            return buf, row, col, False
         if x.strides == (cols * 4, 4):
             return buf, row, col, False
         if x.strides == (4, cols * 4):
@@ -74,40 +133,75 @@ class Products:
 
     # -------------------------------------------------------------------------------------------- serving
 
-    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def _row_versions(self, buf: Buffer) -> np.ndarray:
+        """Per row of a 2-d buffer: the version (count of changes) right after the last change that touched it."""
+        upto, rows = self._rows.get(buf.uid, (0, None))
+        if rows is None:
+            rows = np.zeros(buf.data.shape[0], dtype=np.int64)
+        changes = buf.changes
+        for j in range(upto, len(changes)):
+            lo, hi = changes[j]
+            rows[lo[0]:hi[0]] = j + 1
+        self._rows[buf.uid] = (len(changes), rows)
+        return rows
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """``a @ b``; ``rows``: the rows of a's buffer that multiply this b (a grouped GEMM's group), within
+        which a block may batch (default: all of them)."""
         la, lb = self._locate(a), self._locate(b)
-        if la is None or lb is None or la[3] or a.shape[1] != b.shape[0]:
+        if la is None or lb is None or la[3] or la[0].data.ndim != 2 or a.shape[1] != b.shape[0]:
             self.direct += 1
-            return a @ b
+            return matmul(a, b)
         abuf, ar, ak, _ = la
         bbuf, br, bc, bt = lb
         m, k = a.shape
         n = b.shape[1]
         r0 = ar - ar % self.rows
         r1 = min(r0 + self.rows, abuf.data.shape[0])
-        if ar + m > r1:  # the tile straddles two blocks: computed alone
+        if rows is not None:
+            r0, r1 = max(r0, int(rows[0])), min(r1, int(rows[1]))
+        if ar < r0 or ar + m > r1:  # the tile straddles two blocks (or leaves its rows): computed alone
             self.direct += 1
-            return a @ b
+            return matmul(a, b)
         # B's block: its K steps, every column (stored [K, N]) or every row (stored [N, K], bt)
+        bmat = bbuf.data if bbuf.data.ndim == 2 else bbuf.data.reshape(-1, bbuf.data.shape[-1])
         if bt:
-            b_lo, b_hi = (0, bc), (bbuf.data.shape[0], bc + k)
+            b_lo, b_hi = (0, bc), (bmat.shape[0], bc + k)
+        elif bbuf.data.ndim == 3:  # the whole matrix b[e] of its rows
+            e, per = br // bbuf.data.shape[1], bbuf.data.shape[1]
+            b_lo, b_hi = (e, 0, 0), (e + 1, per, bmat.shape[1])
         else:
-            b_lo, b_hi = (br, 0), (br + k, bbuf.data.shape[1])
+            b_lo, b_hi = (br, 0), (br + k, bmat.shape[1])
         key = (abuf.uid, r0, r1, ak, ak + k, bbuf.uid, bt, b_lo, b_hi)
         entry = self._cache.get(key)
         if entry is not None:
-            block, av, bv = entry
-            if abuf.changed_since(av, (r0, ak), (r1, ak + k)) or bbuf.changed_since(bv, b_lo, b_hi):
+            if bbuf.changed_since(entry[2], b_lo, b_hi):
                 self._drop(key)
                 entry = None
             else:
                 self._cache[key] = self._cache.pop(key)  # most recently used last
+        versions = self._row_versions(abuf)
+        b_block = None
         if entry is None:
-            a_block = abuf.data[r0:r1, ak:ak + k]
-            b_block = bbuf.data[:, bc:bc + k].T if bt else bbuf.data[br:br + k, :]
-            block = a_block @ b_block
+            b_block = bmat[:, bc:bc + k].T if bt else bmat[br:br + k, :]
+            block = matmul(abuf.data[r0:r1, ak:ak + k], b_block)
+            stamps = np.full(r1 - r0, abuf.version, dtype=np.int64)
             self.computed += 1
-            self._keep(key, (block, abuf.version, bbuf.version))
+            self.rows_computed += r1 - r0
+            self._keep(key, (block, stamps, bbuf.version))
+        else:
+            block, stamps, _ = entry
+            i0 = ar - r0
+            if (versions[ar:ar + m] > stamps[i0:i0 + m]).any():
+                # rows of the block written since they were computed: recompute those (the span from the first
+                # to the last), the rows computed from unchanged data stay
+                stale = np.flatnonzero(versions[r0:r1] > stamps)
+                s0, s1 = int(stale[0]), int(stale[-1]) + 1
+                b_block = bmat[:, bc:bc + k].T if bt else bmat[br:br + k, :]
+                block[s0:s1] = matmul(abuf.data[r0 + s0:r0 + s1, ak:ak + k], b_block)
+                stamps[s0:s1] = abuf.version
+                self.computed += 1
+                self.rows_computed += s1 - s0
         self.served += 1
         first = br if bt else bc  # the tile's columns of the block
         return block[ar - r0:ar - r0 + m, first:first + n].copy()
@@ -125,4 +219,5 @@ class Products:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._rows.clear()
         self._bytes = 0
