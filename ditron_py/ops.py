@@ -42,11 +42,8 @@ later calls reuse (symmetric heap, streams, kernels loaded). ``sync=False`` leav
 stream (``Library.synchronize(world)`` waits, with the watchdog); ``Library.close()`` frees every heap (do it before
 tearing down torch.distributed).
 
-The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and the caller's CUDA graphs):
-ditron.torch_ops.
-
-This module does not define any ``from __future__ import annotations``: the frontend reads the parameter
-annotations of the programs below, which name local variables.
+The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and CUDA graphs): ditron.torch_ops.
+No ``from __future__ import annotations`` here: the frontend reads the programs' annotations (local variables).
 """
 import dataclasses
 import errno
@@ -62,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import env
+from . import env, tune as _tune
 from .errors import DitronError, DitronRuntimeError
 from .op_reference import reference
 from .runtime.graphs import GRAPH_CACHE, tensor_key
@@ -657,7 +654,9 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
 
 
 def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes,
-          graph: bool = False):
+          graph: bool = False, tune: bool = False):
+    if tune:  # the tuning cache's winner on this GPU (tuned first where missing), pinned by gemm-config
+        passes = _tune.ops_passes(op, _per_rank(op, tensors, world)[0], world, library or default_library(), passes)
     if library is not None and not isinstance(library, Library):
         raise OpError(f"{op}: library= takes an ops.Library (e.g. ops.Library(directory)), got "
                       f"{type(library).__name__}")
@@ -737,28 +736,29 @@ _CALL_DOC = """
     artifacts are (default ``default_library()``). ``passes``: pass option overrides, {pass: {option: value}}.
     ``graph``: replay a CUDA graph per set of tensors (a few microseconds of host time per call; its own executor,
     see ditron.runtime.graphs); without ``out`` the result tensors are reused by the next call with the same inputs.
+    ``tune`` (GEMM ops): the tuning cache's config for this GPU (tuned first if missing, ditron_py/tune.py).
 """
 
 
 def ag_gemm(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None,
-            graph: bool = False):
+            graph: bool = False, tune: bool = False):
     """All-gather + GEMM: a [m, K] (this rank's rows of x), b [K, n] (its columns of W) -> [W*m, n] =
     concat_ranks(a) @ b, the gather overlapped with the GEMM."""
-    return _call("ag_gemm", (a, b), world, {}, out, sync, library, passes, graph)
+    return _call("ag_gemm", (a, b), world, {}, out, sync, library, passes, graph, tune)
 
 
 def gemm_rs(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None,
-            graph: bool = False):
+            graph: bool = False, tune: bool = False):
     """GEMM + reduce-scatter: a [M, k], b [k, N] (K sharded) -> [M/W, N]: this rank's rows of sum_ranks(a @ b)."""
-    return _call("gemm_rs", (a, b), world, {}, out, sync, library, passes, graph)
+    return _call("gemm_rs", (a, b), world, {}, out, sync, library, passes, graph, tune)
 
 
 def gemm_ar(a, b, world, *, algorithm: str = "auto", out=None, sync: bool = True, library: Library | None = None,
-            passes=None, graph: bool = False):
+            passes=None, graph: bool = False, tune: bool = False):
     """GEMM + all-reduce: a [M, k], b [k, N] (K sharded) -> [M, N] = sum_ranks(a @ b). ``algorithm``: auto (the
     cost model picks), one_shot, two_shot, push (one-shot by SM stores into the peers' inboxes) or push_sum (the same
     push, summed in the GEMM's epilogue: one launch, for a GEMM whose tiles all fit on the GPU at once)."""
-    return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
+    return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph, tune)
 
 
 def all_gather(x, world, dim: int = 0, *, out=None, sync: bool = True, library: Library | None = None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from .. import env
 from ..cost_model import TargetPeaks, peaks_for
 from ..dialects.opbase import walk_ops
 from ..errors import PassError, TargetError
@@ -76,6 +77,14 @@ class TilePass(Pass):
                                      "add the inbox in the GEMM's epilogue); a standalone reduce-scatter takes reduce_kernel "
                                      "(staged by the copy engine) or one_launch (default: the model's choice)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
+    gemm_config: str = option("", "every GEMM's tile config, BMxBNxBK-wW-sS-gG with an optional -p / -np "
+                                  "(persistent or not), e.g. 128x256x64-w8-s3-g8 (default: the tuning cache's "
+                                  "winner, else the model's choice)")
+    tuning_cache: str = option("", "the tuning cache (JSON, written by ditron tune) whose winners are taken over the "
+                                   "model's GEMM configs; off: none (default: $DITRON_TUNING_CACHE, else "
+                                   "tuning.json in the cache directory, when present)")
+    tuning_device: str = option("", "the GPU name whose tuning-cache entries apply, e.g. 'NVIDIA H200' (default: "
+                                    "$DITRON_TUNING_DEVICE, else the latest tuned entry of any GPU of the target)")
 
     def __post_init__(self):
         for key in ("block_m", "block_n", "block_k", "elementwise_block"):
@@ -101,6 +110,9 @@ class TilePass(Pass):
         if self.own_first is not None and self.all_gather not in ("", "one_launch"):
             raise ValueError(f"own-first orders the tiles of all-gather=one_launch; it does not apply to "
                              f"all-gather={self.all_gather}")
+        if self.gemm_config:
+            from ..tune import GemmPin
+            GemmPin.parse(self.gemm_config, "gemm-config")  # raises ValueError saying what is wrong
         if self.reduce_scatter and self.reduce_scatter not in REDUCE_SCATTER_ALGORITHMS:
             raise ValueError(f"reduce-scatter must be one of {', '.join(REDUCE_SCATTER_ALGORITHMS)}, got "
                              f"'{self.reduce_scatter}'")
@@ -111,8 +123,9 @@ class TilePass(Pass):
             raise PassError(f"pass '{self.name}': comm-sms={self.comm_sms} exceeds the {peaks.num_sms} SMs of "
                             f"{peaks.target}{' (num-sms)' if self.num_sms else ''}")
         mesh = require_task_level(module, self.name)
+        tuned = self._tuned(module, peaks)
         for func in functions(module):
-            planner = Planner(self, peaks, mesh)
+            planner = Planner(self, peaks, mesh, tuned)
             grouped = set()
             for g in overlap_groups(self.name, func):
                 tiling = planner.group(g)
@@ -125,6 +138,30 @@ class TilePass(Pass):
                 tiling = planner.single(op)
                 if tiling is not None:
                     op.attributes[TILING_ATTR] = tiling.to_attr()
+
+    def _tuned(self, module: ir.Module, peaks: TargetPeaks):
+        """The tuning cache's lookup for this module's GEMMs (ditron_py/tune.py), or None without a cache. A
+        tuning-cache file given by the option that cannot be read is an error located at the module; a default one
+        (env var or cache directory) that cannot be read is passed over (the model chooses; ditron tune rebuilds
+        it)."""
+        from ..errors import DitronError
+        from ..tune import TuningCache, cache_path
+        path = cache_path(self.tuning_cache)
+        if path is None or not path.exists():
+            if self.tuning_cache and path is not None:
+                raise op_error(self.name, module.operation, f"tuning-cache={self.tuning_cache}: no such file")
+            return None
+        try:
+            cache = TuningCache.load(path)
+        except DitronError as err:
+            if self.tuning_cache:
+                raise op_error(self.name, module.operation, f"tuning-cache={self.tuning_cache}: {err}") from None
+            return None
+        device = self.tuning_device or env.tuning_device()
+
+        def lookup(kind: str, m: int, n: int, k: int, dtype: str, world: int):
+            return cache.pin(peaks.target, device, dtype, world, kind, peaks.num_sms, m, n, k)
+        return lookup
 
     def _peaks(self, module: ir.Module) -> TargetPeaks:
         target = self.target or str_attr(module.operation, TARGET_ATTR) or DEFAULT_TARGET
