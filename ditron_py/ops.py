@@ -72,8 +72,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "ag_gemm": {}, "gemm_rs": {}, "gemm_ar": {"algorithm": "auto"}, "all_gather": {"dim": 0},
     "reduce_scatter": {"dim": 0}, "all_reduce": {"algorithm": "auto"}, "all_to_all": {"split_dim": 0, "concat_dim": 0},
 }
-ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1,
-         "all_to_all": 1}
+ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1, "all_to_all": 1}
 DTYPES = ("bf16", "f16", "f32")
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 AXIS = "tp"
@@ -147,6 +146,8 @@ class Signature:
             (a, b) = shapes
             if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
                 raise OpError(f"{op}: needs a [M, K] and b [K, N] with the same K, got {list(a)} and {list(b)}")
+            if self.dtype == "f32":
+                raise OpError(f"{op}: the GEMM templates take bf16 or f16 (or fp8), not f32; cast a and b first")
             if op == "gemm_rs" and a[0] % W:
                 raise OpError(f"gemm_rs: the {a[0]} rows of a @ b do not split over {W} ranks; use M divisible by "
                               f"{W} (or gemm_ar)")
@@ -681,9 +682,8 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
                     lib._last[op] = bound[1].again(world, tensors, out, params)
                 return list(out) if virtual else out
             return [r[0] for r in result] if virtual else result[0]
-    # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a
-    # few microseconds; the full checks cost tens): keyed on the op, the world, rank 0's shapes and dtypes, the
-    # parameters and overrides. The executor checks every rank's tensors against the program either way.
+    # A call like an earlier one skips building its Signature (a replay costs microseconds, the checks tens): keyed
+    # on the op, world, rank 0's shapes and dtypes, parameters, overrides; the executor checks every rank's tensors.
     try:
         first = [t[0] for t in tensors] if world.is_virtual else list(tensors)
         fast = (op, id(world), tuple((t.shape, t.dtype) for t in first), tuple(params.items()),

@@ -513,7 +513,7 @@ class GpuTimer:
 
         from .runtime.loader import load_artifact
         from .runtime.world import World
-        if not (path / "manifest.json").exists() and not any(path.glob("*.json")):
+        if not (path / "manifest.json").exists():
             raise TuningError(f"{case.label}: no artifact at '{path}' (build the plan again)")
         world = self._world.setdefault(case.world, World.virtual(case.world))
         if self._case != case:

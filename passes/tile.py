@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from mlir import ir
 
 from .. import env
+from ..backends.facts import target_facts
 from ..cost_model import TargetPeaks, peaks_for
 from ..dialects.opbase import walk_ops
 from ..errors import PassError, TargetError
@@ -36,6 +37,10 @@ from .tiling import (DEFAULT_TARGET, DEFERRED_KINDS, LEVEL_ATTR, OVERLAP_ATTR, O
                      TARGET_ATTR, TILING_ATTR, VIEW_ATTR, OverlapGroup, Tiling, axis_size, elem_bytes, functions,
                      op_error, overlap_groups, require_device_level, require_task_level, shape_of, str_attr)
 
+
+# the element types the GEMM templates take as operands (kernels/gemm's IN_DTYPES, kernels/grouped_gemm's DTYPES)
+GEMM_ELEMENT_TYPES = ("bf16", "f16", "f8E4M3FN")
+GROUPED_GEMM_ELEMENT_TYPES = ("bf16", "f16", "f32")
 
 # ---------------------------------------------------------------------------------------------- the pass
 
@@ -133,11 +138,29 @@ class TilePass(Pass):
                     op.attributes[TILING_ATTR] = tiling.to_attr()
                     grouped.add(op)
             for op in walk_ops(func):
+                self._check_gemm_types(op, peaks)
+            for op in walk_ops(func):
                 if op in grouped:
                     continue
                 tiling = planner.single(op)
                 if tiling is not None:
                     op.attributes[TILING_ATTR] = tiling.to_attr()
+
+    def _check_gemm_types(self, op: ir.Operation, peaks: TargetPeaks) -> None:
+        """A GEMM's element type must be one its template takes, on a target that runs it: f32 (and f8E5M2)
+        matmuls are refused here, where the task program meets the kernels, at the op (the frontend's Python line);
+        fp8 on a target without fp8 tensor cores (its vendor facts) too, not in the backend's LLVM."""
+        if op.name not in ("ditron_task.matmul", "ditron_task.grouped_matmul"):
+            return
+        t = str(ir.ShapedType(op.operands[0].type).element_type)
+        allowed = GEMM_ELEMENT_TYPES if op.name == "ditron_task.matmul" else GROUPED_GEMM_ELEMENT_TYPES
+        if t not in allowed:
+            hint = "; cast the operands to bf16 or f16 first" if t == "f32" else ""
+            raise op_error(self.name, op, f"has {t} operands, which its GEMM template does not take (it takes "
+                                          f"{', '.join(allowed)}){hint}")
+        if t.startswith("f8") and not target_facts(peaks.target).fp8:
+            raise op_error(self.name, op, f"has {t} operands, which need tensor cores that take fp8; {peaks.target} "
+                                          "has none (fp8 GEMMs need cuda:90 or hip:gfx950; use bf16 or f16 here)")
 
     def _tuned(self, module: ir.Module, peaks: TargetPeaks):
         """The tuning cache's lookup for this module's GEMMs (ditron_py/tune.py), or None without a cache. A
