@@ -638,7 +638,7 @@ def program_cases(text: str, source_name: str, target: str) -> tuple[list[Case],
     tuner does not take): its passes up to ditron-tile run on a copy, without the tuning cache."""
     from mlir import ir
 
-    from .dialects import ditron_context, parse_module
+    from .dialects import ditron_context, parse_module, task
     from .dialects.opbase import walk_ops
     from .passes.manager import PassManager
     from .passes.registry import PIPELINES
@@ -655,12 +655,15 @@ def program_cases(text: str, source_name: str, target: str) -> tuple[list[Case],
             if op.name != "ditron_task.matmul" or TILING_ATTR not in op.attributes:
                 continue
             tiling = Tiling.of(op)
-            (m, k), n = shape_of(op.operands[0]), shape_of(op.operands[1])[1]
+            mm = task.Matmul(op)
+            (m, k), n = shape_of(mm.lhs), shape_of(mm.rhs)[mm.b_dims[1]]
             dtype = {"bf16": "bf16", "f16": "f16"}.get(str(ir.ShapedType(op.operands[0].type).element_type))
             where = f"{op.location}"
             if dtype is None:
                 notes.append(f"{where}: a {ir.ShapedType(op.operands[0].type).element_type} GEMM is not tuned "
                              f"(the tuner takes {', '.join(DTYPES)})")
+            elif mm.transpose_b:
+                notes.append(f"{where}: a GEMM of B [N, K] (transpose_b) is not tuned (the tuner times B [K, N])")
             elif tiling.kind != "matmul":
                 notes.append(f"{where}: the {tiling.kind} GEMM of {tiling.world} rank(s) is not tuned here (its "
                              f"waits and copies need its world); tune it with ditron tune --op ... --world "

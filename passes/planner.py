@@ -80,7 +80,7 @@ class PlannerBase:
                 return GemmPin.parse(self.o.gemm_config, "gemm-config")
             except ValueError as err:
                 raise op_error(self.o.name, op, f"gemm-config={self.o.gemm_config}: {err}") from None
-        if not self.tuned:
+        if not self.tuned or task.Matmul(op).transpose_b:  # the cache's entries are timed with B [K, N]
             return None
         dtype = str(ir.ShapedType(op.operands[0].type).element_type)  # bf16, f16, f32, f8E4M3FN, ...
         return self.tuned(self.kind, m, n, k, dtype, self.kind_world)
@@ -254,7 +254,7 @@ class GroupPlanner(PlannerBase):
     def ag_matmul(self, g: OverlapGroup, w: int) -> Tiling:
         ag, mm = task.AllGather(g.producer), task.Matmul(g.consumer)
         shard_rows, k = shape_of(ag.input)[0], shape_of(ag.input)[1]
-        n = shape_of(mm.rhs)[1]
+        n = shape_of(mm.rhs)[mm.b_dims[1]]
         m, eb = shard_rows * w, elem_bytes(ag.input)
         best = None
         # pull first: push must be strictly better to be chosen (where the GEMM hides the gather either way, the
@@ -307,7 +307,7 @@ class GroupPlanner(PlannerBase):
     def matmul_reduce(self, g: OverlapGroup, w: int) -> Tiling:
         mm = task.Matmul(g.producer)
         m, k = shape_of(mm.lhs)
-        n = shape_of(mm.rhs)[1]
+        n = shape_of(mm.rhs)[mm.b_dims[1]]
         eb = elem_bytes(mm.lhs)
         algorithms = self.reduce_scatter_algorithms(m, w)
         if g.kind == "matmul_ar":
@@ -457,7 +457,7 @@ class OpPlanner(PlannerBase):
     def matmul(self, op: ir.Operation) -> Tiling:
         mm = task.Matmul(op)
         m, k = shape_of(mm.lhs)
-        n = shape_of(mm.rhs)[1]
+        n = shape_of(mm.rhs)[mm.b_dims[1]]
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
         cfg, t = self.timed_gemm(op, m, n, k, sms, eb, split=True)
         return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
