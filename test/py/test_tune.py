@@ -286,3 +286,24 @@ def test_tune_gpu(tmp_path):
         assert 0 < r.tuned_us <= r.model_us
     entries = tune.TuningCache.load(cache).entries
     assert len(entries) == 2 and all(e["device"] for e in entries.values())
+
+
+def test_tuned_config_of_an_op_call_tunes_once_then_reads_the_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "tuning.json"
+    monkeypatch.setenv("DITRON_TUNING_CACHE", str(cache))
+    case = tune.op_case("ag_gemm", [(200, 128), (128, 256)], "bf16", 1, "cuda:90", True)
+    assert case == tune.Case("matmul", 200, 256, 128, "bf16", 1, "cuda:90", True)
+    assert tune.op_case("gemm_rs", [(64, 32), (32, 48)], "bf16", 2, "cuda:90", True).k == 64
+    timer = fake_timer(fast="32x64x64")
+    first = tune.tuned_config(case, timer=timer, directory=tmp_path / "arts")
+    calls = len(timer.calls)
+    assert first.startswith("32x64x64") and calls >= 2
+    assert tune.tuned_config(case, timer=timer, directory=tmp_path / "arts") == first
+    assert len(timer.calls) == calls  # the second call read the cache
+
+
+def test_ops_tune_refuses_a_real_world():
+    class RealWorld:
+        is_virtual, world_size = False, 2
+    with pytest.raises(tune.TuningError, match="real world of 2 ranks"):
+        tune.ops_passes("ag_gemm", [], RealWorld(), None, None)
