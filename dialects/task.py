@@ -47,6 +47,11 @@ class Shard(TaskOp):
         return cls.create(operands=[x], results=[x.type], sharding=sharding.to_attr(), loc=loc, ip=ip)
 
 
+# matmul's optional transpose_b: not an IRDL-declared attribute (IRDL's attributes are required), read by
+# Matmul.transpose_b and checked by the verifier (dialects/verify.py)
+_TRANSPOSE_B = BoolAttr("transpose_b")
+
+
 class Matmul(TaskOp):
     """C[M, N] = A[M, K] @ B[K, N]; with ``transpose_b``, B is given as [N, K] (nn.Linear's weight layout), which
     the GEMM template reads in place (no transposed copy)."""
@@ -54,7 +59,11 @@ class Matmul(TaskOp):
     lhs = Operand(0)
     rhs = Operand(1)
     result = Result(0)
-    transpose_b = BoolAttr("transpose_b", default=False, required=False)
+    @property
+    def transpose_b(self) -> bool:
+        """Raises ValueError when the attribute is there but not a boolean."""
+        attrs = self.op.attributes
+        return "transpose_b" in attrs and _TRANSPOSE_B.to_py(attrs["transpose_b"])
 
     @property
     def b_dims(self) -> tuple[int, int]:
@@ -67,8 +76,10 @@ class Matmul(TaskOp):
         if result_type is None:
             at, bt = ir.RankedTensorType(a.type), ir.RankedTensorType(b.type)
             result_type = tensor_type([at.shape[0], bt.shape[0 if transpose_b else 1]], at.element_type)
-        return cls.create(operands=[a, b], results=[result_type], transpose_b=True if transpose_b else None, loc=loc,
-                          ip=ip)
+        mm = cls.create(operands=[a, b], results=[result_type], loc=loc, ip=ip)
+        if transpose_b:
+            mm.op.attributes["transpose_b"] = ir.BoolAttr.get(True)
+        return mm
 
 
 class GroupedMatmul(TaskOp):
