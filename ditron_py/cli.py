@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a backend option, e.g. num_warps=8; may repeat")
     c.add_argument("--no-cache", action="store_true", help="compile even if the compile cache has the result")
     c.add_argument("--no-stages", action="store_true", help="leave the stage texts (ttir, ptx, ...) out")
+    c.add_argument("--tune", action="store_true", help="first time the program's GEMMs' tile candidates on the GPU "
+                                                       "where the tuning cache lacks them (see ditron tune)")
     i = sub.add_parser("info", help="describe an artifact directory", allow_abbrev=False)
     i.add_argument("artifact", help="artifact directory")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -121,7 +123,8 @@ def cmd_compile(args, out: TextIO) -> int:
     else:
         src = Path(args.input)
     exe = ditron_compile(src, target=args.target, out_dir=args.output,
-                         cache=False if args.no_cache else None, keep_stages=not args.no_stages, **options)
+                         cache=False if args.no_cache else None, keep_stages=not args.no_stages, tune=args.tune,
+                         **options)
     info = exe.compile_info
     out.write(f"wrote {exe.path}: {len(exe.kernels)} kernel{'s' if len(exe.kernels) != 1 else ''} "
               f"({', '.join(exe.kernels)}) for {exe.target} in {info['seconds']:.2f} s "

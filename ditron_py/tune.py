@@ -419,11 +419,7 @@ def run(directory: str | os.PathLike, *, cache: str | os.PathLike | None = None,
     not the MLIR bindings); ``device``: the GPU name of the entries (default the timer's)."""
     plan = load_plan(directory)
     root = Path(directory)
-    timer = timer if timer is not None else GpuTimer()
-    device = device or getattr(timer, "device_name", "") or "unknown"
-    path = Path(cache) if cache is not None else cache_path()
-    if path is None:
-        raise TuningError("the tuning cache is off ($DITRON_TUNING_CACHE=off): give ditron tune --cache FILE")
+    timer, device, path = _setup(timer, device, cache)
     store, damaged = TuningCache.open(path)
     if damaged and log:
         log(f"warning: {damaged}; rebuilding it")
@@ -469,11 +465,7 @@ def tune(cases: Sequence[Case], *, directory: str | os.PathLike | None = None, c
     """Build and time in one process (needs MLIR and, with the default timer, a GPU): the cases the cache lacks
     for this device (all with ``force``). ``directory``: where the candidates' artifacts go (default
     tune-artifacts in the cache directory)."""
-    timer = timer if timer is not None else GpuTimer()
-    device = device or getattr(timer, "device_name", "") or "unknown"
-    path = Path(cache) if cache is not None else cache_path()
-    if path is None:
-        raise TuningError("the tuning cache is off ($DITRON_TUNING_CACHE=off): give a cache file to tune into")
+    timer, device, path = _setup(timer, device, cache)
     store, _ = TuningCache.open(path)
     todo = [c for c in cases if force or store.lookup(c.target, device, c.dtype, c.world, _kind_guess(c),
                                                       sm_budget(c), *c.gemm()) is None]
@@ -482,6 +474,16 @@ def tune(cases: Sequence[Case], *, directory: str | os.PathLike | None = None, c
     directory = Path(directory) if directory is not None else env.cache_dir() / "tune-artifacts"
     build(todo, directory, top=top, progress=progress)
     return run(directory, cache=path, timer=timer, device=device, progress=progress, log=log)
+
+
+def _setup(timer: Timer | None, device: str | None, cache: str | os.PathLike | None) -> tuple[Timer, str, Path]:
+    """(the timer, default GpuTimer; the GPU name of the entries, default the timer's; the cache file)."""
+    timer = timer if timer is not None else GpuTimer()
+    device = device or getattr(timer, "device_name", "") or "unknown"
+    path = Path(cache) if cache is not None else cache_path()
+    if path is None:
+        raise TuningError("the tuning cache is off ($DITRON_TUNING_CACHE=off): give ditron tune --cache FILE")
+    return timer, device, path
 
 
 def _kind_guess(case: Case) -> str:
@@ -658,7 +660,8 @@ def program_cases(text: str, source_name: str, target: str) -> tuple[list[Case],
             mm = task.Matmul(op)
             (m, k), n = shape_of(mm.lhs), shape_of(mm.rhs)[mm.b_dims[1]]
             dtype = {"bf16": "bf16", "f16": "f16"}.get(str(ir.ShapedType(op.operands[0].type).element_type))
-            where = f"{op.location}"
+            found = re.fullmatch(r'loc\("(.*)":(\d+):(\d+)\)', str(op.location))
+            where = ":".join(found.groups()) if found else str(op.location)
             if dtype is None:
                 notes.append(f"{where}: a {ir.ShapedType(op.operands[0].type).element_type} GEMM is not tuned "
                              f"(the tuner takes {', '.join(DTYPES)})")

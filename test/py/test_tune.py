@@ -307,3 +307,15 @@ def test_ops_tune_refuses_a_real_world():
         is_virtual, world_size = False, 2
     with pytest.raises(tune.TuningError, match="real world of 2 ranks"):
         tune.ops_passes("ag_gemm", [], RealWorld(), None, None)
+
+
+def test_cli_compile_tune_without_a_gpu_is_a_clean_error(tmp_path, monkeypatch):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the tuning would run")
+    from ditron import ops
+    monkeypatch.setenv("DITRON_TUNING_CACHE", str(tmp_path / "tuning.json"))
+    src = tmp_path / "mm.mlir"
+    src.write_text(ops.task_program(ops.signature_for("ag_gemm", ((200, 128), (128, 256)), "bf16", 1, True)).to_mlir())
+    code, _, err = cli("compile", str(src), "--tune", "-o", str(tmp_path / "art"))
+    assert code == 1 and "tuning times candidates on a GPU" in err and "Traceback" not in err
