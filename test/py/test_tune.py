@@ -277,15 +277,22 @@ def test_cli_build_writes_a_plan(tmp_path):
 
 @pytest.mark.gpu
 def test_tune_gpu(tmp_path):
-    """On the GPU: CUDA-event timing of a small plan, the winner in the cache, no slower than the model's plan."""
+    """On the GPU: CUDA-event timing of a plan, the winners in the cache, none slower than the model's plan. The
+    plan: $DITRON_TEST_TUNE_DIR (built on a box with the compiler: ditron tune --build DIR --shape 3000x5000x3000
+    --shape 100x4096x4096 --top 3), else built here."""
+    import os
+    plan = os.environ.get("DITRON_TEST_TUNE_DIR")
+    if plan is None:
+        plan = tmp_path / "plan"
+        tune.build([tune.Case("matmul", 3000, 5000, 3000), tune.Case("matmul", 100, 4096, 4096)], plan, top=3,
+                   progress=False)
     cache = tmp_path / "tuning.json"
-    results = tune.tune([tune.Case("matmul", 3000, 5000, 3000), tune.Case("matmul", 100, 4096, 4096)],
-                        directory=tmp_path / "arts", cache=cache, top=3, progress=False)
-    assert len(results) == 2
+    results = tune.run(plan, cache=cache, progress=False)
+    assert len(results) == len(tune.load_plan(plan)["cases"]) >= 1
     for r in results:
         assert 0 < r.tuned_us <= r.model_us
     entries = tune.TuningCache.load(cache).entries
-    assert len(entries) == 2 and all(e["device"] for e in entries.values())
+    assert len(entries) == len(results) and all(e["device"].startswith("NVIDIA") for e in entries.values())
 
 
 def test_tuned_config_of_an_op_call_tunes_once_then_reads_the_cache(tmp_path, monkeypatch):
