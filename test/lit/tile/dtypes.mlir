@@ -26,9 +26,9 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
 // -----
 
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
-  func.func @grouped_f32(%a: tensor<64x32xf32>, %b: tensor<4x32x16xf32>, %g: tensor<4xi32>) -> tensor<64x16xf32> attributes {ditron.view = "local"} {
+  func.func @grouped(%a: tensor<64x32xbf16>, %b: tensor<4x32x16xbf16>, %g: tensor<4xi32>) -> tensor<64x16xbf16> attributes {ditron.view = "local"} {
     // OK: "ditron_task.grouped_matmul"{{.*}}kind = "grouped_matmul"
-    %c = "ditron_task.grouped_matmul"(%a, %b, %g) : (tensor<64x32xf32>, tensor<4x32x16xf32>, tensor<4xi32>) -> tensor<64x16xf32>
-    return %c : tensor<64x16xf32>
+    %c = "ditron_task.grouped_matmul"(%a, %b, %g) : (tensor<64x32xbf16>, tensor<4x32x16xbf16>, tensor<4xi32>) -> tensor<64x16xbf16>
+    return %c : tensor<64x16xbf16>
   }
 }
