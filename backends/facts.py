@@ -73,6 +73,7 @@ class TargetFacts:
     launch_latency: float = 4e-6   # a kernel launch
     tma: bool = False
     barrier_smem: int = 0
+    fp8: bool = False             # fp8 (f8E4M3FN / f8E5M2) tensor-core GEMMs: the GEMM template's fp8 inputs
     grouped_gemm_candidates: tuple[GemmConfig, ...] = ()  # the grouped GEMM's tiles (empty: gemm_candidates)
     source: str = ""
 

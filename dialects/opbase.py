@@ -175,6 +175,18 @@ class IntAttr(Attr):
         return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
 
 
+class BoolAttr(Attr):
+    expects = "a boolean (true or false)"
+
+    def to_py(self, attr):
+        if not isinstance(attr, ir.BoolAttr):
+            raise ValueError(f"expected a boolean, got {attr}")
+        return bool(attr.value)
+
+    def to_attr(self, value):
+        return ir.BoolAttr.get(bool(value))
+
+
 class StrAttr(Attr):
     expects = "a string"
 

@@ -10,7 +10,7 @@ irdl.dialect @ditron_task {
     %sh = irdl.base "#builtin.dictionary"
     irdl.attributes { "sharding" = %sh }
   }
-  // C[M, N] = A[M, K] @ B[K, N]
+  // C[M, N] = A[M, K] @ B[K, N]; optional transpose_b = true: B given as [N, K] (nn.Linear's layout), read in place
   irdl.operation @matmul {
     %a = irdl.base "!builtin.tensor"
     %b = irdl.base "!builtin.tensor"

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from mlir import ir
 
-from .opbase import Attr, DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
+from .opbase import Attr, BoolAttr, DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
 from .sharding import Sharding
 
 REDUCTIONS = ("sum", "max", "min", "prod")
@@ -47,18 +47,39 @@ class Shard(TaskOp):
         return cls.create(operands=[x], results=[x.type], sharding=sharding.to_attr(), loc=loc, ip=ip)
 
 
+# matmul's optional transpose_b: not an IRDL-declared attribute (IRDL's attributes are required), read by
+# Matmul.transpose_b and checked by the verifier (dialects/verify.py)
+_TRANSPOSE_B = BoolAttr("transpose_b")
+
+
 class Matmul(TaskOp):
+    """C[M, N] = A[M, K] @ B[K, N]; with ``transpose_b``, B is given as [N, K] (nn.Linear's weight layout), which
+    the GEMM template reads in place (no transposed copy)."""
     NAME = "matmul"
     lhs = Operand(0)
     rhs = Operand(1)
     result = Result(0)
+    @property
+    def transpose_b(self) -> bool:
+        """Raises ValueError when the attribute is there but not a boolean."""
+        attrs = self.op.attributes
+        return "transpose_b" in attrs and _TRANSPOSE_B.to_py(attrs["transpose_b"])
+
+    @property
+    def b_dims(self) -> tuple[int, int]:
+        """(K dim, N dim) of the rhs: (0, 1), or (1, 0) with transpose_b."""
+        return (1, 0) if self.transpose_b else (0, 1)
 
     @classmethod
-    def build(cls, a: ir.Value, b: ir.Value, *, result_type: ir.Type | None = None, loc=None, ip=None) -> "Matmul":
+    def build(cls, a: ir.Value, b: ir.Value, *, result_type: ir.Type | None = None, transpose_b: bool = False,
+              loc=None, ip=None) -> "Matmul":
         if result_type is None:
             at, bt = ir.RankedTensorType(a.type), ir.RankedTensorType(b.type)
-            result_type = tensor_type([at.shape[0], bt.shape[1]], at.element_type)
-        return cls.create(operands=[a, b], results=[result_type], loc=loc, ip=ip)
+            result_type = tensor_type([at.shape[0], bt.shape[0 if transpose_b else 1]], at.element_type)
+        mm = cls.create(operands=[a, b], results=[result_type], loc=loc, ip=ip)
+        if transpose_b:
+            mm.op.attributes["transpose_b"] = ir.BoolAttr.get(True)
+        return mm
 
 
 class GroupedMatmul(TaskOp):

@@ -258,10 +258,16 @@ def _matmul(c: _Checker, op: ir.Operation) -> None:
     if a.rank != 2 or b.rank != 2 or r.rank != 2:
         c.error(op, f"expects 2-d operands and result, got ranks {a.rank}, {b.rank} -> {r.rank}")
         return
-    if not _dims_agree(a.shape[1], b.shape[0]):
-        c.error(op, f"contraction sizes differ: lhs {a} has K = {a.shape[1]}, rhs {b} has K = {b.shape[0]}")
-    if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], b.shape[1])):
-        c.error(op, f"result {r} should be {a.shape[0]}x{b.shape[1]}")
+    try:
+        kd, nd = m.b_dims
+    except ValueError as err:
+        c.error(op, f"attribute 'transpose_b' must be a boolean: {err}")
+        return
+    if not _dims_agree(a.shape[1], b.shape[kd]):
+        layout = " (transpose_b: rhs is [N, K])" if kd else ""
+        c.error(op, f"contraction sizes differ: lhs {a} has K = {a.shape[1]}, rhs {b} has K = {b.shape[kd]}{layout}")
+    if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], b.shape[nd])):
+        c.error(op, f"result {r} should be {a.shape[0]}x{b.shape[nd]}")
     _check_matmul_types(c, op, a, b, r)
 
 

@@ -54,7 +54,7 @@ def compile_module(module: Any, target: Any = "cuda:90", **kwargs: Any) -> Execu
 
 
 def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | None = None,  # noqa: A001
-            cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
+            cache: bool | None = None, keep_stages: bool = True, tune: Any = False, **options: Any) -> Executable:
     """Compile a core-level module for ``target`` and return its Executable.
 
     ``src``: an ``mlir.ir.Module``, MLIR text, a path to a .mlir file (a PathLike, or a str on one line
@@ -64,12 +64,15 @@ def compile(src: Any, target: Any = "cuda:90", *, out_dir: str | os.PathLike | N
     ``out_dir``: also write the artifact there (replacing an artifact already there). ``cache``: use the compile
     cache (default: yes unless $DITRON_NO_CACHE=1); it lives in $DITRON_CACHE_DIR. ``keep_stages``: keep the stage
     texts (ttir, ttgir, llir, ptx / amdgcn) in the artifact.
+    ``tune``: first time on the GPU (ditron_py/tune.py) each GEMM alone of a task program that the tuning cache
+    lacks for this GPU, and keep the winners there (True, or a timer: ``fn(case, signature json, artifact dir)`` ->
+    seconds); ditron-tile then takes the cached winners, as every compile does when the cache holds them.
     ``exe.compile_info`` says whether the cache answered and how long the call took."""
-    return _compile(src, target, None, out_dir=out_dir, cache=cache, keep_stages=keep_stages, **options)
+    return _compile(src, target, None, out_dir=out_dir, cache=cache, keep_stages=keep_stages, tune=tune, **options)
 
 
 def _compile(src: Any, target: Any, handed: Any, *, out_dir: str | os.PathLike | None = None,
-             cache: bool | None = None, keep_stages: bool = True, **options: Any) -> Executable:
+             cache: bool | None = None, keep_stages: bool = True, tune: Any = False, **options: Any) -> Executable:
     """compile; ``handed``: the Module to build from (a copy per build) instead of parsing src's text."""
     from .backends import Target, get_backend
 
@@ -83,8 +86,12 @@ def _compile(src: Any, target: Any, handed: Any, *, out_dir: str | os.PathLike |
     tgt = Target.parse(target)
     backend = get_backend(tgt)
     opts = backend.options(**options)
+    from . import tune as tuner
+    if tune is not False:
+        _tune_program(text, source_name, str(tgt), tune)
+    # the tuning cache's winners decide the GEMMs' tiles: an entry compiled before the file changed is not served
     key = cache_key(text, str(tgt), options_json(opts), source_name=source_name,
-                    extra={"keep_stages": keep_stages, "options_hash": opts.hash()})
+                    extra={"keep_stages": keep_stages, "options_hash": opts.hash(), "tuning": tuner.cache_digest()})
 
     def build(directory: Path) -> None:
         build_artifact(text, source_name, tgt, opts, directory, cache_key=key, keep_stages=keep_stages,
@@ -118,6 +125,21 @@ def _compile(src: Any, target: Any, handed: Any, *, out_dir: str | os.PathLike |
         exe.path = None
     exe.compile_info = {"cache": status, "key": key, "seconds": time.perf_counter() - start}
     return exe
+
+
+def _tune_program(text: str, source_name: str, target: str, tune: Any) -> None:
+    """compile's ``tune``: the program's GEMMs alone tuned where the tuning cache lacks them (warnings name those it
+    cannot time in one process)."""
+    import warnings
+
+    from . import tune as tuner
+    if tune is not True and not callable(tune):
+        raise TargetError(f"tune takes True, False or a timer function, got {tune!r}")
+    cases, notes = tuner.program_cases(text, source_name, target)
+    for note in notes:
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
+    if cases:
+        tuner.tune(cases, timer=None if tune is True else tune, progress=None)
 
 
 # ------------------------------------------------------------------------------------------------------- input

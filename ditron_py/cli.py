@@ -3,6 +3,9 @@
     ditron compile FILE.mlir --target cuda:90 -o DIR [--opt num_warps=8 ...] [--no-cache] [--no-stages]
                    (FILE: task-level, device-level or core-level IR; the higher levels run ditron-default first)
     ditron info DIR [--json]
+    ditron tune --shape MxNxK [--shape ...] [--op matmul|ag_gemm|gemm_rs|gemm_ar] [--world W] [--dtype bf16]
+                [--target cuda:90] [--top N] [--cache FILE] [--build DIR | --run DIR] [--force]
+                (times GEMM tile candidates on the GPU and keeps the winners in the tuning cache: ditron_py/tune.py)
 
 Errors print as ``error: ...`` (or ``file:line:col: error: ...`` for IR errors) on stderr with exit code 1, never a
 traceback. ``ditron info`` reads artifacts with torch + triton only, as a GPU server without the compiler would.
@@ -27,7 +30,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ditron", description="ditron: compile MLIR to GPU artifacts, inspect artifacts, simulate programs.",
+    p = _Parser(prog="ditron", description="ditron: compile MLIR to GPU artifacts, inspect artifacts, tune GEMMs, simulate "
+                                             "programs.",
                 allow_abbrev=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     c = sub.add_parser("compile", help="compile a .mlir module (task, device or core level) into an artifact "
@@ -45,9 +49,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a backend option, e.g. num_warps=8; may repeat")
     c.add_argument("--no-cache", action="store_true", help="compile even if the compile cache has the result")
     c.add_argument("--no-stages", action="store_true", help="leave the stage texts (ttir, ptx, ...) out")
+    c.add_argument("--tune", action="store_true", help="first time the program's GEMMs' tile candidates on the GPU "
+                                                       "where the tuning cache lacks them (see ditron tune)")
     i = sub.add_parser("info", help="describe an artifact directory", allow_abbrev=False)
     i.add_argument("artifact", help="artifact directory")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    t = sub.add_parser("tune", help="time GEMM tile candidates on the GPU and keep the winners in the tuning cache "
+                                    "that ditron-tile reads", allow_abbrev=False,
+                       description="Autotune ditron.ops GEMMs: the cost model's best GEMM tile configs for each "
+                                   "shape, each compiled as the whole op, timed on the GPU (CUDA events, medians); "
+                                   "the winners go into the tuning cache (--cache, else $DITRON_TUNING_CACHE, else "
+                                   "tuning.json in the cache directory), which later compiles take over the "
+                                   "model's choice. One step needs the compiler and a GPU; --build DIR (compiler) "
+                                   "then --run DIR (GPU, torch + triton only) split it.")
+    t.add_argument("--shape", action="append", default=[], metavar="MxNxK",
+                   help="a whole problem M x N x K (each rank holds its 1/W, as ditron.ops); may repeat")
+    t.add_argument("--op", default="matmul", choices=("matmul", "ag_gemm", "gemm_rs", "gemm_ar"),
+                   help="the op tuned (default matmul: one GPU's GEMM, ag_gemm at W = 1)")
+    t.add_argument("--world", type=int, default=1, help="ranks of the op's (virtual) world (default 1)")
+    t.add_argument("--dtype", default="bf16", choices=("bf16", "f16"), help="element type (default bf16)")
+    t.add_argument("--target", default="cuda:90", help="target the candidates are compiled for (default cuda:90)")
+    t.add_argument("--top", type=int, default=4, help="candidates per shape: the model's best N configs "
+                                                      "(default 4)")
+    t.add_argument("--cache", help="the tuning cache file to write (default: $DITRON_TUNING_CACHE, else "
+                                   "tuning.json in the cache directory)")
+    where = t.add_mutually_exclusive_group()
+    where.add_argument("--build", metavar="DIR", help="only compile the candidates and the plan into DIR")
+    where.add_argument("--run", metavar="DIR", help="only time DIR's plan (built by --build) on this GPU")
+    t.add_argument("--dir", metavar="DIR", help="where the one-step tuning keeps the candidates' artifacts "
+                                                "(default: tune-artifacts in the cache directory)")
+    t.add_argument("--force", action="store_true", help="tune shapes the cache already holds too")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("sim", help="simulate a device-level (or task-level) program for W ranks on the CPU and check "
                    "it (see ditron sim --help)", allow_abbrev=False)
     return p
@@ -91,7 +123,8 @@ def cmd_compile(args, out: TextIO) -> int:
     else:
         src = Path(args.input)
     exe = ditron_compile(src, target=args.target, out_dir=args.output,
-                         cache=False if args.no_cache else None, keep_stages=not args.no_stages, **options)
+                         cache=False if args.no_cache else None, keep_stages=not args.no_stages, tune=args.tune,
+                         **options)
     info = exe.compile_info
     out.write(f"wrote {exe.path}: {len(exe.kernels)} kernel{'s' if len(exe.kernels) != 1 else ''} "
               f"({', '.join(exe.kernels)}) for {exe.target} in {info['seconds']:.2f} s "
@@ -139,6 +172,36 @@ def cmd_info(args, out: TextIO) -> int:
     return 0
 
 
+def cmd_tune(args, out: TextIO) -> int:
+    from . import tune
+    from .errors import DitronError
+    progress = False if args.no_progress else None
+    if args.run:
+        if args.shape:
+            raise DitronError("ditron tune --run DIR times the plan DIR holds; its shapes were given to --build")
+        results = tune.run(args.run, cache=args.cache, progress=progress, log=lambda s: out.write(s + "\n"))
+    else:
+        if not args.shape:
+            raise DitronError("ditron tune: give at least one --shape MxNxK (see ditron tune --help)")
+        if args.top < 1:
+            raise DitronError(f"ditron tune: --top must be >= 1, got {args.top}")
+        cases = [tune.Case.parse(text, op=args.op, dtype=args.dtype, world=args.world, target=args.target)
+                 for text in args.shape]
+        if args.build:
+            plan = tune.build(cases, args.build, top=args.top, progress=progress)
+            count = sum(1 + len(c["candidates"]) for c in plan["cases"])
+            out.write(f"wrote {args.build}: {count} plans of {len(cases)} case(s); time them on the GPU with "
+                      f"ditron tune --run {args.build}\n")
+            return 0
+        results = tune.tune(cases, directory=args.dir, cache=args.cache, top=args.top, force=args.force,
+                            progress=progress, log=lambda s: out.write(s + "\n"))
+        if not results:
+            out.write("the tuning cache holds every shape already (--force tunes them again)\n")
+            return 0
+    out.write(tune.summary(results))
+    return 0
+
+
 def run_sim(argv: list[str], stdout: TextIO, stderr: TextIO) -> int:
     """`ditron sim ...`: its parser lives with the simulator, imported only here (`ditron info` must not load
     mlir)."""
@@ -166,14 +229,14 @@ def run(argv: Sequence[str], stdout: TextIO, stderr: TextIO) -> int:
         return e.code if isinstance(e.code, int) else 0
     except _Usage as e:
         command = next((a for a in argv if not a.startswith("-")), None)
-        where = f"ditron {command} --help" if command in ("compile", "info") else "ditron --help"
+        where = f"ditron {command} --help" if command in ("compile", "info", "tune") else "ditron --help"
         stderr.write(f"error: {e} (see {where})\n")
         return 1
     if args.command is None:
-        stderr.write("error: give a command: compile, info or sim (see ditron --help)\n")
+        stderr.write("error: give a command: compile, info, tune or sim (see ditron --help)\n")
         return 1
     try:
-        return {"compile": cmd_compile, "info": cmd_info}[args.command](args, stdout)
+        return {"compile": cmd_compile, "info": cmd_info, "tune": cmd_tune}[args.command](args, stdout)
     except DitronError as e:
         stderr.write(e.render() + "\n")
         return 1

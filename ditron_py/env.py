@@ -47,3 +47,15 @@ def ops_dir() -> Path | None:
     artifacts of its ops, one directory per op signature; unset: compile into the compile cache."""
     path = os.environ.get("DITRON_OPS_DIR")
     return Path(path) if path else None
+
+
+def tuning_cache() -> str | None:
+    """$DITRON_TUNING_CACHE: the tuning cache file ditron tune writes and ditron-tile reads (``off``: none); unset:
+    tuning.json in ``cache_dir()``."""
+    return os.environ.get("DITRON_TUNING_CACHE") or None
+
+
+def tuning_device() -> str:
+    """$DITRON_TUNING_DEVICE: the GPU name (torch.cuda.get_device_name) whose tuning-cache entries ditron-tile
+    takes; unset: the latest tuned entry of any GPU of the target."""
+    return os.environ.get("DITRON_TUNING_DEVICE", "")

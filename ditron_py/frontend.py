@@ -354,22 +354,25 @@ def _wrap(trace: _Trace, op: task.TaskOp, result: ir.Value, dtype: str | None = 
 
 # -------------------------------------------------------------------------------------------------- ops
 
-def matmul(a: Value, b: Value, *, out_dtype: str | None = None) -> Value:
-    """a[M, K] @ b[K, N] -> [M, N]. out_dtype: the result type for 8-bit float operands (default: the operands')."""
+def matmul(a: Value, b: Value, *, out_dtype: str | None = None, transpose_b: bool = False) -> Value:
+    """a[M, K] @ b[K, N] -> [M, N]. out_dtype: the result type for 8-bit float operands (default: the operands').
+    transpose_b: b is given as [N, K] (nn.Linear's weight layout): a @ b.T, read in place by the GEMM."""
     trace, (a, b) = _values("matmul", (a, b))
     if a.ndim != 2 or b.ndim != 2:
         raise _trace_error(f"matmul: expects 2-d operands, got lhs {_shape(a.shape)} and rhs {_shape(b.shape)}")
-    if a.shape[1] != b.shape[0]:
+    kd, nd = (1, 0) if transpose_b else (0, 1)
+    if a.shape[1] != b.shape[kd]:
+        layout = " (transpose_b: rhs is [N, K])" if transpose_b else ""
         raise _trace_error(f"matmul: contraction sizes differ: lhs {_shape(a.shape)} has K = {a.shape[1]} but rhs "
-                           f"{_shape(b.shape)} has K = {b.shape[0]}")
+                           f"{_shape(b.shape)} has K = {b.shape[kd]}{layout}")
     if a.dtype != b.dtype:
         raise _trace_error(f"matmul: operand element types differ: lhs {a.dtype}, rhs {b.dtype}")
     out = _dtype_name(out_dtype) if out_dtype is not None else a.dtype
     if out != a.dtype and not a.dtype.startswith("f8"):
         raise _trace_error(f"matmul: out_dtype {out} differs from the operands' {a.dtype}; only 8-bit float "
                            f"operands may produce a wider result")
-    op = task.Matmul.build(a.ir, b.ir, result_type=_ir_type((a.shape[0], b.shape[1]), out), loc=trace.location(),
-                           ip=trace.ip())
+    op = task.Matmul.build(a.ir, b.ir, result_type=_ir_type((a.shape[0], b.shape[nd]), out),
+                           transpose_b=bool(transpose_b), loc=trace.location(), ip=trace.ip())
     return _wrap(trace, op, op.result, out)
 
 

@@ -86,6 +86,8 @@ class Signature:
             (a, b) = shapes
             if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
                 raise OpError(f"{op}: needs a [M, K] and b [K, N] with the same K, got {list(a)} and {list(b)}")
+            if self.dtype == "f32":
+                raise OpError(f"{op}: the GEMM templates take bf16 or f16 (or fp8), not f32; cast a and b first")
             if op == "gemm_rs" and a[0] % W:
                 raise OpError(f"gemm_rs: the {a[0]} rows of a @ b do not split over {W} ranks; use M divisible by "
                               f"{W} (or gemm_ar)")

@@ -42,11 +42,8 @@ later calls reuse (symmetric heap, streams, kernels loaded). ``sync=False`` leav
 stream (``Library.synchronize(world)`` waits, with the watchdog); ``Library.close()`` frees every heap (do it before
 tearing down torch.distributed).
 
-The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and the caller's CUDA graphs):
-ditron.torch_ops.
-
-This module does not define any ``from __future__ import annotations``: the frontend reads the parameter
-annotations of the programs below, which name local variables.
+The same ops as torch operators (``torch.ops.ditron.*``, for torch.compile and CUDA graphs): ditron.torch_ops.
+No ``from __future__ import annotations`` here: the frontend reads the programs' annotations (local variables).
 """
 import dataclasses
 import errno
@@ -59,7 +56,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import env
+from . import env, tune as _tune
 from .errors import DitronError, DitronRuntimeError
 from .op_reference import reference
 from .op_signature import (ALGORITHMS, ARITY, AXIS, DTYPES, FORMAT_VERSION, GEMM_AR_ALGORITHMS, OPS, PARAMS,  # noqa: F401
@@ -450,7 +447,9 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
 
 
 def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool, library, passes,
-          graph: bool = False):
+          graph: bool = False, tune: bool = False):
+    if tune:  # the tuning cache's winner on this GPU (tuned first where missing), pinned by gemm-config
+        passes = _tune.ops_passes(op, _per_rank(op, tensors, world)[0], world, library or default_library(), passes)
     if library is not None and not isinstance(library, Library):
         raise OpError(f"{op}: library= takes an ops.Library (e.g. ops.Library(directory)), got "
                       f"{type(library).__name__}")
@@ -475,9 +474,8 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
                     lib._last[op] = bound[1].again(world, tensors, out, params)
                 return list(out) if virtual else out
             return [r[0] for r in result] if virtual else result[0]
-    # The executable of a call like an earlier one, without building its Signature again (a graph replay costs a
-    # few microseconds; the full checks cost tens): keyed on the op, the world, rank 0's shapes and dtypes, the
-    # parameters and overrides. The executor checks every rank's tensors against the program either way.
+    # A call like an earlier one skips building its Signature (a replay costs microseconds, the checks tens): keyed
+    # on the op, world, rank 0's shapes and dtypes, parameters, overrides; the executor checks every rank's tensors.
     try:
         first = [t[0] for t in tensors] if world.is_virtual else list(tensors)
         fast = (op, id(world), tuple((t.shape, t.dtype) for t in first), tuple(params.items()),
@@ -530,28 +528,29 @@ _CALL_DOC = """
     artifacts are (default ``default_library()``). ``passes``: pass option overrides, {pass: {option: value}}.
     ``graph``: replay a CUDA graph per set of tensors (a few microseconds of host time per call; its own executor,
     see ditron.runtime.graphs); without ``out`` the result tensors are reused by the next call with the same inputs.
+    ``tune`` (GEMM ops): the tuning cache's config for this GPU (tuned first if missing, ditron_py/tune.py).
 """
 
 
 def ag_gemm(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None,
-            graph: bool = False):
+            graph: bool = False, tune: bool = False):
     """All-gather + GEMM: a [m, K] (this rank's rows of x), b [K, n] (its columns of W) -> [W*m, n] =
     concat_ranks(a) @ b, the gather overlapped with the GEMM."""
-    return _call("ag_gemm", (a, b), world, {}, out, sync, library, passes, graph)
+    return _call("ag_gemm", (a, b), world, {}, out, sync, library, passes, graph, tune)
 
 
 def gemm_rs(a, b, world, *, out=None, sync: bool = True, library: Library | None = None, passes=None,
-            graph: bool = False):
+            graph: bool = False, tune: bool = False):
     """GEMM + reduce-scatter: a [M, k], b [k, N] (K sharded) -> [M/W, N]: this rank's rows of sum_ranks(a @ b)."""
-    return _call("gemm_rs", (a, b), world, {}, out, sync, library, passes, graph)
+    return _call("gemm_rs", (a, b), world, {}, out, sync, library, passes, graph, tune)
 
 
 def gemm_ar(a, b, world, *, algorithm: str = "auto", out=None, sync: bool = True, library: Library | None = None,
-            passes=None, graph: bool = False):
+            passes=None, graph: bool = False, tune: bool = False):
     """GEMM + all-reduce: a [M, k], b [k, N] (K sharded) -> [M, N] = sum_ranks(a @ b). ``algorithm``: auto (the
     cost model picks), one_shot, two_shot, push (one-shot by SM stores into the peers' inboxes) or push_sum (the same
     push, summed in the GEMM's epilogue: one launch, for a GEMM whose tiles all fit on the GPU at once)."""
-    return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
+    return _call("gemm_ar", (a, b), world, {"algorithm": algorithm}, out, sync, library, passes, graph, tune)
 
 
 def all_gather(x, world, dim: int = 0, *, out=None, sync: bool = True, library: Library | None = None,

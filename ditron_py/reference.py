@@ -315,6 +315,8 @@ def _shard(it: _Interpreter, op, operands):
 
 
 def _matmul(it: _Interpreter, op, operands):
+    if task.Matmul(op).transpose_b:  # rhs [N, K]
+        return it.per_rank(operands, lambda a, b: np.matmul(a, b.T))
     return it.per_rank(operands, np.matmul)
 
 

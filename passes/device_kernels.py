@@ -37,12 +37,12 @@ def dtype_name(t: ir.Type) -> str:
 # ------------------------------------------------------------------------------------------------------ GEMM
 
 def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
-                wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
+                b_trans: bool = False, wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
                 push: dict | None = None, gather: dict | None = None, rows_per_rank: int = 0,
                 tile_order: str = "grouped", rank_shift: int = 0) -> KernelRecord:
     from ..kernels import gemm
     m, k = a_shape
-    n = b_shape[1]
+    n = b_shape[0] if b_trans else b_shape[1]  # b_trans: B is [N, K] (a matmul's transpose_b), read in place
     config = {key: getattr(t, key) for key in ("block_m", "block_n", "block_k", "group_m", "num_warps",
                                                "num_stages", "persistent") if getattr(t, key) is not None}
     if t.sm_budget is not None:
@@ -60,7 +60,7 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         # push keeps its GROUP_M: the group's programs share B in L2 (2xH200, GEMM+RS LLaMA-70B M = 128, 64-row
         # tiles: 96-102 us with GROUP_M 1 against 66-70 with 2; results/ablation_rs_push_sum.csv)
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
-    return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
+    return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type), b_trans=b_trans,
                             tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift, wait=wait,
                             notify=notify, reduce_own=reduce_own, push=push, gather=gather, target=t.target,
                             **config)

@@ -353,7 +353,7 @@ class _FunctionLowering(LoweringContext):
     def matmul(self, op: ir.Operation, t: Tiling, *, dst: ir.Value | None = None) -> None:
         mm = task.Matmul(op)
         c = dst if dst is not None else self.dest(mm.result, "mm")
-        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t)
+        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b)
         self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c], lane="compute", role="gemm")
 
     def grouped_matmul(self, op: ir.Operation, t: Tiling) -> None:

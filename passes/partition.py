@@ -219,7 +219,8 @@ class _FuncPartitioner:
             raise self.error(f"expects 2-d operands, got ranks {len(a.dims)} and {len(b.dims)}")
         a_keep = tuple(p for p in a.partial if p not in b.dims[0] + b.dims[1] + b.partial)
         b_keep = tuple(p for p in b.partial if p not in a.dims[0] + a.dims[1] + a.partial)
-        (am, ak), (bk, bn) = a.dims, b.dims
+        kd, nd = mm.b_dims  # rhs [K, N], or [N, K] with transpose_b
+        (am, ak), bk, bn = a.dims, b.dims[kd], b.dims[nd]
         common = _common_prefix([ak, bk])
         if ak[len(common):] and bk[len(common):]:
             raise self.error(f"contracts over dim K, which the lhs has {_show_dims(ak)} and the rhs "
@@ -227,19 +228,20 @@ class _FuncPartitioner:
                              f"them not at all) — change one operand's sharding")
         cut = next((i for i, axis in enumerate(am) if axis in bn), len(am))
         a2 = self.convert(a, (am[:cut], common), a_keep, "lhs")
-        b2 = self.convert(b, (common, bn), b_keep, "rhs")
-        if a2.local[1] != b2.local[0]:
+        b2 = self.convert(b, (bn, common) if kd else (common, bn), b_keep, "rhs")
+        if a2.local[1] != b2.local[kd]:
             raise self.error(f"local contraction sizes differ after partitioning: lhs {a2.local[1]}, rhs "
-                             f"{b2.local[0]} (the operands' padded layouts of K do not line up)")
-        if (self.padded(a2, 1) or self.padded(b2, 0)) and not (a2.pad_zero or b2.pad_zero):
+                             f"{b2.local[kd]} (the operands' padded layouts of K do not line up)")
+        if (self.padded(a2, 1) or self.padded(b2, kd)) and not (a2.pad_zero or b2.pad_zero):
             raise self.error(f"contracts over a padded dim K of size {a.shape[1]} whose padding may be non-zero in "
                              f"both operands (a pointwise fn with f(0) != 0 ran on the padded shards); do not pad K "
                              f"or apply such fns after the contraction")
         result_type = ir.RankedTensorType(mm.result.type)
-        local_type = task.tensor_type([a2.local[0], b2.local[1]], result_type.element_type)
-        new = task.Matmul.build(a2.value, b2.value, result_type=local_type, **self.build_at())
+        local_type = task.tensor_type([a2.local[0], b2.local[nd]], result_type.element_type)
+        new = task.Matmul.build(a2.value, b2.value, result_type=local_type, transpose_b=mm.transpose_b,
+                                **self.build_at())
         _copy_discardable(op, new)
-        self.env[mm.result] = _Local(new.result, (a2.dims[0], b2.dims[1]), a_keep + b_keep + common,
+        self.env[mm.result] = _Local(new.result, (a2.dims[0], b2.dims[nd]), a_keep + b_keep + common,
                                      tuple(result_type.shape), a2.pad_zero and b2.pad_zero)
 
     def elementwise(self, op: ir.Operation) -> None:

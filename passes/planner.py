@@ -15,6 +15,7 @@ from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_
                           gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time,
                           reduce_scatter_estimates, stream_k_tiles)
 from ..dialects import task
+from ..errors import TargetError
 from ..dialects.sharding import Mesh
 from ..kernels.copy import sm_copy_refusal
 from .tiling import OverlapGroup, Tiling, axis_size, elem_bytes, op_error, shape_of
@@ -63,9 +64,27 @@ class PlannerBase:
     """Cost-model decisions for one function, with the pass's overrides applied (``opts``: the TilePass, whose
     fields are the options): the choices every op family makes."""
 
-    def __init__(self, opts, peaks: TargetPeaks, mesh: Mesh | None):
+    def __init__(self, opts, peaks: TargetPeaks, mesh: Mesh | None, tuned=None):
         self.o, self.peaks, self.mesh = opts, peaks, mesh
         self.vendor = peaks.target.split(":")[0]
+        # ``tuned(kind, m, n, k, dtype, world)``: the tuning cache's GemmPin for a GEMM (ditron_py/tune.py), or None
+        self.tuned = tuned
+        self.kind, self.kind_world = "matmul", 1  # the op family being planned, and its world (the cache's key)
+        self.pin = None  # the GemmPin the last gemm_config took (its persistence, its source for the record)
+
+    def gemm_pin(self, op: ir.Operation, m: int, n: int, k: int, eb: int):
+        """The GEMM config pinned for this GEMM: the gemm-config option, else the tuning cache's winner for its
+        (kind, shape, dtype, world), else None (the model chooses)."""
+        from ..tune import GemmPin
+        if self.o.gemm_config:
+            try:
+                return GemmPin.parse(self.o.gemm_config, "gemm-config")
+            except ValueError as err:
+                raise op_error(self.o.name, op, f"gemm-config={self.o.gemm_config}: {err}") from None
+        if not self.tuned or task.Matmul(op).transpose_b:  # the cache's entries are timed with B [K, N]
+            return None
+        dtype = str(ir.ShapedType(op.operands[0].type).element_type)  # bf16, f16, f32, f8E4M3FN, ...
+        return self.tuned(self.kind, m, n, k, dtype, self.kind_world)
 
     # ---- core-level GEMM configuration
 
@@ -76,6 +95,23 @@ class PlannerBase:
         o = self.o
         forced = {f: getattr(o, f) for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m")
                   if getattr(o, f) is not None}
+        self.pin = None
+        pin = None if forced else self.gemm_pin(op, m, n, k, eb)
+        if pin is not None:
+            fits = pin.config.smem_bytes(eb, self.vendor) <= self.peaks.smem_per_sm
+            whole = not rows_per_tile_of or rows_per_tile_of % pin.config.block_m == 0
+            if fits and whole:
+                # the target's own candidate of the same fields (its efficiency feeds the model's estimate)
+                same = [c for c in gemm_candidates(self.peaks, eb) if dataclasses.replace(c, efficiency=1.0) ==
+                        dataclasses.replace(pin.config, efficiency=1.0)]
+                self.pin = dataclasses.replace(pin, config=same[0]) if same else pin
+                return self.pin.config
+            if pin.source == "gemm-config":
+                why = (f"needs {pin.config.smem_bytes(eb, self.vendor)} bytes of shared memory; {self.peaks.target} "
+                       f"has {self.peaks.smem_per_sm}") if not fits else \
+                    f"BLOCK_M {pin.config.block_m} does not divide the {rows_per_tile_of} rows of a shard"
+                raise op_error(o.name, op, f"gemm-config={o.gemm_config} {why}")
+            # a tuned winner that does not fit this plan (another chunking of the same GEMM): the model's choice
         candidates = [dataclasses.replace(c, **forced) for c in gemm_candidates(self.peaks, eb)] if forced else \
             gemm_candidates(self.peaks, eb)
         if forced and not candidates:
@@ -101,11 +137,13 @@ class PlannerBase:
     def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool, k: int = 0) -> dict:
         """The Tiling's GEMM fields; ``k`` where the GEMM may take stream-K (a matmul alone)."""
         tiles = gemm_tiles(m, n, cfg)
-        persistent = self.o.persistent if self.o.persistent is not None else (waits or tiles > sms)
+        pin = self.pin if self.pin is not None and self.pin.config == cfg else None
+        persistent = self.o.persistent if self.o.persistent is not None else \
+            pin.persistent if pin is not None and pin.persistent is not None and not waits else (waits or tiles > sms)
         sk = stream_k_tiles(tiles, math.ceil(k / cfg.block_k), sms) if self.o.stream_k and k else 0
         return dict(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages, group_m=cfg.group_m, persistent=persistent or bool(sk),
-                    sm_budget=sms, stream_k=sk or None)
+                    sm_budget=sms, stream_k=sk or None, config_from=pin.source if pin else None)
 
     def timed_gemm(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int,
                    split: bool = False) -> tuple[GemmConfig, float]:
@@ -202,6 +240,7 @@ class GroupPlanner(PlannerBase):
 
     def group(self, g: OverlapGroup) -> Tiling:
         w = self.world(g.collective)
+        self.kind, self.kind_world = g.kind, w
         if self.o.stream_k:
             # every program must stay resident while owners wait for lower programs' partials, and such a kernel
             # takes the whole register file (255 per thread): an overlapped GEMM that waits for a stream's copy
@@ -216,7 +255,7 @@ class GroupPlanner(PlannerBase):
     def ag_matmul(self, g: OverlapGroup, w: int) -> Tiling:
         ag, mm = task.AllGather(g.producer), task.Matmul(g.consumer)
         shard_rows, k = shape_of(ag.input)[0], shape_of(ag.input)[1]
-        n = shape_of(mm.rhs)[1]
+        n = shape_of(mm.rhs)[mm.b_dims[1]]
         m, eb = shard_rows * w, elem_bytes(ag.input)
         best = None
         # pull first: push must be strictly better to be chosen (where the GEMM hides the gather either way, the
@@ -269,7 +308,7 @@ class GroupPlanner(PlannerBase):
     def matmul_reduce(self, g: OverlapGroup, w: int) -> Tiling:
         mm = task.Matmul(g.producer)
         m, k = shape_of(mm.lhs)
-        n = shape_of(mm.rhs)[1]
+        n = shape_of(mm.rhs)[mm.b_dims[1]]
         eb = elem_bytes(mm.lhs)
         algorithms = self.reduce_scatter_algorithms(m, w)
         if g.kind == "matmul_ar":
@@ -399,6 +438,7 @@ class OpPlanner(PlannerBase):
     """The choices of an op alone (not in an overlap group)."""
 
     def single(self, op: ir.Operation) -> Tiling | None:
+        self.kind, self.kind_world = "matmul", 1
         if task.Matmul.match(op):
             return self.matmul(op)
         if task.AllGather.match(op):
@@ -420,7 +460,7 @@ class OpPlanner(PlannerBase):
     def matmul(self, op: ir.Operation) -> Tiling:
         mm = task.Matmul(op)
         m, k = shape_of(mm.lhs)
-        n = shape_of(mm.rhs)[1]
+        n = shape_of(mm.rhs)[mm.b_dims[1]]
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
         cfg, t = self.timed_gemm(op, m, n, k, sms, eb, split=True)
         return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
@@ -457,7 +497,10 @@ class OpPlanner(PlannerBase):
         g = task.GroupedMatmul(op)
         eb = elem_bytes(g.lhs)
         (rows, k), (groups, _, n) = shape_of(g.lhs), shape_of(g.rhs)
-        cfg, t = best_grouped_gemm_config(rows, k, n, max(groups, 1), self.peaks, elem_bytes=eb)
+        try:
+            cfg, t = best_grouped_gemm_config(rows, k, n, max(groups, 1), self.peaks, elem_bytes=eb)
+        except TargetError as err:
+            raise op_error(self.o.name, op, str(err)) from None
         return Tiling(kind="grouped_matmul", target=self.peaks.target, block_m=self.o.block_m or cfg.block_m,
                       block_n=self.o.block_n or cfg.block_n, block_k=self.o.block_k or cfg.block_k,
                       num_warps=self.o.num_warps or cfg.num_warps, num_stages=self.o.num_stages or cfg.num_stages,

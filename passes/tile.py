@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from .. import env
+from ..backends.facts import target_facts
 from ..cost_model import TargetPeaks, peaks_for
 from ..dialects.opbase import walk_ops
 from ..errors import PassError, TargetError
@@ -35,6 +37,10 @@ from .tiling import (DEFAULT_TARGET, DEFERRED_KINDS, LEVEL_ATTR, OVERLAP_ATTR, O
                      TARGET_ATTR, TILING_ATTR, VIEW_ATTR, OverlapGroup, Tiling, axis_size, elem_bytes, functions,
                      op_error, overlap_groups, require_device_level, require_task_level, shape_of, str_attr)
 
+
+# the element types the GEMM templates take as operands (kernels/gemm's IN_DTYPES, kernels/grouped_gemm's DTYPES)
+GEMM_ELEMENT_TYPES = ("bf16", "f16", "f8E4M3FN")
+GROUPED_GEMM_ELEMENT_TYPES = ("bf16", "f16")  # f32: no grouped tile of the targets fits its stages
 
 # ---------------------------------------------------------------------------------------------- the pass
 
@@ -76,6 +82,14 @@ class TilePass(Pass):
                                      "add the inbox in the GEMM's epilogue); a standalone reduce-scatter takes reduce_kernel "
                                      "(staged by the copy engine) or one_launch (default: the model's choice)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
+    gemm_config: str = option("", "every GEMM's tile config, BMxBNxBK-wW-sS-gG with an optional -p / -np "
+                                  "(persistent or not), e.g. 128x256x64-w8-s3-g8 (default: the tuning cache's "
+                                  "winner, else the model's choice)")
+    tuning_cache: str = option("", "the tuning cache (JSON, written by ditron tune) whose winners are taken over the "
+                                   "model's GEMM configs; off: none (default: $DITRON_TUNING_CACHE, else "
+                                   "tuning.json in the cache directory, when present)")
+    tuning_device: str = option("", "the GPU name whose tuning-cache entries apply, e.g. 'NVIDIA H200' (default: "
+                                    "$DITRON_TUNING_DEVICE, else the latest tuned entry of any GPU of the target)")
 
     def __post_init__(self):
         for key in ("block_m", "block_n", "block_k", "elementwise_block"):
@@ -101,6 +115,9 @@ class TilePass(Pass):
         if self.own_first is not None and self.all_gather not in ("", "one_launch"):
             raise ValueError(f"own-first orders the tiles of all-gather=one_launch; it does not apply to "
                              f"all-gather={self.all_gather}")
+        if self.gemm_config:
+            from ..tune import GemmPin
+            GemmPin.parse(self.gemm_config, "gemm-config")  # raises ValueError saying what is wrong
         if self.reduce_scatter and self.reduce_scatter not in REDUCE_SCATTER_ALGORITHMS:
             raise ValueError(f"reduce-scatter must be one of {', '.join(REDUCE_SCATTER_ALGORITHMS)}, got "
                              f"'{self.reduce_scatter}'")
@@ -111,8 +128,9 @@ class TilePass(Pass):
             raise PassError(f"pass '{self.name}': comm-sms={self.comm_sms} exceeds the {peaks.num_sms} SMs of "
                             f"{peaks.target}{' (num-sms)' if self.num_sms else ''}")
         mesh = require_task_level(module, self.name)
+        tuned = self._tuned(module, peaks)
         for func in functions(module):
-            planner = Planner(self, peaks, mesh)
+            planner = Planner(self, peaks, mesh, tuned)
             grouped = set()
             for g in overlap_groups(self.name, func):
                 tiling = planner.group(g)
@@ -120,11 +138,53 @@ class TilePass(Pass):
                     op.attributes[TILING_ATTR] = tiling.to_attr()
                     grouped.add(op)
             for op in walk_ops(func):
+                self._check_gemm_types(op, peaks)
+            for op in walk_ops(func):
                 if op in grouped:
                     continue
                 tiling = planner.single(op)
                 if tiling is not None:
                     op.attributes[TILING_ATTR] = tiling.to_attr()
+
+    def _check_gemm_types(self, op: ir.Operation, peaks: TargetPeaks) -> None:
+        """A GEMM's element type must be one its template takes, on a target that runs it: f32 (and f8E5M2)
+        matmuls are refused here, where the task program meets the kernels, at the op (the frontend's Python line);
+        fp8 on a target without fp8 tensor cores (its vendor facts) too, not in the backend's LLVM."""
+        if op.name not in ("ditron_task.matmul", "ditron_task.grouped_matmul"):
+            return
+        t = str(ir.ShapedType(op.operands[0].type).element_type)
+        allowed = GEMM_ELEMENT_TYPES if op.name == "ditron_task.matmul" else GROUPED_GEMM_ELEMENT_TYPES
+        if t not in allowed:
+            hint = "; cast the operands to bf16 or f16 first" if t == "f32" else ""
+            raise op_error(self.name, op, f"has {t} operands, which its GEMM template does not take (it takes "
+                                          f"{', '.join(allowed)}){hint}")
+        if t.startswith("f8") and not target_facts(peaks.target).fp8:
+            raise op_error(self.name, op, f"has {t} operands, which need tensor cores that take fp8; {peaks.target} "
+                                          "has none (fp8 GEMMs need cuda:90 or hip:gfx950; use bf16 or f16 here)")
+
+    def _tuned(self, module: ir.Module, peaks: TargetPeaks):
+        """The tuning cache's lookup for this module's GEMMs (ditron_py/tune.py), or None without a cache. A
+        tuning-cache file given by the option that cannot be read is an error located at the module; a default one
+        (env var or cache directory) that cannot be read is passed over (the model chooses; ditron tune rebuilds
+        it)."""
+        from ..errors import DitronError
+        from ..tune import TuningCache, cache_path
+        path = cache_path(self.tuning_cache)
+        if path is None or not path.exists():
+            if self.tuning_cache and path is not None:
+                raise op_error(self.name, module.operation, f"tuning-cache={self.tuning_cache}: no such file")
+            return None
+        try:
+            cache = TuningCache.load(path)
+        except DitronError as err:
+            if self.tuning_cache:
+                raise op_error(self.name, module.operation, f"tuning-cache={self.tuning_cache}: {err}") from None
+            return None
+        device = self.tuning_device or env.tuning_device()
+
+        def lookup(kind: str, m: int, n: int, k: int, dtype: str, world: int):
+            return cache.pin(peaks.target, device, dtype, world, kind, peaks.num_sms, m, n, k)
+        return lookup
 
     def _peaks(self, module: ir.Module) -> TargetPeaks:
         target = self.target or str_attr(module.operation, TARGET_ATTR) or DEFAULT_TARGET

@@ -67,6 +67,9 @@ class Tiling:
     algorithm: str | None = None
     # AG+GEMM in one launch: the own rows' tiles first, from the shard, while the other programs push it
     own_first: bool | None = None
+    # where the GEMM config came from when not from the model: "tuning-cache" (ditron tune's winner) or
+    # "gemm-config" (the option)
+    config_from: str | None = None
     est_us: float | None = None
 
     def to_attr(self) -> ir.DictAttr:
@@ -96,7 +99,7 @@ class Tiling:
             if f.name not in attr:
                 continue
             a = attr[f.name]
-            want = str if f.name in ("kind", "target", "engine", "algorithm") else \
+            want = str if f.name in ("kind", "target", "engine", "algorithm", "config_from") else \
                 float if f.name == "est_us" else bool if f.name in ("persistent", "own_first") else int
             if want is bool and isinstance(a, ir.BoolAttr):
                 values[f.name] = a.value

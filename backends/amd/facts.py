@@ -17,14 +17,14 @@ GEMM_CANDIDATES = (
 GFX942 = TargetFacts(
     "hip", "gfx942", warp_size=64, num_sms=304, smem_per_sm=65536, gemm_flops=650e12, link_bw=48e9,
     hbm_copy_bw=4.0e12, sm_copy_bw_per_sm=8e9, gemm_candidates=GEMM_CANDIDATES, link_topology="mesh", links=7,
-    copy_latency=4e-6,
+    copy_latency=4e-6, fp8=False,  # MI300X's fp8 is the FNUZ encoding, not the OCP f8E4M3FN / f8E5M2 ditron emits
     source="MI300X: estimate (1307 TFLOP/s bf16 dense peak, ~50 % reached; 7 xGMI links of 64 GB/s per direction, "
            "~75 % reached; HBM3 5.3 TB/s)")
 
 GFX950 = TargetFacts(
     "hip", "gfx950", warp_size=64, num_sms=256, smem_per_sm=163840, gemm_flops=1150e12, link_bw=58e9,
     hbm_copy_bw=6.0e12, sm_copy_bw_per_sm=10e9, gemm_candidates=GEMM_CANDIDATES, link_topology="mesh", links=7,
-    copy_latency=4e-6, source="MI355X: estimate (2.3 PFLOP/s bf16 dense peak, xGMI 76.8 GB/s per link, HBM3E 8 TB/s)")
+    copy_latency=4e-6, fp8=True, source="MI355X: estimate (2.3 PFLOP/s bf16 dense peak, xGMI 76.8 GB/s per link, HBM3E 8 TB/s)")
 
 
 def parse_arch(text: str) -> str | None:

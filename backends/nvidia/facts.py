@@ -37,14 +37,14 @@ GROUPED_GEMM_CANDIDATES = (
 CUDA_90 = TargetFacts(
     "cuda", 90, warp_size=32, num_sms=132, smem_per_sm=232448, gemm_flops=790e12, link_bw=371e9,
     hbm_copy_bw=4.25e12, sm_copy_bw_per_sm=24e9, gemm_candidates=GEMM_CANDIDATES, link_topology="switch", links=18,
-    tma=True, barrier_smem=1024, grouped_gemm_candidates=GROUPED_GEMM_CANDIDATES,
+    tma=True, barrier_smem=1024, fp8=True, grouped_gemm_candidates=GROUPED_GEMM_CANDIDATES,
     source="H200: GEMM 790 TFLOP/s bf16, copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; per-SM copy "
            "rate estimate")
 
 CUDA_80 = TargetFacts(
     "cuda", 80, warp_size=32, num_sms=108, smem_per_sm=166912, gemm_flops=280e12, link_bw=230e9, hbm_copy_bw=1.6e12,
     sm_copy_bw_per_sm=16e9, gemm_candidates=GEMM_CANDIDATES, link_topology="switch",
-    links=12, source="A100: estimate (312 TFLOP/s bf16 peak, NVLink3 300 GB/s per direction, HBM2e 2 TB/s)")
+    links=12, fp8=False, source="A100: estimate (312 TFLOP/s bf16 peak, NVLink3 300 GB/s per direction, HBM2e 2 TB/s)")
 
 
 def parse_arch(text: str) -> int | str | None:

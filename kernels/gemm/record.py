@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ...backends.facts import target_facts
 from ...dialects import ttir as T
 from ...errors import VerificationError
 from .. import KernelRecord, check_i32
@@ -41,6 +42,9 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
     unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
     if unknown:
         raise _err(f"unknown field(s) {sorted(unknown)}; known tuning fields: {', '.join(CONFIG_FIELDS)}")
+    if in_dtype.startswith("fp8") and not target_facts(target).fp8:
+        raise _err(f"in_dtype '{in_dtype}' needs tensor cores that take fp8 operands, which {target} does not have "
+                   "(fp8 GEMMs need cuda:90 or hip:gfx950; use bf16 or fp16 here)")
     chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
                            out_dtype=out_dtype, fused=bool(wait or notify or reduce_own or push),
                            num_sms=config.get("num_sms"), pushes=bool(push))

@@ -32,7 +32,7 @@ def _waiting_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, gathered: ir.
     """The GEMM on the gathered A, each tile waiting until its rows' chunks are ready."""
     mm = task.Matmul(g.consumer)
     c = lw.dest(mm.result, "mm")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
                         wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard)
     lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ga.ready, lw.b.epoch], lane="compute", role="ag.gemm",
               group=g.group)
@@ -68,7 +68,7 @@ def ag_gemm_one_launch(lw: LoweringContext, g: OverlapGroup, t: Tiling) -> None:
     b = lw.b
     ready = b.pad(2 * t.world, "ag_ready", consumed=True)
     c = lw.dest(mm.result, "mm")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
                         wait={"arg": "ready", "rows_per_slot": ch.shard},
                         gather={"arg": "x", "own_first": t.own_first is not False}, rows_per_rank=ch.shard,
                         tile_order="rank_rotated")

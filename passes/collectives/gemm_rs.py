@@ -29,8 +29,8 @@ def fused_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, *, 
     notify = None
     if notify_rows is not None:
         notify = {"arg": "counts", "rows_per_slot": notify_rows, "peer": "slot_owner"}
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, notify=notify,
-                        rows_per_rank=rows_per_rank)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
+                        notify=notify, rows_per_rank=rows_per_rank)
     args = [lw.buf(mm.lhs), lw.buf(mm.rhs), p] + ([counts] if notify is not None else [])
     lw.launch(rec, args, lane="compute", role="rs.gemm", group=g.group)
     if notify is None:
@@ -81,7 +81,7 @@ def epilogue_rs(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, ch
         reduce_own = {"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1}
     if done is not None:  # GEMM+AR: the sums go to the gather buffer's global rows, counted for the gather
         reduce_own.update(dst_rows="global", done="done")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t,
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
                         notify={"arg": "counts", "rows_per_slot": ch.rows, "peer": "slot_owner"},
                         reduce_own=reduce_own, rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1)
     per_slot = gemm.notify_count_values(rec)
@@ -140,7 +140,8 @@ def pushing_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, o
         order = dict(rows_per_rank=owner_rows, tile_order="rank_rotated", rank_shift=1)
     if out is None:
         push.update(sum_own=True, value_arg="expect")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, push=push, **order)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
+                        push=push, **order)
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
     if out is None:  # a slot per own tile and slab, set to the epoch by its pusher, cleared by its one waiter
         pad = b.pad(slabs * tiles_m * tiles_n, f"{prefix}_pushed", consumed=True)

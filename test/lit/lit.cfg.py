@@ -19,3 +19,6 @@ config.substitutions.append(("FileCheck", "filecheck"))
 for var in ("HOME", "DITRON_CACHE_DIR", "TRITON_CACHE_DIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# the tests' tilings are the model's: a tuning cache of this machine (ditron tune) must not change them; tests of
+# the cache name their file with ditron-tile{tuning-cache=...}
+config.environment["DITRON_TUNING_CACHE"] = "off"

@@ -12,9 +12,14 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 import pytest
+
+# the tests' tilings are the model's: a tuning cache of this machine (ditron tune) must not change them; the tuner's
+# tests name their cache file
+os.environ["DITRON_TUNING_CACHE"] = "off"
 
 
 def live_mlir_contexts() -> int:

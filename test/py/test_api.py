@@ -346,7 +346,7 @@ def test_cli_compile_and_info(tmp_path):
     (["compile", "{src}"], "error: the following arguments are required: -o"),
     (["info", "{out}missing"], "is not an artifact directory (no such directory)"),
     (["frobnicate"], "error: argument COMMAND: invalid choice: 'frobnicate'"),
-    ([], "error: give a command: compile, info or sim"),
+    ([], "error: give a command: compile, info, tune or sim"),
 ])
 def test_cli_errors(tmp_path, argv, message):
     src = tmp_path / "k.mlir"
