@@ -62,10 +62,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import env
+from . import env, fastcall
 from .errors import DitronError, DitronRuntimeError
 from .op_reference import reference
-from .runtime.graphs import GRAPH_CACHE, tensor_key
+from .runtime.graphs import GRAPH_CACHE, tensor_key, tensors_key as _tensors_key
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 ALGORITHMS = ("auto", "one_shot", "two_shot", "push")
@@ -505,6 +505,7 @@ class Library:
         self._executables: dict[Signature, Any] = {}
         self._fast: dict[tuple, Any] = {}          # ops._call: repeated calls skip building the Signature
         self._fast_worlds: dict[int, Any] = {}     # id(world) -> world, so a reused id cannot alias another
+        self._eager: dict[tuple, Any] = {}         # eager calls by fastcall.key -> fastcall.FastCall
         # graph-mode calls by their tensors -> (world, BoundCall): a repeated call is one replay (ops._call)
         self._bound: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         # per op: its last graph-mode call in a real world, repeated at once if called again alike (ops._call; the
@@ -582,6 +583,7 @@ class Library:
         exe = self._executables.pop(sig, None)
         if exe is not None:
             self._fast = {k: v for k, v in self._fast.items() if v is not exe}
+            fastcall.forget(exe, self)
             for k in [k for k, (_, b) in self._bound.items() if b.runner.ex.exe is exe]:
                 del self._bound[k]
             self._last = {k: v for k, v in self._last.items() if v.bound.runner.ex.exe is not exe}
@@ -662,6 +664,9 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
         raise OpError(f"{op}: library= takes an ops.Library (e.g. ops.Library(directory)), got "
                       f"{type(library).__name__}")
     lib = library or default_library()
+    if not graph and passes is None:  # a call like a checked earlier one: its call plan at once (ditron.fastcall)
+        if (done := fastcall.call(lib, op, tensors, world, params, out, sync)) is not fastcall.MISS:
+            return done
     if graph and passes is None and out is not None:  # the op's last call again (a real world): replay at once
         again = lib._last.get(op)
         if again is not None and again(world, tensors, out, params, sync):
@@ -719,15 +724,8 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
         result = bound(sync)
     else:
         result = exe.run(world, inputs, outputs, sync=sync)
+        fastcall.remember(lib, op, tensors, world, params, out, exe) if passes is None else None
     return [r[0] for r in result] if world.is_virtual else result[0]
-
-
-def _tensors_key(tensors: Sequence[Any], virtual: bool) -> tuple:
-    """What a graph bakes in about the call's tensor arguments (each a list of one tensor per rank in a virtual
-    world), as a key."""
-    if virtual:
-        return tuple(tuple(map(tensor_key, per_rank)) for per_rank in tensors)
-    return tuple(map(tensor_key, tensors))
 
 
 _CALL_DOC = """

@@ -19,8 +19,10 @@ What a plan does instead (``EagerPlan.call``):
   templates: signal and wait values, in-kernel wait operands, barrier counts), one fresh tag per launch that
   names it in an error record, and the slices of the call's tensors that copies read or write.
 * **Launches** go to Triton's launcher directly (``CompiledKernel.run`` with the grid, the function handle, the
-  packed metadata and pointers as ints: no launch-metadata frame, no pointer query), and through ``kernel[grid]``
-  only for launchers that are not Triton's (the CPU tests' stand-ins).
+  packed metadata and pointers as ints: no launch-metadata frame, no pointer query; Triton's launch hooks passed
+  only when a hook is registered -- an empty ``HookChain`` is still a Python call per launch, and building the
+  launch metadata for it cost ~13 us here), and through ``kernel[grid]`` only for launchers that are not Triton's
+  (the CPU tests' stand-ins).
 * **Fork and join** through the driver (``cuEventRecord`` / ``cuStreamWaitEvent`` on events created once), where
   it is; else torch events as before. The events that the watchdog's milestones hold come from a ring per
   (rank, stream) and per blocking step (``EVENT_RING``): re-recording one whose earlier milestone is still queued
@@ -328,14 +330,18 @@ class EagerPlan:
                 lazy = Lazy(et.action, i, epoch) if varying else a
                 if tag_pos is not None:
                     values[tag_pos] = new_tag(rank, lazy, (), -1)
-                enter = hooks.launch_enter_hook
+                enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+                if not getattr(enter, "calls", True):  # an empty HookChain: nothing for the launcher to call
+                    enter = None
+                if not getattr(leave, "calls", True):
+                    leave = None
                 meta = None if enter is None else ck.launch_metadata(grid, handle, *values)
                 if scratch is None:
-                    run(gx, gy, gz, handle, function, packed, meta, enter, hooks.launch_exit_hook, *values)
+                    run(gx, gy, gz, handle, function, packed, meta, enter, leave, *values)
                 else:
                     token = allocator.set(lambda size, align, s, buf=scratch: buf)
                     try:
-                        run(gx, gy, gz, handle, function, packed, meta, enter, hooks.launch_exit_hook, *values)
+                        run(gx, gy, gz, handle, function, packed, meta, enter, leave, *values)
                     finally:
                         allocator.reset(token)
                 if milestone is not None:

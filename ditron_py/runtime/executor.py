@@ -274,6 +274,21 @@ class Executor(Warmup, Actions, Watchdog):
             self._eager_plans[key] = plan
         return plan if isinstance(plan, EagerPlan) else None
 
+    def plan_for_call(self, inputs: list[list[Any]], outputs: list[list[Any]] | None) -> EagerPlan | None:
+        """The call plan an earlier checked call made for these tensors' shapes (inputs / outputs: one list per
+        local rank, as ``EagerPlan.call`` takes them), or None."""
+        prog = self.program
+        key = []
+        for i in range(len(self.ranks)):
+            slots: list[Any] = [None] * (len(prog.args) - 1)
+            for spec, x in zip(prog.inputs, inputs[i]):
+                slots[spec.index] = tuple(x.shape)
+            for k, spec in enumerate(prog.outputs):
+                slots[spec.index] = tuple(spec.shape) if outputs is None else tuple(outputs[i][k].shape)
+            key.append(tuple(slots))
+        plan = self._eager_plans.get(tuple(key))
+        return plan if isinstance(plan, EagerPlan) else None
+
     def _run_interpreted(self, tensors: dict[int, list[Any]], sync: bool) -> None:
         """One eager call, every action of the epoch's trace checked and enqueued through the executor's methods
         (what a call plan does with prebound steps)."""

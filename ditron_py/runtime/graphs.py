@@ -291,6 +291,13 @@ def tensor_key(x) -> tuple:
         return ("?", id(x))  # never equal to a tensor's key: the call is checked in full (and refused)
 
 
+def tensors_key(tensors, virtual: bool) -> tuple:
+    """What a graph bakes in about a call's tensors (virtual world: one list per rank), as a key (ditron.ops)."""
+    if virtual:
+        return tuple(tuple(map(tensor_key, per_rank)) for per_rank in tensors)
+    return tuple(map(tensor_key, tensors))
+
+
 class GraphRunner:
     """The graph side of one Executor (graph=True): keys, captures, replays, and what the watchdog needs."""
 
@@ -601,4 +608,4 @@ class GraphRunner:
 
 
 __all__ = ["GRAPH_CACHE", "BoundCall", "GraphCall", "GraphModeError", "GraphRunner", "TorchGraphs", "check_graph_program",
-           "tensor_key"]
+           "tensor_key", "tensors_key"]
