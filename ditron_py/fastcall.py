@@ -93,7 +93,10 @@ def remember(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any]
         return None
     if not all(s[3] for s in k[4]):  # a non-contiguous input is copied by the checked path
         return None
-    ex = exe.executor(world)
+    ex = next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
+               not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)  # the one that ran the call
+    if ex is None:
+        return None
     rows = [list(r) for r in zip(*tensors)] if world.is_virtual else [list(tensors)]
     outs = None if out is None else ([[o] for o in out] if world.is_virtual else [[out]])
     plan = ex.plan_for_call(rows, outs)
