@@ -49,10 +49,15 @@ def signature():
     return ops.signature_for("all_reduce", [SHAPE], "bf16", 1, True, algorithm="one_shot")
 
 
+def eager_signatures():
+    from ditron import ops
+    return [ops.signature_for(op, shapes, "bf16", W, True, **params) for op, shapes, params, W in DRY_CASES]
+
+
 def build(directory: Path) -> None:
     from ditron import ops
-    ops.build([signature()], directory)
-    print(f"built {signature().key} into {directory}")
+    ops.build([signature(), *eager_signatures()], directory)
+    print(f"built {signature().key} and the eager cases into {directory}")
 
 
 def timed(fn, calls: int = CALLS) -> float:
@@ -96,6 +101,8 @@ def fresh_rows(x0, world, lib) -> list[tuple[str, object]]:
         ("ops.all_reduce eager, fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False, library=lib)),
         ("ops.all_reduce(graph=True), fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False,
                                                                        library=lib, graph=True)),
+        ("ops.all_reduce(graph='copy'), fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False,
+                                                                         library=lib, graph="copy")),
         ("torch.ops.ditron.all_reduce, fresh x", lambda: op(nxt(), handle, "one_shot")),
         ("torch.compile(fullgraph) of it, fresh x", lambda: compiled(nxt())),
         ("user torch.cuda.graph holding it", graph.replay),
@@ -143,6 +150,9 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
         us = timed(fn, FRESH_CALLS)
         results.append({"call": name, "host_us": round(us, 2)})
         print(f"  {name:40s} {us:7.2f} us")
+    for name, us in gpu_eager_rows(lib):
+        results.append({"call": name, "host_us": round(us, 2)})
+        print(f"  {name:40s} {us:7.2f} us")
     from ditron import torch_ops
     torch_ops.close(world)
     lib.close()
@@ -154,6 +164,41 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
         w.writerows(results)
     print(f"wrote {path} ({torch.cuda.get_device_name()})")
     return 0
+
+
+def gpu_eager_rows(lib) -> list[tuple[str, float]]:
+    """The fused ops' eager calls with fresh inputs (DRY_CASES on the GPU), through the call plans and
+    interpreted, and each op's torch operator: (name, us)."""
+    import itertools
+
+    import torch
+
+    from ditron import ops, torch_ops
+    from ditron.runtime import eager
+    from ditron.runtime.world import World
+    out = []
+    worlds = {W: World.virtual(W) for W in (1, 2)}
+    for op, shapes, params, W in DRY_CASES:
+        world = worlds[W]
+        pool = [[(torch.randn(*shapes[0], device="cuda") * 0.1).to(torch.bfloat16) for _ in range(W)]
+                for _ in range(FRESH)]
+        rest = [[(torch.randn(*sh, device="cuda") * 0.1).to(torch.bfloat16) for _ in range(W)] for sh in shapes[1:]]
+        nxt = itertools.cycle(pool).__next__
+        fn = getattr(ops, op)
+        handle = torch_ops.register_world(world, lib) if W == 1 else None
+        opfn, extra = getattr(torch.ops.ditron, op), tuple(params.values())
+        for plans in (True, False):
+            eager.ENABLED = plans
+            how = "plan" if plans else "interpreted"
+            rows = [(f"ops.{op} W={W} eager ({how}), fresh x",
+                     lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params))]
+            if handle is not None:
+                rows.append((f"torch.ops.ditron.{op} ({how}), fresh x",
+                             lambda: opfn(nxt()[0], *[r[0] for r in rest], handle, *extra)))
+            for name, call in rows:
+                out.append((name, timed(call, FRESH_CALLS)))
+        eager.ENABLED = True
+    return out
 
 
 # ------------------------------------------------------------------------------------- the CPU dry run

@@ -667,11 +667,11 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
     if not graph and passes is None:  # a call like a checked earlier one: its call plan at once (ditron.fastcall)
         if (done := fastcall.call(lib, op, tensors, world, params, out, sync)) is not fastcall.MISS:
             return done
-    if graph and passes is None and out is not None:  # the op's last call again (a real world): replay at once
+    if graph is True and passes is None and out is not None:  # the op's last call again (real world): replay it
         again = lib._last.get(op)
         if again is not None and again(world, tensors, out, params, sync):
             return out
-    if graph:  # a call with the same tensors as an earlier one: replay its graph straight away
+    if graph is True:  # a call with the same tensors as an earlier one: replay its graph straight away
         try:
             virtual = world.is_virtual
             hot = (op, id(world), tuple(params.items()) if params else (),
@@ -713,11 +713,11 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
         if fast is not None:
             lib._fast[fast] = exe
             lib._fast_worlds[id(world)] = world
-    outputs = None
-    if out is not None:
-        outputs = [[o] for o in out] if world.is_virtual else [out]
+    outputs = None if out is None else ([[o] for o in out] if world.is_virtual else [out])
     inputs = ranks if world.is_virtual else ranks[0]
-    if graph:
+    if graph == "copy":  # fresh activations copied into one captured set of inputs (runtime/graphs.GraphRunner)
+        result = exe.executor(world, graph=True)._graphs.copy_in(inputs, outputs, sync)
+    elif graph:
         bound = exe.executor(world, graph=True).bind(inputs, outputs)
         if hot is not None:
             lib._remember(hot, world, bound)
@@ -735,6 +735,7 @@ _CALL_DOC = """
     artifacts are (default ``default_library()``). ``passes``: pass option overrides, {pass: {option: value}}.
     ``graph``: replay a CUDA graph per set of tensors (a few microseconds of host time per call; its own executor,
     see ditron.runtime.graphs); without ``out`` the result tensors are reused by the next call with the same inputs.
+    ``graph="copy"``: the first argument copied into inputs captured once per shapes, then a replay (fresh tensors).
 """
 
 

@@ -124,3 +124,34 @@ def test_ops_fast_path_binds_fresh_tensors_without_the_checks(monkeypatch, tmp_p
                     [x[1] for x in xs], world, library=lib)
     lib.release(s)
     assert not lib._eager
+
+
+@pytest.mark.parametrize("W", [1, 3])
+def test_graph_copy_in_replays_one_capture_for_fresh_tensors(monkeypatch, gather_artifacts, W):
+    """graph="copy" (GraphRunner.copy_in): fresh inputs each call are copied into one captured set (one capture
+    per parity for every call), the results are fresh tensors, and given outputs are written."""
+    from test_executor_graph import gather_inputs, graph_executor
+    gpu, ex = graph_executor(monkeypatch, gather_artifacts[W], W, graph=True)
+    results = []
+    for call in range(1, 7):
+        xs = gather_inputs(W, call)
+        outs = ex._graphs.copy_in(xs, None, True)
+        results.append((xs, outs))
+    assert ex._graphs.captures == 2 and len(ex._graphs._copied) == 1
+    for xs, outs in results:  # every call's results kept their values: fresh tensors
+        for r in range(W):
+            assert torch.equal(outs[r][0], torch.cat([x[0] for x in xs]))
+    xs = gather_inputs(W, 9)
+    given = [[torch.zeros(W * 8, 16)] for _ in range(W)]
+    got = ex._graphs.copy_in(xs, given, True)
+    assert got[0][0] is given[0][0] and torch.equal(given[W - 1][0], torch.cat([x[0] for x in xs]))
+    assert ex._graphs.captures == 2
+
+
+@pytest.fixture(scope="module")
+def gather_artifacts(tmp_path_factory):
+    import ditron
+    from test_executor_graph import gather_program
+    root = tmp_path_factory.mktemp("eager_gather")
+    return {W: ditron.compile(gather_program(W), target="cuda:90", out_dir=root / f"w{W}", cache=False)
+            for W in (1, 3)}
