@@ -349,6 +349,18 @@ def dry_rows(directory: Path) -> list[dict]:
                     out.append(row)
                     print(f"  W={W} {name:42s} {'plan' if plans else 'interpreted':12s} {us:8.2f} us", flush=True)
             eager.ENABLED = True
+        x = torch.zeros(SHAPE, dtype=torch.bfloat16)
+        for name, call in (("torch.empty of x's shape (for scale)", lambda: torch.empty(SHAPE, dtype=torch.bfloat16)),
+                           ("torch x.add_(x) (for scale)", lambda: x.add_(x))):
+            runs = []
+            for _ in range(REPEATS):
+                start = time.perf_counter()
+                for _ in range(DRY_CALLS):
+                    call()
+                runs.append((time.perf_counter() - start) * 1e6 / DRY_CALLS)
+            us = statistics.median(runs)
+            out.append({"call": name, "W": 0, "signature": "", "plans": "", "host_us": round(us, 2)})
+            print(f"  {name:46s} {'':12s} {us:8.2f} us", flush=True)
         lib.close()
         torch_ops.close()
     return out
