@@ -73,6 +73,18 @@ def resolve(action: Any) -> Any:
     return action.resolve() if type(action) is Lazy else action
 
 
+def torch_module():
+    """torch (imported once, at the first call: this module is imported where torch may not be wanted yet)."""
+    global _TORCH
+    if _TORCH is None:
+        import torch
+        _TORCH = torch
+    return _TORCH
+
+
+_TORCH = None
+
+
 def current_raw_stream():
     """torch's (device index) -> raw handle of the current stream, or None where torch has no CUDA."""
     import torch
@@ -510,4 +522,5 @@ def shapes_key(tensors: dict[int, list[Any]]) -> tuple:
     return tuple(tuple(tuple(x.shape) for x in row) for row in tensors.values())
 
 
-__all__ = ["ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "resolve", "shapes_key"]
+__all__ = ["ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "resolve", "shapes_key",
+           "torch_module"]
