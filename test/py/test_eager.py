@@ -155,3 +155,48 @@ def gather_artifacts(tmp_path_factory):
     root = tmp_path_factory.mktemp("eager_gather")
     return {W: ditron.compile(gather_program(W), target="cuda:90", out_dir=root / f"w{W}", cache=False)
             for W in (1, 3)}
+
+
+def test_torch_operator_fast_path(monkeypatch, tmp_path):
+    """torch.ops.ditron.<op>: the second eager call with the same shapes (fresh tensors) skips the operator's checks,
+    its output-shape computation and the capture-plan lookup, and gives the op's result (the tensors live on the
+    CPU here, as on bench_host's dry run)."""
+    from test_ops import _FakeExecutable, sig
+
+    from ditron import fastcall, ops, torch_ops
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+    s = sig("gemm_ar", [(20, 32), (32, 16)], 1)
+    lib = ops.Library(tmp_path / "lib", target="cuda:90")
+    fake = _FakeExecutable(monkeypatch, s, ops.build_one(s, tmp_path / "lib"))
+
+    def load(got):
+        if got != s:
+            raise ops.ArtifactMissingError(got.key)
+        return fake
+    monkeypatch.setattr(lib, "_load", load)
+    monkeypatch.setattr(torch_ops, "DEVICE_TYPE", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    world = World.virtual(1, device="cpu")
+    handle = torch_ops.register_world(world, lib, capturable=False)
+
+    def inputs(call):
+        g = torch.Generator().manual_seed(call)
+        return [torch.randn(shape, generator=g).to(torch.bfloat16) for shape in s.shapes]
+    torch.ops.ditron.gemm_ar(*inputs(1), handle)
+    checked = []
+    real = torch_ops._check
+    monkeypatch.setattr(torch_ops, "_check", lambda *a: checked.append(a) or real(*a))
+    for call in (2, 3):
+        xs = inputs(call)
+        got = torch.ops.ditron.gemm_ar(*xs, handle)
+        lib.synchronize(world)
+        want = ops.reference(s, [xs])[0]
+        assert torch.allclose(got.float(), want, rtol=2 ** -6, atol=2 ** -6 * float(want.abs().max()))
+    assert checked == [] and len(fastcall._ops) >= 1
+    x = inputs(5)
+    with pytest.raises(ops.ArtifactMissingError):  # another shape: checked again (no such artifact here)
+        torch.ops.ditron.gemm_ar(x[0][:, :16].contiguous(), x[1][:16].contiguous(), handle)
+    assert checked
+    torch_ops.close(world)
+    torch_ops.unregister_world(handle)
+    lib.close()

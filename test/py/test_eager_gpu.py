@@ -1,7 +1,7 @@
 """Eager calls with fresh tensors on a real GPU (runtime/eager.py call plans, ditron.fastcall): every fused op and
 its torch operator at W = 1 and a virtual world of 2 ranks, each call with new input tensors, against torch; no
 host synchronisation on the call path (``torch.cuda.set_sync_debug_mode("error")`` around the calls); plans and
-interpreted calls give the same results.
+interpreted calls give the same results; ``graph="copy"`` with fresh tensors replays one capture.
 
 Artifacts: those of test_torch_ops_gpu.py (W = 1) plus the W = 2 virtual signatures below, built where the
 compiler is (``python test/py/test_eager_gpu.py build DIR``, then DITRON_OPS_DIR=DIR), or here when it is.
@@ -112,6 +112,27 @@ def test_fresh_tensor_torch_operator_calls_match_torch_without_host_sync(lib, op
         want = ops.reference(sig, xs)[0]
         assert T.close_enough(g, want), (op, float((g.float() - want).abs().max()))
     torch_ops.close(world)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", FUSED)
+def test_graph_copy_with_fresh_tensors_matches_torch_with_one_capture(lib, op):
+    """graph="copy": fresh activations copied into one captured set; every call against torch, fresh results."""
+    import torch
+
+    from ditron.runtime.world import World
+    world = World.virtual(1)
+    sig = ops.signature_for(op, T.op_shapes(op, 1), "bf16", 1, True, T.TARGET)
+    fn = getattr(ops, op)
+    weight = T.inputs_of(sig.shapes, 1, 0)[0][1]
+    batches = [[[T.inputs_of(sig.shapes, 1, seed)[0][0], weight]] for seed in range(1, CALLS + 1)]
+    got = [fn(*[list(col) for col in zip(*xs)], world, library=lib, graph="copy", sync=False) for xs in batches]
+    torch.cuda.synchronize()
+    for xs, g in zip(batches, got):
+        want = ops.reference(sig, xs)[0]
+        assert T.close_enough(g[0], want), (op, float((g[0].float() - want).abs().max()))
+    runner = lib.executable(sig).executor(world, graph=True)._graphs
+    assert runner.captures == 2 and len(runner._copied) == 1  # one graph per parity for every call
 
 
 if __name__ == "__main__":
