@@ -349,6 +349,9 @@ def dry_rows(directory: Path) -> list[dict]:
                     out.append(row)
                     print(f"  W={W} {name:42s} {'plan' if plans else 'interpreted':12s} {us:8.2f} us", flush=True)
             eager.ENABLED = True
+            if handle is not None:
+                torch_ops.close(world)
+                torch_ops.unregister_world(handle)
         x = torch.zeros(SHAPE, dtype=torch.bfloat16)
         for name, call in (("torch.empty of x's shape (for scale)", lambda: torch.empty(SHAPE, dtype=torch.bfloat16)),
                            ("torch x.add_(x) (for scale)", lambda: x.add_(x))):
@@ -362,7 +365,6 @@ def dry_rows(directory: Path) -> list[dict]:
             out.append({"call": name, "W": 0, "signature": "", "plans": "", "host_us": round(us, 2)})
             print(f"  {name:46s} {'':12s} {us:8.2f} us", flush=True)
         lib.close()
-        torch_ops.close()
     return out
 
 

@@ -200,3 +200,23 @@ def test_torch_operator_fast_path(monkeypatch, tmp_path):
     torch_ops.close(world)
     torch_ops.unregister_world(handle)
     lib.close()
+
+
+def test_bench_host_cpu_dry_run(monkeypatch, tmp_path):
+    """bench_host --cpu-dry: the eager calls with every device call a no-op, planned and interpreted, then every
+    patch undone."""
+    from test_ops import _bench
+
+    from triton.compiler.compiler import CompiledKernel
+    bench = _bench("bench_host")
+    monkeypatch.setattr(bench, "DRY_CASES", [("ag_gemm", [(64, 32), (32, 16)], {}, 1)])
+    monkeypatch.setattr(bench, "DRY_CALLS", 20)
+    monkeypatch.setattr(bench, "REPEATS", 1)
+    monkeypatch.setattr(bench, "FRESH", 4)
+    init = CompiledKernel._init_handles
+    rows = bench.dry_rows(tmp_path / "lib")
+    assert {(r["call"].split(",")[0], r["plans"]) for r in rows if r["W"]} == {
+        ("ops.ag_gemm eager", False), ("ops.ag_gemm eager", True),
+        ("torch.ops.ditron.ag_gemm", False), ("torch.ops.ditron.ag_gemm", True)}
+    assert all(r["host_us"] > 0 for r in rows)
+    assert CompiledKernel._init_handles is init and torch.cuda.Event is not bench._DryEvent and eager.ENABLED
