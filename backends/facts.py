@@ -73,6 +73,7 @@ class TargetFacts:
     launch_latency: float = 4e-6   # a kernel launch
     tma: bool = False
     barrier_smem: int = 0
+    grouped_gemm_candidates: tuple[GemmConfig, ...] = ()  # the grouped GEMM's tiles (empty: gemm_candidates)
     source: str = ""
 
     @property

@@ -384,18 +384,43 @@ def hint(value: Value, name: str, amount: int) -> Value:
 
 # ------------------------------------------------------------------------------------------------- tt: math
 
+def _reduce(x: Value, axis: int, combine: Callable) -> Value:
+    """One tt.reduce of x along ``axis`` with the integer combiner ``combine`` (arith.addi, arith.minsi, ...)."""
+    s, e = shape(x), elem(x)
+    rest = s[:axis] + s[axis + 1:]
+    r = op("tt.reduce", [x], [tensor(rest, e) if rest else e], {"axis": axis}, regions=1)
+    block = r.regions[0].blocks.append(e, e)
+    with ir.InsertionPoint(block):
+        op("tt.reduce.return", [combine(block.arguments[0], block.arguments[1])])
+    return r.result
+
+
 def reduce_min(x: Value) -> Value:
     """The (signed) minimum of all elements of an integer tensor, one tt.reduce per dimension; a scalar is
     returned unchanged."""
     while shape(x):
-        s = shape(x)
-        e = elem(x)
-        r = op("tt.reduce", [x], [tensor(s[1:], e) if len(s) > 1 else e], {"axis": 0}, regions=1)
-        block = r.regions[0].blocks.append(e, e)
-        with ir.InsertionPoint(block):
-            op("tt.reduce.return", [arith.minsi(block.arguments[0], block.arguments[1])])
-        x = r.result
+        x = _reduce(x, 0, arith.minsi)
     return x
+
+
+def reduce_sum(x: Value, axis: int | None = None) -> Value:
+    """The sum of an integer tensor's elements along ``axis`` (None: all of them, a scalar), wrapping as the
+    element type does."""
+    if axis is not None:
+        return _reduce(x, axis, arith.addi)
+    while shape(x):
+        x = _reduce(x, 0, arith.addi)
+    return x
+
+
+def cumsum(x: Value) -> Value:
+    """Inclusive prefix sums of a 1-D integer tensor (tt.scan with arith.addi)."""
+    e = elem(x)
+    r = op("tt.scan", [x], [x.type], {"axis": 0, "reverse": False}, regions=1)
+    block = r.regions[0].blocks.append(e, e)
+    with ir.InsertionPoint(block):
+        op("tt.scan.return", [arith.addi(block.arguments[0], block.arguments[1])])
+    return r.result
 
 
 def dot(a: Value, b: Value, acc: Value, *, precision: str = "tf32", max_imprecise_acc: int | None = None) -> Value:

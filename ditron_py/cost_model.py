@@ -159,6 +159,48 @@ def best_gemm_config(m: int, n: int, k: int, peaks: TargetPeaks, *, sms: int | N
     return best
 
 
+def grouped_gemm_candidates(peaks: TargetPeaks, elem_bytes: int = 2) -> list[GemmConfig]:
+    """The target's grouped-GEMM tiles (its vendor facts; its GEMM candidates where it names none) whose stages fit
+    its shared memory."""
+    facts = lookup(peaks.target)
+    if facts is None:
+        raise TargetError(f"no GEMM candidates for target '{peaks.target}'")
+    pool = facts.grouped_gemm_candidates or facts.gemm_candidates
+    return [c for c in pool if c.smem_bytes(elem_bytes, facts.vendor) <= peaks.smem_per_sm]
+
+
+def grouped_gemm_time(t: int, k: int, n: int, e: int, cfg: GemmConfig, peaks: TargetPeaks, *,
+                      elem_bytes: int = 2) -> tuple[float, int]:
+    """(time, rows computed) of a grouped GEMM of t rows over e groups of k x n weights with tile config cfg
+    (kernels.grouped_gemm: tiles never straddle groups), the routing taken as even: min(e, t) groups get rows, each
+    its rows rounded up to whole row tiles; waves of tiles bound by math or loads, and every weight byte of those
+    groups crossing HBM once at least."""
+    hit = max(1, min(e, t))
+    slots = hit * math.ceil(t / hit / cfg.block_m)
+    tiles = slots * math.ceil(n / cfg.block_n)
+    waves = math.ceil(tiles / peaks.num_sms)
+    flops_per_sm = peaks.gemm_flops / peaks.num_sms * cfg.efficiency
+    load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
+    t_math = 2.0 * cfg.block_m * cfg.block_n * k / flops_per_sm
+    t_load = (cfg.block_m + cfg.block_n) * k * elem_bytes / load_bw_per_sm
+    floor = (hit * k * n + t * k + t * n) * elem_bytes / peaks.hbm_copy_bw
+    return max(waves * max(t_math, t_load), floor) + peaks.launch_latency, slots * cfg.block_m
+
+
+def best_grouped_gemm_config(t: int, k: int, n: int, e: int, peaks: TargetPeaks, *,
+                             elem_bytes: int = 2) -> tuple[GemmConfig, float]:
+    """The grouped-GEMM tile of least modelled time; among those within 0.1 %, the one computing the fewest padding
+    rows (a memory-bound grouped GEMM is as fast with small tiles, which waste less), then the earlier."""
+    best = None
+    for cfg in grouped_gemm_candidates(peaks, elem_bytes):
+        tm, rows = grouped_gemm_time(t, k, n, e, cfg, peaks, elem_bytes=elem_bytes)
+        if best is None or tm < best[1] * 0.999 or (tm <= best[1] * 1.001 and rows < best[2]):
+            best = (cfg, tm, rows)
+    if best is None:
+        raise TargetError(f"no grouped GEMM tile configuration fits the shared memory of {peaks.target}")
+    return best[0], best[1]
+
+
 # ------------------------------------------------------------------------------------------- communication
 
 def copy_time(nbytes: float, peaks: TargetPeaks, *, engine: str, peers: int, chunks: int, sms: int = 0) -> float:

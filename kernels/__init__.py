@@ -127,13 +127,27 @@ View = Callable[[Region], np.ndarray]
 @dataclass
 class TileStep:
     """One tile: wait, then read, compute (``compute(view)``: ``view(region)`` is a writable numpy view of that
-    region), write, then notify."""
+    region), write, then notify.
+
+    ``expand``: a data-dependent step (a kernel whose tiles depend on what it reads, as the grouped GEMM's on the
+    group sizes): after its waits and reads, ``expand(view)`` gives the steps that take its place, in order."""
 
     waits: list[SlotWait] = field(default_factory=list)
     reads: list[Region] = field(default_factory=list)
     writes: list[Region] = field(default_factory=list)
     compute: Callable[[View], None] | None = None
     notifies: list[SlotNotify] = field(default_factory=list)
+    expand: Callable[[View], list["TileStep"]] | None = None
+
+
+def expanded(steps, view: View):
+    """One program's steps with every data-dependent step replaced by what it expands into (reading through
+    ``view``), for consumers that run a program's tiles in order without a simulator."""
+    for step in steps:
+        if step.expand is not None:
+            yield from expanded(step.expand(view), view)
+        else:
+            yield step
 
 
 def copies(src: Region, *dsts: Region) -> Callable[[View], None]:

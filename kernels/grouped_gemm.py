@@ -7,19 +7,22 @@ Record fields (``make_record`` fills and checks them):
     dtype, out_dtype        'bf16' | 'fp16' | 'fp32' (a and b; c); fp32 accumulation
     sizes_dtype             'i32' | 'i64'
     block_m, block_n, block_k, num_warps, num_stages, grid
-                            tiles of c; program p: tiles p, p + grid, ...
-    group_m                 tile order: Triton's GROUP_M swizzle (gemm's "grouped" order: group_m row blocks share a
-                            sweep over the column blocks, so each expert's weights are read from L2 that many times)
+                            tiles of c; a persistent grid: program p runs tiles p, p + grid, ...
+    group_m                 tile order: Triton's GROUP_M swizzle over the tiles' row slots (group_m row slots share
+                            a sweep over the column blocks, so an expert's weights are read from L2 that many times)
     loads                   'tma' (descriptors over a [t, k] and b as [e * k, n]; needs 16-byte row strides) or
                             'pointer'
 
-Per tile of c the kernel walks the groups in order, keeping the first row of each (a prefix sum of ``sizes``), and
-runs a K loop only for the groups whose rows meet the tile's (a tile on a group boundary runs one per group). The
-loop loads the tile's rows of a with the other groups' rows masked to zero (pointer loads), so every row adds its
-own group's product once; a tile whose rows all belong to one group needs no mask, and with TMA loads it runs a
-loop of descriptor loads instead (one accumulator either way: two would not fit the registers of a 128x256 tile).
-A K step past k reads a as zero, so whatever b's rows hold there (the next group's) adds nothing. Rows past the
-last group stay zero. Groups are data, not shapes: one kernel serves every routing.
+Tiles never straddle groups. Group g owns rows [start_g, end_g) (the prefix sums of the sizes, a negative size
+counting as 0, clamped to t); it gets ceil(rows / block_m) row slots of block_m rows from start_g, the last one
+partial, and the rows past the last group form one more group whose tiles store zeros. Every program computes the
+slots once from ``sizes`` (vector prefix sums, no host round trip), then runs its tiles: a tile's group is the one
+whose slots hold the tile's slot, its K loop one plain loop over its group's b (TMA loads, or pointer loads masked
+to the group's rows), its store masked to the group's rows. A tile's rows past its group's end load whatever a
+holds there (the next group's rows, or zeros past t) and are not stored; a K step past k reads a as zero, so
+whatever b's rows hold there (the next group's) adds nothing. Groups are data, not shapes: one kernel serves every
+routing, and the simulator sees each tile's real rows (``tiles()``: a data-dependent step per program that reads
+``sizes`` and expands into the program's tiles).
 
 Arguments (``record["args"]``): a, b, sizes, c.
 """
@@ -34,7 +37,7 @@ from ..dialects import ttir as T
 from ..errors import VerificationError
 from . import I32_LIMIT, KERNEL_ATTR, KernelRecord, Region, TileStep, check_i32
 from . import offset_type as _offset_type
-from .gemm import TILE_ORDER_FNS, Geometry, IrOps, PyOps
+from .gemm import IrOps, PyOps
 from .numerics import round_to
 
 name = "grouped_gemm"
@@ -53,9 +56,9 @@ def _err(message: str) -> VerificationError:
 def make_record(t: int, k: int, n: int, e: int, *, name: str = "grouped_gemm", dtype: str = "bf16",
                 out_dtype: str | None = None, sizes_dtype: str = "i32", block_m: int = 64, block_n: int = 128,
                 block_k: int = 64, group_m: int = 8, num_warps: int = 4, num_stages: int = 3,
-                loads: str | None = None, num_sms: int = 132, waves: int = 4) -> KernelRecord:
-    """A checked record: at most ``waves`` programs per SM, each looping over its tiles; TMA loads where the row
-    strides allow them (``loads``: force one)."""
+                loads: str | None = None, num_sms: int = 132, waves: int = 1) -> KernelRecord:
+    """A checked record: a persistent grid of at most ``waves`` programs per SM, each looping over its tiles; TMA
+    loads where the row strides allow them (``loads``: force one)."""
     if loads is None:
         aligned = (k * _BYTES.get(dtype, 2)) % 16 == 0 and (n * _BYTES.get(dtype, 2)) % 16 == 0
         loads = "tma" if aligned and _b_rows_fit_a_descriptor(e, k, block_k) else "pointer"
@@ -63,7 +66,7 @@ def make_record(t: int, k: int, n: int, e: int, *, name: str = "grouped_gemm", d
                        out_dtype=out_dtype or dtype, sizes_dtype=sizes_dtype, block_m=block_m, block_n=block_n,
                        block_k=block_k, group_m=group_m, num_warps=num_warps, num_stages=num_stages, loads=loads,
                        grid=1, args=list(ARGS))
-    rec["grid"] = max(1, min(_num_tiles(rec), num_sms * waves))
+    rec["grid"] = max(1, min(max_tiles(rec), num_sms * waves))
     check(rec)
     return rec
 
@@ -93,9 +96,16 @@ def check(rec) -> None:
     if rec["loads"] == "tma" and not _b_rows_fit_a_descriptor(rec["e"], rec["k"], rec["block_k"]):
         raise _err(f"TMA loads read b as one descriptor of e * k = {rec['e'] * rec['k']} rows, past its 32-bit "
                    "shape; use loads 'pointer'")
-    check_i32(name, f"tiles ({_num_tiles(rec)} of {rec['block_m']}x{rec['block_n']}, plus a grid)",
-              _num_tiles(rec) + rec["grid"])
+    if rec["e"] > MAX_GROUPS:
+        raise _err(f"e = {rec['e']} groups: every program keeps the groups' row slots in registers, at most "
+                   f"{MAX_GROUPS} groups")
+    check_i32(name, f"tiles (at most {max_tiles(rec)} of {rec['block_m']}x{rec['block_n']}, plus a grid)",
+              max_tiles(rec) + rec["grid"])
     offset_type(rec)
+
+
+# every program keeps the groups' row slots as vectors of next_pow2(e + 1) lanes
+MAX_GROUPS = 4095
 
 
 def offset_type(rec) -> str:
@@ -117,59 +127,82 @@ def _tiles_n(rec) -> int:
     return math.ceil(rec["n"] / rec["block_n"])
 
 
-def _num_tiles(rec) -> int:
-    return math.ceil(rec["t"] / rec["block_m"]) * _tiles_n(rec)
+def max_tiles(rec) -> int:
+    """The most tiles any routing gives: every group, and the rows past the last, may add one partial row slot."""
+    return (math.ceil(rec["t"] / rec["block_m"]) + rec["e"] + 1) * _tiles_n(rec)
 
 
-def _coords(ops, tile, rec):
-    """(row block, column block) of a tile: gemm's grouped order, one definition for the IR and tiles()."""
-    tm, kt = math.ceil(rec["t"] / rec["block_m"]), math.ceil(rec["k"] / rec["block_k"])
-    return TILE_ORDER_FNS["grouped"](ops, tile, rec, Geometry(tm, _tiles_n(rec), kt, kt, rec["grid"]), 0)
+def _coords(o, tile, slots, tiles_n: int, group_m: int):
+    """(row slot, column block) of a tile: Triton's GROUP_M swizzle over ``slots`` row slots (a run-time count),
+    one definition for the IR (o = IrOps) and tiles() (o = PyOps)."""
+    per_group = group_m * tiles_n
+    first = o.mul(o.div(tile, per_group), group_m)
+    size = o.min(o.sub(slots, first), group_m)
+    return o.add(first, o.rem(tile, size)), o.div(o.rem(tile, per_group), size)
+
+
+def group_bounds(sizes, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the e groups' rows and, last, of the rows past them: prefix sums of the sizes (a negative
+    size counts as 0), clamped to t."""
+    ends = np.minimum(np.cumsum(np.maximum(np.asarray(sizes, np.int64), 0)), t)
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    return np.append(starts, ends[-1] if len(ends) else 0), np.append(ends, t)
+
+
+def group_of_rows(sizes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The group of each row (len(sizes) for a row past the last group): groups own consecutive rows in order."""
+    ends = np.cumsum(np.maximum(np.asarray(sizes, dtype=np.int64), 0))
+    return np.searchsorted(ends, rows, side="right")
+
+
+def tile_boxes(rec, sizes) -> list[tuple[int, int, int, int, int]]:
+    """Every tile as (group, first row, rows, first column, columns), in tile order (the kernel's tile i is entry
+    i; program p runs entries p, p + grid, ...)."""
+    starts, ends = group_bounds(sizes, rec["t"])
+    bm, bn, n = rec["block_m"], rec["block_n"], rec["n"]
+    slots = -(-(ends - starts) // bm)
+    first_slot = np.concatenate([[0], np.cumsum(slots)[:-1]])
+    total, tiles_n = int(slots.sum()), _tiles_n(rec)
+    out = []
+    for tile in range(total * tiles_n):
+        slot, pid_n = _coords(PyOps, tile, total, tiles_n, rec["group_m"])
+        g = int(np.searchsorted(np.cumsum(slots), slot, side="right"))
+        r0 = int(starts[g]) + (slot - int(first_slot[g])) * bm
+        c0 = pid_n * bn
+        out.append((g, r0, min(bm, int(ends[g]) - r0), c0, min(bn, n - c0)))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ tiles()
 
 def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list[list[TileStep]]:
-    """Each tile reads its rows of a (every column), all of b and sizes (which groups meet the tile is data), and
-    writes its box of c."""
+    """Each program reads sizes, then runs its tiles (known once sizes is): a tile of group g reads its rows of a
+    and its columns of b[g] and writes its box of c; a tile past the last group writes zeros."""
     rec = record
-    t_rows, k, n, e = rec["t"], rec["k"], rec["n"], rec["e"]
-    bm, bn = rec["block_m"], rec["block_n"]
-    out = []
-    for pid in range(rec["grid"]):
-        steps = []
-        for tile in range(pid, _num_tiles(rec), rec["grid"]):
-            pid_m, pid_n = _coords(PyOps, tile, rec)
-            r0, c0 = pid_m * bm, pid_n * bn
-            rows, cols = min(bm, t_rows - r0), min(bn, n - c0)
-            a = Region("a", (r0, 0), (rows, k))
-            b = Region("b", (0, 0, 0), (e, k, n))
-            sizes = Region("sizes", (0,), (e,))
-            c = Region("c", (r0, c0), (rows, cols))
-            steps.append(TileStep(reads=[a, b, sizes], writes=[c], compute=_compute(rec, a, b, sizes, c, r0, c0)))
-        out.append(steps)
-    return out
+    sizes = Region("sizes", (0,), (rec["e"],))
+
+    def program(pid: int) -> list[TileStep]:
+        def expand(view) -> list[TileStep]:
+            boxes = tile_boxes(rec, np.asarray(view(sizes)))
+            return [_tile_step(rec, *box) for box in boxes[pid::rec["grid"]]]
+        return [TileStep(reads=[sizes], expand=expand)]
+
+    return [program(pid) for pid in range(rec["grid"])]
 
 
-def group_of_rows(sizes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The group of each row (len(sizes) for a row past the last group): groups own consecutive rows in order."""
-    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
-    return np.searchsorted(ends, rows, side="right")
+def _tile_step(rec, g: int, r0: int, rows: int, c0: int, cols: int) -> TileStep:
+    c = Region("c", (r0, c0), (rows, cols))
+    if g == rec["e"]:  # the rows past the last group
+        def zeros(view):
+            view(c)[...] = 0.0
+        return TileStep(writes=[c], compute=zeros)
+    a = Region("a", (r0, 0), (rows, rec["k"]))
+    b = Region("b", (g, 0, c0), (1, rec["k"], cols))
 
-
-def _compute(rec, a, b, sizes, c, r0: int, c0: int):
     def compute(view):
-        av = np.asarray(view(a), dtype=np.float32)
-        bv = np.asarray(view(b), dtype=np.float32)
-        rows = np.arange(r0, r0 + av.shape[0])
-        group = group_of_rows(view(sizes), rows)
-        width = view(c).shape[1]
-        result = np.zeros((av.shape[0], width), dtype=np.float32)
-        for g in np.unique(group[group < rec["e"]]):
-            mine = group == g
-            result[mine] = av[mine] @ bv[g][:, c0:c0 + width]
-        view(c)[...] = round_to(rec["out_dtype"], result)
-    return compute
+        product = np.asarray(view(a), np.float32) @ np.asarray(view(b), np.float32)[0]
+        view(c)[...] = round_to(rec["out_dtype"], product)
+    return TileStep(reads=[a, b], writes=[c], compute=compute)
 
 
 # ------------------------------------------------------------------------------------------------ build()
@@ -179,6 +212,35 @@ def build(record, *, ip, loc=None):
     check(rec)
     with (loc or ir.Location.unknown()), ip:
         return _emit(rec)
+
+
+def _pick(vec, lanes, g):
+    """vec[g] of an integer vector, as a scalar (a masked sum)."""
+    return T.reduce_sum(T.select(T.cmp("eq", lanes, T.splat(g, T.shape(lanes))), vec, T.zeros(T.shape(vec),
+                                                                                                T.elem(vec))))
+
+
+def _slots(rec, sizes_ptr):
+    """Per program, once: the groups' (and the rows past them') starts, ends, first row slots and slot counts, as
+    [side] i32 vectors, and the total of row slots."""
+    t_rows, e, bm = rec["t"], rec["e"], rec["block_m"]
+    side = 1 << e.bit_length()  # next power of two above e: room for the rows past the last group
+    lanes = T.make_range(0, side)
+    i64 = T.i64()
+    raw = T.load(T.addptr(T.splat(sizes_ptr, [side]), lanes), T.lt(lanes, T.splat(T.c(e, T.i32()), [side])), 0)
+    size = T.min_(T.max_(T.int_cast(raw, i64), T.zeros([side], i64)), T.splat(T.c(t_rows, i64), [side]))
+    incl = T.cumsum(size)  # i64: e sizes of up to t rows each
+    t_vec = T.splat(T.c(t_rows, i64), [side])
+    starts = T.int_cast(T.min_(T.sub(incl, size), t_vec), T.i32())
+    ends = T.int_cast(T.min_(incl, t_vec), T.i32())
+    t32 = T.splat(T.c(t_rows, T.i32()), [side])
+    e_vec = T.splat(T.c(e, T.i32()), [side])
+    ends = T.select(T.cmp("eq", lanes, e_vec), t32, ends)  # the rows past the last group
+    ends = T.select(T.cmp("sgt", lanes, e_vec), starts, ends)  # padding lanes: empty
+    slots = T.div(T.add(T.sub(ends, starts), T.splat(T.c(bm - 1, T.i32()), [side])),
+                  T.splat(T.c(bm, T.i32()), [side]))
+    incl_slots = T.cumsum(slots)
+    return lanes, starts, ends, incl_slots, T.sub(incl_slots, slots), T.reduce_sum(slots)
 
 
 def _emit(rec):
@@ -192,38 +254,37 @@ def _emit(rec):
     a_ptr, b_ptr, sizes_ptr, c_ptr = values
     idx = T.dtype(offset_type(rec))
     precision = "ieee" if rec["dtype"] == "fp32" else "tf32"
+    tiles_n = _tiles_n(rec)
     with ir.InsertionPoint(f.regions[0].blocks[0]):
         k_tiles = math.ceil(k / bk)
         if tma:
             one = T.c(1, T.i64())
             a_desc = T.make_desc(a_ptr, [T.c(t_rows), T.c(k)], [T.c(k, T.i64()), one], [bm, bk])
             b_desc = T.make_desc(b_ptr, [T.c(e * k), T.c(n)], [T.c(n, T.i64()), one], [bk, bn])
-        with T.For(T.program_id(0), _num_tiles(rec), rec["grid"]) as loop:
-            pid_m, pid_n = _coords(IrOps, loop.iv, rec)
-            r0, c0 = T.mul(pid_m, bm), T.mul(pid_n, bn)
+        lanes, starts, ends, incl_slots, first_slots, total = _slots(rec, sizes_ptr)
+        with T.For(T.program_id(0), T.mul(total, tiles_n), rec["grid"]) as loop:
+            slot, pid_n = _coords(IrOps, loop.iv, total, tiles_n, rec["group_m"])
+            g = T.reduce_sum(T.int_cast(T.cmp("sle", incl_slots, T.splat(slot, T.shape(lanes))), T.i32()))
+            start, end = _pick(starts, lanes, g), _pick(ends, lanes, g)
+            r0 = T.add(start, T.mul(T.sub(slot, _pick(first_slots, lanes, g)), bm))
+            c0 = T.mul(pid_n, bn)
             rows = T.add(T.expand_dims(T.make_range(0, bm), 1), r0)  # [bm, 1]
             cols = T.add(T.expand_dims(T.make_range(0, bn), 0), c0)  # [1, bn]
             col_ok = T.lt(cols, n)
-            a_rows = T.broadcast(T.mul(T.int_cast(rows, idx), T.c(k, idx)), [bm, bk])
-            b_cols = T.broadcast(T.int_cast(cols, idx), [bk, bn])
-            last = T.min_(T.add(r0, bm), T.c(t_rows, T.i32()))  # the tile's rows end here (or at t)
-            with T.For(0, e, 1, [T.zeros([bm, bn], "fp32"), T.c(0, T.i32())]) as groups:
-                acc, start = groups.args
-                g = groups.iv
-                end = T.add(start, T.int_cast(T.load(T.addptr(sizes_ptr, g)), T.i32()))
-                meets = T.and_(T.lt(r0, end), T.lt(start, last))
-                inside = T.and_(T.ge(r0, start), T.ge(end, last))
-                if tma:
-                    with T.For(0, T.select(inside, T.c(k_tiles, T.i32()), T.c(0, T.i32())), 1, [acc]) as whole:
-                        (part,) = whole.args
-                        k0 = T.mul(whole.iv, bk)
-                        b_tile = T.desc_load(b_desc, [T.add(T.mul(g, k), k0), c0])
-                        whole.yield_(T.dot(T.desc_load(a_desc, [r0, k0]), b_tile, part, precision=precision))
-                    acc = whole.results[0]
-                    meets = T.and_(meets, T.cmp("eq", inside, T.c(0, T.i1())))  # the edge tiles, by pointers
-                row_ok = T.broadcast(T.and_(T.and_(T.ge(rows, start), T.lt(rows, end)), T.lt(rows, t_rows)), [bm, bk])
+            n_k = T.select(T.lt(g, e), T.c(k_tiles, T.i32()), T.c(0, T.i32()))  # the rows past the groups: zeros
+            acc0 = T.zeros([bm, bn], "fp32")
+            if tma:
+                with T.For(0, n_k, 1, [acc0]) as kloop:
+                    (part,) = kloop.args
+                    k0 = T.mul(kloop.iv, bk)
+                    b_tile = T.desc_load(b_desc, [T.add(T.mul(g, k), k0), c0])
+                    kloop.yield_(T.dot(T.desc_load(a_desc, [r0, k0]), b_tile, part, precision=precision))
+            else:
+                row_ok = T.broadcast(T.lt(rows, end), [bm, bk])
+                a_rows = T.broadcast(T.mul(T.int_cast(rows, idx), T.c(k, idx)), [bm, bk])
+                b_cols = T.broadcast(T.int_cast(cols, idx), [bk, bn])
                 b_group = T.mul(T.int_cast(g, idx), T.c(k * n, idx))
-                with T.For(0, T.select(meets, T.c(k_tiles, T.i32()), T.c(0, T.i32())), 1, [acc]) as kloop:
+                with T.For(0, n_k, 1, [acc0]) as kloop:
                     (part,) = kloop.args
                     k0 = T.mul(kloop.iv, bk)
                     ka = T.add(T.expand_dims(T.make_range(0, bk), 0), k0)  # [1, bk]
@@ -236,10 +297,9 @@ def _emit(rec):
                     b_mask = T.and_(T.broadcast(T.lt(kb, k), [bk, bn]), T.broadcast(col_ok, [bk, bn]))
                     b_tile = T.load(T.addptr(b_ptr, b_off), b_mask, 0.0)
                     kloop.yield_(T.dot(a_tile, b_tile, part, precision=precision))
-                groups.yield_(kloop.results[0], end)
             c_off = T.add(T.broadcast(T.mul(T.int_cast(rows, idx), T.c(n, idx)), [bm, bn]),
                           T.broadcast(T.int_cast(cols, idx), [bm, bn]))
-            c_mask = T.and_(T.broadcast(T.lt(rows, t_rows), [bm, bn]), T.broadcast(col_ok, [bm, bn]))
-            T.store(T.addptr(c_ptr, c_off), T.cast(groups.results[0], out_elem), c_mask)
+            c_mask = T.and_(T.broadcast(T.lt(rows, end), [bm, bn]), T.broadcast(col_ok, [bm, bn]))
+            T.store(T.addptr(c_ptr, c_off), T.cast(kloop.results[0], out_elem), c_mask)
         T.ret()
     return f

@@ -22,7 +22,7 @@ import numpy as np
 from mlir import ir
 
 from ..dialects import ttir as T
-from . import notify_effects, notify_pad
+from . import expanded, notify_effects, notify_pad
 from .numerics import round_to, storage_dtype
 
 _MLIR_TO_DTYPE = {"bf16": "bf16", "f16": "fp16", "f32": "fp32", "f8E4M3FN": "fp8e4m3", "f8E5M2": "fp8e5m2",
@@ -209,6 +209,8 @@ class Program:
             return [_scalar(wrap(np.asarray(x[0]), op.results[0].type))]
         if name in ("arith.truncf", "arith.extf"):
             return [round_to(dtype_name(op.results[0].type), np.asarray(x[0], np.float32))]
+        if name in ("tt.reduce", "tt.scan"):
+            return [self._reduce_or_scan(op, name, np.asarray(v)) for v in x]
         if name == "tt.get_program_id":
             return [self.pid if _int_attr(op, "axis") == 0 else 0]
         if name == "tt.get_num_programs":
@@ -337,6 +339,22 @@ class Program:
         raise NotImplementedError(f"interp: op '{name}' is not supported")
 
     @staticmethod
+    def _reduce_or_scan(op, name, v):
+        """tt.reduce / tt.scan whose combiner is one integer arith op (the templates' sums and minima)."""
+        body = op.regions[0].blocks[0]
+        combine = [o.operation.name for o in body.operations][0]
+        axis = _int_attr(op, "axis")
+        if name == "tt.scan":
+            if combine != "arith.addi" or bool(ir.BoolAttr(op.attributes["reverse"]).value):
+                raise NotImplementedError(f"interp: tt.scan with {combine}")
+            return wrap(np.cumsum(v.astype(np.int64), axis=axis), op.results[0].type)
+        fns = {"arith.addi": lambda a: a.astype(np.int64).sum(axis=axis), "arith.minsi": lambda a: a.min(axis=axis),
+               "arith.maxsi": lambda a: a.max(axis=axis)}
+        if combine not in fns:
+            raise NotImplementedError(f"interp: tt.reduce with {combine}")
+        return _scalar(wrap(np.asarray(fns[combine](v)), op.results[0].type))
+
+    @staticmethod
     def _map(v, fn):
         if isinstance(v, Ptr):
             return Ptr(v.key, fn(np.asarray(v.off)), v.dtype)
@@ -463,7 +481,7 @@ def apply_tiles(steps_by_program, memory: dict, *, rank: int, lds: dict[str, int
                       region.offsets[1]:region.offsets[1] + region.sizes[1]]
 
     for pid, steps in enumerate(steps_by_program):
-        for i, step in enumerate(steps):
+        for i, step in enumerate(expanded(steps, view)):
             for w in step.waits:
                 have = memory[(w.arg, rank if w.rank is None else w.rank)][w.slot]
                 if have < w.value:

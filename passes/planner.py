@@ -9,7 +9,7 @@ import math
 from mlir import ir
 
 from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate,
-                          ag_gemm_one_launch_estimate, all_reduce_estimates,
+                          ag_gemm_one_launch_estimate, best_grouped_gemm_config, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
                           copy_time, gemm_candidates, gemm_push_estimate, gemm_push_sum_estimate, gemm_split,
                           gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time,
@@ -450,19 +450,16 @@ class OpPlanner(PlannerBase):
                       chunk_rows=rows, num_chunks=chunks, engine=engine, comm_sms=comm, est_us=t * 1e6)
 
     def grouped_matmul(self, op: ir.Operation) -> Tiling:
-        """The grouped GEMM's tile (kernels.grouped_gemm), by the rows an expert gets on average: from 128 on,
-        128x256 tiles of 8 warps; fewer, 64x128 of 4 (a tile on a group boundary runs once per group). K steps of
-        64, 4 stages. 1xH200, Mixtral's expert GEMMs, 8 experts (results/grouped_gemm.csv): 128x256 ran 436-559
-        TFLOP/s at 2048 rows an expert against 263-267 for 64x128; at 32 rows an expert 64x128 led on K = 14336
-        (306 us against 528-688 for the 128-row tiles) and was within 18 % on K = 4096. Overridable."""
+        """The grouped GEMM's tile (kernels.grouped_gemm) from the cost model (cost_model.best_grouped_gemm_config:
+        the routing taken as even, the target's grouped-GEMM candidates); each field overridable."""
         g = task.GroupedMatmul(op)
         eb = elem_bytes(g.lhs)
-        rows, groups = shape_of(g.lhs)[0], max(shape_of(g.rhs)[0], 1)
-        big = rows / groups >= 128
-        return Tiling(kind="grouped_matmul", target=self.peaks.target, block_m=self.o.block_m or (128 if big else 64),
-                      block_n=self.o.block_n or (256 if big else 128), block_k=self.o.block_k or (64 if eb <= 2 else 32),
-                      num_warps=self.o.num_warps or (8 if big else 4), num_stages=self.o.num_stages or 4,
-                      sm_budget=self.peaks.num_sms)
+        (rows, k), (groups, _, n) = shape_of(g.lhs), shape_of(g.rhs)
+        cfg, t = best_grouped_gemm_config(rows, k, n, max(groups, 1), self.peaks, elem_bytes=eb)
+        return Tiling(kind="grouped_matmul", target=self.peaks.target, block_m=self.o.block_m or cfg.block_m,
+                      block_n=self.o.block_n or cfg.block_n, block_k=self.o.block_k or cfg.block_k,
+                      num_warps=self.o.num_warps or cfg.num_warps, num_stages=self.o.num_stages or cfg.num_stages,
+                      sm_budget=self.peaks.num_sms, est_us=t * 1e6)
 
     def all_to_all(self, op: ir.Operation) -> Tiling | None:
         """Static all_to_all: this rank's input is staged into a symmetric buffer and offered, every rank pulls

@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from ..kernels import Region, notify_effects
+from ..kernels import Region, TileStep, notify_effects
 from .interpreter import HostInterpreter, Item
 from .kernels import LaunchPlan, plan_launch
 from .memory import Buffer, empty_clock, join, round_to
@@ -284,7 +284,7 @@ class ProgramEntity(Entity):
         super().__init__(world, rank, f"rank {rank} @{launch.plan.kernel} program {index}", launch.clock)
         self.launch = launch
         self.index = index
-        self.tiles = tiles
+        self.tiles = list(tiles)  # data-dependent steps splice in what they expand into
         self.t = 0
         self.call = launch.item.call
         self.loc: Loc = launch.item.loc
@@ -321,6 +321,13 @@ class ProgramEntity(Entity):
         for kind, reg, buf, box in regions:
             if kind == "read":
                 w.read(self, buf, box, self.loc, self.call, what)
+        if tile.expand is not None:  # a data-dependent step: its reads tell which tiles follow
+            if ok:
+                produced = []
+                self._compute(TileStep(compute=lambda view: produced.extend(tile.expand(view))), regions, what)
+                self.tiles[self.t + 1:self.t + 1] = produced
+            self.t += 1
+            return
         if ok and tile.compute is not None:
             self._compute(tile, regions, what)
         for kind, reg, buf, box in regions:

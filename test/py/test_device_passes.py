@@ -132,6 +132,23 @@ def test_gemm_configs_fit_shared_memory_and_follow_the_problem():
     assert gemm_time(8192, 8192, 8192, big, p, sms=66) > gemm_time(8192, 8192, 8192, big, p)
 
 
+def test_grouped_gemm_tiles_follow_the_rows_an_expert_gets():
+    """Few rows an expert: memory-bound on the weights, every tile as fast; the model takes 64-row tiles, which pad
+    least. Many rows an expert: math-bound, the big tile. The weights of the experts that get rows cross HBM once."""
+    from ditron.cost_model import best_grouped_gemm_config, grouped_gemm_candidates, grouped_gemm_time
+    p = peaks_for("cuda:90")
+    assert all(c.smem_bytes(2, "cuda") <= p.smem_per_sm for c in grouped_gemm_candidates(p))
+    few, t_few = best_grouped_gemm_config(256, 4096, 14336, 8, p)  # 32 rows an expert
+    many, _ = best_grouped_gemm_config(16384, 4096, 14336, 8, p)  # 2048
+    assert few.block_m == 64 and (many.block_m, many.block_n) == (128, 256)
+    assert t_few >= 8 * 4096 * 14336 * 2 / p.hbm_copy_bw
+    # more experts than tokens: only the experts that get a row are read
+    t_sparse, _ = grouped_gemm_time(4, 4096, 4096, 128, few, p)
+    assert t_sparse < 8 * 4096 * 4096 * 2 / p.hbm_copy_bw
+    # AMD names no grouped tiles: its GEMM candidates serve
+    assert grouped_gemm_candidates(peaks_for("hip:gfx942"))
+
+
 def test_gated_gemm_time_is_the_tile_by_tile_schedule_in_constant_time_per_program():
     """cost_model.gated_gemm_time in closed form (per program: the own tiles' first, the peer tiles' two ends)
     equals the tile-by-tile schedule it models, and stays quick for any tile count (a loop over 2^30 tiles hung

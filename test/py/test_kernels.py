@@ -20,7 +20,7 @@ from mlir import ir
 
 from ditron.dialects import ditron_context
 from ditron.errors import VerificationError
-from ditron.kernels import KERNEL_ATTR, KernelRecord, chunk, copy, gemm, get_template, interp, reduce
+from ditron.kernels import KERNEL_ATTR, KernelRecord, chunk, copy, expanded, gemm, get_template, interp, reduce
 from ditron.dialects import ttir as T
 from ditron.kernels.numerics import random, round_to, storage_dtype
 from tolerances import assert_matmul_close, assert_sum_close
@@ -1249,6 +1249,11 @@ GROUPED_CASES = {  # t, k, n, sizes (their sum at most t), dtype, tile
     "fp16-in-fp32-out-i64-sizes": (40, 24, 20, [7, 0, 0, 30], "fp16", (16, 16, 16)),
     # TMA loads whose last K step runs past k: a reads zeros there, b the next group's rows (which add nothing)
     "tma-k-step-past-k": (50, 40, 32, [10, 25, 15], "bf16", (16, 16, 32)),
+    # skewed routing: empty groups first and between, one group holding almost every row, many groups
+    "skewed-many-groups-empty-first": (61, 16, 32, [0, 0, 50] + [0] * 20 + [3, 0, 1] + [0] * 10, "bf16",
+                                       (16, 16, 16)),
+    # sizes past t are clamped to the rows a has, a negative size counts as 0
+    "sizes-past-t-and-negative": (30, 16, 16, [12, -5, 40, 7], "bf16", (16, 16, 16)),
 }
 
 
@@ -1273,10 +1278,11 @@ def test_grouped_gemm_ir_and_tiles_match_numpy(case):
     # each row's product with its group's b, exact (float64), and the sum of its terms' magnitudes
     exact, magnitude, start = np.zeros((t, n)), np.zeros((t, n)), 0
     for g, size in enumerate(sizes):
-        rows = a[start:start + size].astype(np.float64)
-        exact[start:start + size] = rows @ b[g].astype(np.float64)
-        magnitude[start:start + size] = np.abs(rows) @ np.abs(b[g].astype(np.float64))
-        start += size
+        end = min(start + max(size, 0), t)
+        rows = a[start:end].astype(np.float64)
+        exact[start:end] = rows @ b[g].astype(np.float64)
+        magnitude[start:end] = np.abs(rows) @ np.abs(b[g].astype(np.float64))
+        start = end
 
     def check(got):  # the kernel adds K steps in its own order: within fp32 accumulation + output rounding
         assert_sum_close(got, exact, magnitude, k, out_dtype)
@@ -1292,13 +1298,21 @@ def test_grouped_gemm_ir_and_tiles_match_numpy(case):
     check(mem[("c", 0)].reshape(t, n))
     views = {"a": a, "b": b, "sizes": group_sizes, "c": np.full((t, n), 7, np.float32)}
     steps = grouped_gemm.tiles(rec, rank=0, num_ranks=1, scalars={})
-    written = np.zeros((t, n), bool)
+    written = np.zeros((t, n), int)
+
+    def view(r):
+        return views[r.arg][tuple(slice(o, o + s) for o, s in zip(r.offsets, r.sizes))]
     for program in steps:
-        for step in program:
-            step.compute(lambda r: views[r.arg][tuple(slice(o, o + s) for o, s in zip(r.offsets, r.sizes))])
+        for step in expanded(program, view):
+            step.compute(view)
             (c,) = step.writes
-            written[c.offsets[0]:c.offsets[0] + c.sizes[0], c.offsets[1]:c.offsets[1] + c.sizes[1]] = True
-    assert written.all()
+            written[c.offsets[0]:c.offsets[0] + c.sizes[0], c.offsets[1]:c.offsets[1] + c.sizes[1]] += 1
+            if step.reads:  # a tile of group g reads only its group's rows of a and b[g]
+                a_reg, b_reg = step.reads
+                g = b_reg.offsets[0]
+                rows = np.arange(a_reg.offsets[0], a_reg.offsets[0] + a_reg.sizes[0])
+                assert (grouped_gemm.group_of_rows(group_sizes, rows) == g).all()
+    assert (written == 1).all()  # every element of c written once: tiles never straddle or overlap
     check(views["c"])
     for target in ("cuda:90", "hip:gfx942"):
         triton_parse(emit(rec, lower=target), ("cuda", 90, 32) if target == "cuda:90" else ("hip", "gfx942", 64))

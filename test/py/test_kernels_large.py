@@ -204,27 +204,31 @@ def test_grouped_gemm_with_an_output_past_2_31_elements():
     tiles = (t // 64) * (n // 128)
     rec = grouped_gemm.make_record(t, k, n, e, block_m=64, block_n=128, block_k=16, loads="pointer", num_sms=tiles,
                                    waves=1)
-    last = tiles - 1
-    pid_m, pid_n = grouped_gemm._coords(PyOps, last, rec)
-    r0, c0 = pid_m * 64, pid_n * 128
     a, c = huge(t * k, "bf16"), huge(t * n, "bf16")
     b = random("bf16", (e, k, n), RNG)
-    sizes = np.array([t - 40, 40], np.int32)  # the tile's rows: 24 of group 0, 40 of group 1 (the last rows)
-    a_tile = fill(a, k, r0, 64, 0, k, "bf16")
-    text = run_programs(rec, {("a", 0): a, ("b", 0): b.ravel(), ("sizes", 0): sizes, ("c", 0): c}, [last])
+    sizes = np.array([t - 40, 40], np.int32)  # group 1: the last 40 rows, a row slot of its own
+    boxes = grouped_gemm.tile_boxes(rec, sizes)
+    c0 = n - 128
+    last = boxes.index((1, t - 40, 40, c0, 128))  # group 1's tile in the last column block
+    a_tile = fill(a, k, t - 40, 40, 0, k, "bf16")
+    text = run_programs(rec, {("a", 0): a, ("b", 0): b.ravel(), ("sizes", 0): sizes, ("c", 0): c},
+                        [last % rec["grid"]])
     assert "xi64>" in text
-    assert (r0, r0 + 64) == (t - 64, t)
-    want = np.concatenate([a_tile[:24] @ b[0][:, c0:c0 + 128], a_tile[24:] @ b[1][:, c0:c0 + 128]])
-    close(box(c, n, r0, 64, c0, 128), round_to("bf16", want))
+    close(box(c, n, t - 40, 40, c0, 128), round_to("bf16", a_tile @ b[1][:, c0:c0 + 128]))
 
 
 def test_grouped_gemm_tma_needs_i32_descriptor_rows():
     """b is one descriptor of e * k rows (TMA shapes are i32): past 2**31 rows the record takes pointer loads,
     and refuses TMA asked for."""
-    e, k = 1 << 16, 1 << 16
+    e, k = 1 << 11, 1 << 21
     assert grouped_gemm.make_record(128, k, 128, e)["loads"] == "pointer"
     with pytest.raises(VerificationError, match="grouped_gemm template: .*TMA"):
         grouped_gemm.make_record(128, k, 128, e, loads="tma")
+
+
+def test_grouped_gemm_refuses_more_groups_than_its_slot_vectors_hold():
+    with pytest.raises(VerificationError, match="grouped_gemm template: e = 4096 groups.* at most 4095"):
+        grouped_gemm.make_record(128, 64, 128, 4096)
 
 
 # ------------------------------------------------------------------------------------------------ interp

@@ -3,14 +3,15 @@
 // RUN: ditron-opt %s --split-input-file --pass-pipeline=ditron-default | FileCheck %s --check-prefix=CORE
 
 // grouped_matmul (MoE experts): one launch of the grouped_gemm template over a, b, the group sizes and c; the
-// tile from the rows an expert gets on average (here 25: 64x128 tiles of 4 warps; 128 or more: 128x256 of 8); TMA
-// loads, the rows of a and b being 16-byte multiples.
+// tile from the cost model (cost_model.best_grouped_gemm_config: here 25 rows an expert, 64-row tiles, which pad
+// least; many rows an expert: 128x256 of 8 warps); a persistent grid of at most the tiles any routing gives
+// ((2 row slots + 4 groups + 1) x 1 here); TMA loads, the rows of a and b being 16-byte multiples.
 module attributes {ditron.mesh = {axes = ["ep"], shape = array<i64: 2>}} {
   // CHECK-LABEL: func.func @experts(%arg0: memref<100x64xbf16> {ditron.io = "in"}, %arg1: memref<4x64x48xbf16> {ditron.io = "in"}, %arg2: memref<4xi32> {ditron.io = "in"}, %arg3: memref<100x48xbf16> {ditron.io = "out"}
-  // CHECK: "ditron_device.launch"(%arg0, %arg1, %arg2, %arg3) {ditron.lane = "compute", ditron.role = "grouped_gemm", grid = array<i64: 2, 1, 1>, kernel = @grouped_gemm
+  // CHECK: "ditron_device.launch"(%arg0, %arg1, %arg2, %arg3) {ditron.lane = "compute", ditron.role = "grouped_gemm", grid = array<i64: 7, 1, 1>, kernel = @grouped_gemm
   // CHECK-NOT: ditron_device.barrier
-  // CHECK: func.func private @grouped_gemm({{.*}}) attributes {ditron.kernel = {args = ["a", "b", "sizes", "c"], block_k = 64 : i64, block_m = 64 : i64, block_n = 128 : i64, dtype = "bf16", e = 4 : i64, grid = 2 : i64, group_m = 8 : i64, k = 64 : i64, loads = "tma", n = 48 : i64, name = "grouped_gemm", num_stages = 4 : i64, num_warps = 4 : i64, out_dtype = "bf16", sizes_dtype = "i32", t = 100 : i64, template = "grouped_gemm"}}
-  // OPT: ditron.tiling = {block_k = 64 : i64, block_m = 32 : i64, block_n = 64 : i64, kind = "grouped_matmul", num_stages = 4 : i64, num_warps = 2 : i64
+  // CHECK: func.func private @grouped_gemm({{.*}}) attributes {ditron.kernel = {args = ["a", "b", "sizes", "c"], block_k = 128 : i64, block_m = 64 : i64, block_n = 128 : i64, dtype = "bf16", e = 4 : i64, grid = 7 : i64, group_m = 8 : i64, k = 64 : i64, loads = "tma", n = 48 : i64, name = "grouped_gemm", num_stages = 4 : i64, num_warps = 4 : i64, out_dtype = "bf16", sizes_dtype = "i32", t = 100 : i64, template = "grouped_gemm"}}
+  // OPT: ditron.tiling = {block_k = 128 : i64, block_m = 32 : i64, block_n = 64 : i64, est_us = {{.*}}, kind = "grouped_matmul", num_stages = 4 : i64, num_warps = 2 : i64
   // CORE: "tt.func"() ({
   // CORE: "tt.dot"
   // CORE: }) {arg_attrs = {{.*}}sym_name = "grouped_gemm"
