@@ -146,6 +146,7 @@ class EagerPlan:
         self.raw_fallback = False
         self.max_epoch = 1 << 62     # the last call a plan serves (values that must fit 32 bits: _limit)
         self.calls = 0
+        self.prechecks: dict[int, list[Callable[[list[Any]], None]]] = {}  # per rank: checks of a call's tensors
         self.used = sorted({(r, a.stream) for r in ex.ranks for a in traces[r]._fixed})
         self.handles = {k: ex.streams[k].cuda_stream for k in self.used}
         parities = (0, 1) if ex._rotates else (0,)
@@ -319,6 +320,9 @@ class EagerPlan:
             else:
                 raise DitronRuntimeError(f"kernel '{a.kernel}': the executor cannot bind an argument of kind "
                                          f"'{kind}'; update ditron")
+        claims = ex._divisible_args(a.kernel) if hasattr(ex, "_divisible_args") else ()
+        if claims:  # a @ditron.jit kernel specialized on 16-divisibility: each call's tensors checked up front
+            self._divisibility_check(rank, a, values, arg_slots, claims)
         grid = tuple(a.grid) + (1,) * (3 - len(a.grid))
         gx, gy, gz = grid
         scratch = ex._scratch.get((rank, a.site))
@@ -374,6 +378,24 @@ class EagerPlan:
             if milestone is not None:
                 milestone(epoch, lazy)
         return launch_generic
+
+    def _divisibility_check(self, rank, a, values, arg_slots, claims) -> None:
+        """A precheck (run before anything of the call is enqueued): the call's tensors at the claimed positions are
+        16-byte aligned, else the executor's own check raises its error (ex._check_divisible)."""
+        ex = self.ex
+        from ..schema import DIVISIBILITY
+        slots = [(pos, index) for pos, index in arg_slots if any(pos == i for i, _ in claims)]
+        if not slots:
+            return
+
+        def check(t):
+            for pos, index in slots:
+                if t[index].data_ptr() % DIVISIBILITY:
+                    vals = list(values)
+                    for p, k in arg_slots:
+                        vals[p] = t[k]
+                    ex._check_divisible(rank, a, vals, claims)
+        self.prechecks.setdefault(rank, []).append(check)
 
     def _copy(self, rank, parity, a: CopyAction, tensors, stream):
         ex = self.ex
@@ -460,6 +482,9 @@ class EagerPlan:
         if self.get_device is not None and self.get_device() != self.index:
             with self._torch.cuda.device(ex.device):
                 return self.enqueue(tensors, sync)
+        for r, checks in self.prechecks.items():  # before anything is enqueued: no rank left half-enqueued
+            for check in checks:
+                check(tensors[r])
         epoch = ex.epoch + 1
         if epoch > self.max_epoch:  # a value would not fit 32 bits: the interpreted call checks and raises
             return ex._run_interpreted(tensors, sync)
