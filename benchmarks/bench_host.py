@@ -4,6 +4,7 @@ GPU keeps up (a small all-reduce is host-bound when this is larger than its GPU 
 
     python benchmarks/bench_host.py --build DIR     (where the compiler is: the all-reduce artifact)
     python benchmarks/bench_host.py --run DIR       (one GPU; torch + triton only)
+    python benchmarks/bench_host.py --cpu-dry DIR   (no GPU: the Python host path of eager calls, see below)
 
 Rows (µs per call, the median of 5 repetitions of 3000 calls each, ``sync=False`` into fixed outputs; a virtual
 world of one rank, the same host path as a real rank's): ``ops.all_reduce`` (the public call), ``Executable.run``,
@@ -16,7 +17,16 @@ addresses, as a model's activations come) and no given output (the median of 5 r
 ``ops.all_reduce``, ``ops.all_reduce(graph=True)`` (a capture per new tensor set), the torch operator
 ``torch.ops.ditron.all_reduce`` eagerly and through ``torch.compile(fullgraph=True)``, and the replay of the
 caller's own ``torch.cuda.graph`` holding the operator (ditron.runtime.callplan). Printed and written to
-benchmarks/results/host_w1.csv (``--out DIR``: there).
+benchmarks/results/host_w1.csv (``--out DIR``: there). ``--run`` also times the eager calls of the fused ops
+(EAGER_CASES: ag_gemm / gemm_rs / gemm_ar at W = 1, the torch operator of each) with fresh inputs, through the call
+plans (runtime/eager.py) and interpreted (``eager.ENABLED = False``), and ``graph=True`` with fresh inputs when
+each new input set is captured against copying it into one captured set (``graph="copy"``).
+
+``--cpu-dry DIR`` needs no GPU: the same eager calls (W = 1 and virtual W = 2, DRY_CASES, built into DIR where the
+compiler is) with every device call replaced by a no-op -- Triton's launcher (its Python frames run, the C launch
+does not), torch's events and streams, the driver's memops, record and stream waits -- so what is timed is the
+Python host path alone, with the call plans and interpreted (written to host_dry.csv). The driver calls and
+torch's allocator cost a few microseconds more per call on a GPU host; ``--run`` measures them.
 """
 from __future__ import annotations
 
@@ -39,10 +49,15 @@ def signature():
     return ops.signature_for("all_reduce", [SHAPE], "bf16", 1, True, algorithm="one_shot")
 
 
+def eager_signatures():
+    from ditron import ops
+    return [ops.signature_for(op, shapes, "bf16", W, True, **params) for op, shapes, params, W in DRY_CASES]
+
+
 def build(directory: Path) -> None:
     from ditron import ops
-    ops.build([signature()], directory)
-    print(f"built {signature().key} into {directory}")
+    ops.build([signature(), *eager_signatures()], directory)
+    print(f"built {signature().key} and the eager cases into {directory}")
 
 
 def timed(fn, calls: int = CALLS) -> float:
@@ -86,6 +101,8 @@ def fresh_rows(x0, world, lib) -> list[tuple[str, object]]:
         ("ops.all_reduce eager, fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False, library=lib)),
         ("ops.all_reduce(graph=True), fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False,
                                                                        library=lib, graph=True)),
+        ("ops.all_reduce(graph='copy'), fresh x", lambda: ops.all_reduce([nxt()], world, "one_shot", sync=False,
+                                                                         library=lib, graph="copy")),
         ("torch.ops.ditron.all_reduce, fresh x", lambda: op(nxt(), handle, "one_shot")),
         ("torch.compile(fullgraph) of it, fresh x", lambda: compiled(nxt())),
         ("user torch.cuda.graph holding it", graph.replay),
@@ -133,6 +150,9 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
         us = timed(fn, FRESH_CALLS)
         results.append({"call": name, "host_us": round(us, 2)})
         print(f"  {name:40s} {us:7.2f} us")
+    for name, us in gpu_eager_rows(lib):
+        results.append({"call": name, "host_us": round(us, 2)})
+        print(f"  {name:40s} {us:7.2f} us")
     from ditron import torch_ops
     torch_ops.close(world)
     lib.close()
@@ -146,16 +166,234 @@ def run(directory: Path, out_dir: Path = RESULTS) -> int:
     return 0
 
 
+def gpu_eager_rows(lib) -> list[tuple[str, float]]:
+    """The fused ops' eager calls with fresh inputs (DRY_CASES on the GPU), through the call plans and
+    interpreted, and each op's torch operator: (name, us)."""
+    import itertools
+
+    import torch
+
+    from ditron import ops, torch_ops
+    from ditron.runtime import eager
+    from ditron.runtime.world import World
+    out = []
+    worlds = {W: World.virtual(W) for W in (1, 2)}
+    for op, shapes, params, W in DRY_CASES:
+        world = worlds[W]
+        pool = [[(torch.randn(*shapes[0], device="cuda") * 0.1).to(torch.bfloat16) for _ in range(W)]
+                for _ in range(FRESH)]
+        rest = [[(torch.randn(*sh, device="cuda") * 0.1).to(torch.bfloat16) for _ in range(W)] for sh in shapes[1:]]
+        nxt = itertools.cycle(pool).__next__
+        fn = getattr(ops, op)
+        handle = torch_ops.register_world(world, lib) if W == 1 else None
+        opfn, extra = getattr(torch.ops.ditron, op), tuple(params.values())
+        for plans in (True, False):
+            eager.ENABLED = plans
+            how = "plan" if plans else "interpreted"
+            rows = [(f"ops.{op} W={W} eager ({how}), fresh x",
+                     lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params))]
+            if handle is not None:
+                rows.append((f"torch.ops.ditron.{op} ({how}), fresh x",
+                             lambda: opfn(nxt()[0], *[r[0] for r in rest], handle, *extra)))
+            for name, call in rows:
+                out.append((name, timed(call, FRESH_CALLS)))
+        eager.ENABLED = True
+    return out
+
+
+# ------------------------------------------------------------------------------------- the CPU dry run
+
+DRY_CASES = [("ag_gemm", [(128, 256), (256, 256)], {}, 1), ("gemm_rs", [(128, 128), (128, 256)], {}, 1),
+             ("gemm_ar", [(128, 128), (128, 256)], {"algorithm": "auto"}, 1),
+             ("ag_gemm", [(64, 256), (256, 128)], {}, 2), ("gemm_rs", [(128, 128), (128, 256)], {}, 2),
+             ("gemm_ar", [(128, 128), (128, 256)], {"algorithm": "auto"}, 2),
+             ("all_reduce", [(128, 256)], {"algorithm": "one_shot"}, 2)]
+DRY_CALLS = 2000
+
+
+class _DryStream:
+    def __init__(self):
+        self.cuda_stream = id(self)
+
+    def wait_event(self, event) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _DryEvent:
+    cuda_event = 1
+
+    def __init__(self, **kw):
+        pass
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _DryDriver:
+    """The driver's memops, event record and stream wait as no-ops."""
+    wait_name, write_name = "cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2"
+
+    def can_fork(self) -> bool:
+        return True
+
+    def record(self, event, stream) -> bool:
+        return True
+
+    def wait_event(self, stream, event) -> None:
+        pass
+
+    def write(self, stream, addr, value) -> None:
+        pass
+
+    def wait_geq(self, stream, addr, value) -> None:
+        pass
+
+
+def dry_gpu(stack) -> None:
+    """Replace every device call of the executor's path by a no-op, for the life of ``stack`` (an ExitStack)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+    from triton.compiler.compiler import CompiledKernel
+
+    from ditron import torch_ops
+    from ditron.runtime import eager
+    from ditron.runtime import executor as X
+    from ditron.runtime import loader
+    user = _DryStream()
+    saved = []
+
+    def patch(obj, name, value):
+        saved.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+    patch(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    patch(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    patch(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(multi_processor_count=132))
+    patch(torch.cuda, "current_stream", lambda device=None: user)
+    patch(torch.cuda, "set_stream", lambda s: None)
+    patch(torch.cuda, "Event", _DryEvent)
+    patch(torch.cuda, "synchronize", lambda *a: None)
+    patch(torch.cuda, "is_current_stream_capturing", lambda: False)
+    patch(X, "_device_of", lambda world: torch.device("cpu"))
+    patch(X, "_new_stream", lambda device: (_DryStream(), None))
+    patch(X, "stream_write_value32", lambda: None)
+    patch(X, "driver_memops", lambda: _DryDriver())
+    patch(X.Executor, "_calibrate", lambda ex: 10 ** 9)
+    patch(X.Executor, "_probe_memops", lambda ex, drv: None)
+    patch(loader.Kernel, "loaded", property(lambda self: True))
+    patch(X.Executor, "_warm_copies", lambda ex: None)
+    patch(X.Executor, "_copy", staticmethod(lambda stream, src, dst: None))
+    patch(eager, "current_raw_stream", lambda: (lambda index: user.cuda_stream))
+    patch(torch_ops, "DEVICE_TYPE", "cpu")
+    # Triton's kernels: loaded (no module load), their C launch a no-op; kernel[grid](...) runs Triton's frames
+    patch(CompiledKernel, "_init_handles", lambda self: None)
+    patch(CompiledKernel, "run", property(lambda self: _dry_launch))
+    stack.callback(lambda: [setattr(o, n, v) for o, n, v in reversed(saved)])
+
+
+def _dry_launch(*args) -> None:
+    pass
+
+
+def dry_rows(directory: Path) -> list[dict]:
+    import contextlib
+    import itertools
+
+    import torch
+
+    from ditron import ops, torch_ops
+    from ditron.runtime import eager
+    from ditron.runtime.world import World
+    out = []
+    with contextlib.ExitStack() as stack:
+        dry_gpu(stack)
+        lib = ops.Library(directory, target="cuda:90")
+        for op, shapes, params, W in DRY_CASES:
+            world = World.virtual(W, device="cpu")
+            s = ops.signature_for(op, shapes, "bf16", W, True, **params)
+            pool = [[(torch.randn(shapes[0]) * 0.1).to(torch.bfloat16) for _ in range(W)] for _ in range(FRESH)]
+            rest = [[(torch.randn(sh) * 0.1).to(torch.bfloat16) for _ in range(W)] for sh in shapes[1:]]
+            nxt = itertools.cycle(pool).__next__
+            fn = getattr(ops, op)
+            handle = torch_ops.register_world(world, lib, capturable=False) if W == 1 else None
+            opfn = getattr(torch.ops.ditron, op)
+            extra = tuple(params.values())
+            for plans in (False, True):
+                eager.ENABLED = plans
+                rows = [(f"ops.{op} eager, fresh x", lambda: fn(nxt(), *rest, world, sync=False, library=lib,
+                                                              **params))]
+                if handle is not None:
+                    rows.append((f"torch.ops.ditron.{op}, fresh x",
+                                 lambda: opfn(nxt()[0], *[r[0] for r in rest], handle, *extra)))
+                for name, call in rows:
+                    for _ in range(50):
+                        call()
+                    runs = []
+                    for _ in range(REPEATS):
+                        start = time.perf_counter()
+                        for _ in range(DRY_CALLS):
+                            call()
+                        runs.append((time.perf_counter() - start) * 1e6 / DRY_CALLS)
+                    us = statistics.median(runs)
+                    row = {"call": name, "W": W, "signature": s.key, "plans": plans, "host_us": round(us, 2)}
+                    out.append(row)
+                    print(f"  W={W} {name:42s} {'plan' if plans else 'interpreted':12s} {us:8.2f} us", flush=True)
+            eager.ENABLED = True
+            if handle is not None:
+                torch_ops.close(world)
+                torch_ops.unregister_world(handle)
+        x = torch.zeros(SHAPE, dtype=torch.bfloat16)
+        for name, call in (("torch.empty of x's shape (for scale)", lambda: torch.empty(SHAPE, dtype=torch.bfloat16)),
+                           ("torch x.add_(x) (for scale)", lambda: x.add_(x))):
+            runs = []
+            for _ in range(REPEATS):
+                start = time.perf_counter()
+                for _ in range(DRY_CALLS):
+                    call()
+                runs.append((time.perf_counter() - start) * 1e6 / DRY_CALLS)
+            us = statistics.median(runs)
+            out.append({"call": name, "W": 0, "signature": "", "plans": "", "host_us": round(us, 2)})
+            print(f"  {name:46s} {'':12s} {us:8.2f} us", flush=True)
+        lib.close()
+    return out
+
+
+def dry_run(directory: Path, out_dir: Path = RESULTS) -> int:
+    rows = dry_rows(directory)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "host_dry.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["call", "W", "signature", "plans", "host_us"])
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path} (CPU dry run: device calls are no-ops)")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--build", type=Path, metavar="DIR", help="compile the all-reduce artifact into DIR")
     g.add_argument("--run", type=Path, metavar="DIR", help="time the calls with the artifact in DIR")
+    g.add_argument("--cpu-dry", type=Path, metavar="DIR", help="no GPU: time the Python host path of eager calls "
+                   "(artifacts in DIR, built there if missing and the compiler is here)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where host_w1.csv goes (default: benchmarks/results)")
     args = p.parse_args()
     if args.build:
         build(args.build)
         return 0
+    if args.cpu_dry:
+        return dry_run(args.cpu_dry, args.out)
     return run(args.run, args.out)
 
 

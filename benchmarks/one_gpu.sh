@@ -32,7 +32,7 @@ case "$mode" in
       test/py/test_loader_gpu.py
     t 100 device.log env DITRON_DEVICE_ARTS="$dir/device" "$py" -m pytest -q -m gpu -p no:cacheprovider \
       test/py/test_device_builder_gpu.py
-    t 60 host.log "$py" benchmarks/bench_host.py --run "$dir/host" --out "$out"
+    t 90 host.log "$py" benchmarks/bench_host.py --run "$dir/host" --out "$out"
     t 70 user_w1.log "$py" benchmarks/bench_user_kernels.py --run "$dir/user" --virtual 1 --quick
     t 70 user_w2.log "$py" benchmarks/bench_user_kernels.py --run "$dir/user" --virtual 2 --quick
     cp benchmarks/results/user_kernels_virtual_w*.csv "$out/" 2>/dev/null

@@ -56,12 +56,12 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import env, tune as _tune
+from . import env, fastcall, tune as _tune
 from .errors import DitronError, DitronRuntimeError
 from .op_reference import reference
 from .op_signature import (ALGORITHMS, ARITY, AXIS, DTYPES, FORMAT_VERSION, GEMM_AR_ALGORITHMS, OPS, PARAMS,  # noqa: F401
                            TORCH_DTYPES, OpError, Signature, _pass_triples, _target_name, output_shape, signature_for)
-from .runtime.graphs import GRAPH_CACHE, tensor_key
+from .runtime.graphs import GRAPH_CACHE, tensor_key, tensors_key as _tensors_key
 
 OP_FILE = "op.json"
 TMP_PREFIX = ".tmp-"
@@ -295,6 +295,7 @@ class Library:
         self._executables: dict[Signature, Any] = {}
         self._fast: dict[tuple, Any] = {}          # ops._call: repeated calls skip building the Signature
         self._fast_worlds: dict[int, Any] = {}     # id(world) -> world, so a reused id cannot alias another
+        self._eager: dict[tuple, Any] = {}         # eager calls by fastcall.key -> fastcall.FastCall
         # graph-mode calls by their tensors -> (world, BoundCall): a repeated call is one replay (ops._call)
         self._bound: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         # per op: its last graph-mode call in a real world, repeated at once if called again alike (ops._call; the
@@ -372,6 +373,7 @@ class Library:
         exe = self._executables.pop(sig, None)
         if exe is not None:
             self._fast = {k: v for k, v in self._fast.items() if v is not exe}
+            fastcall.forget(exe, self)
             for k in [k for k, (_, b) in self._bound.items() if b.runner.ex.exe is exe]:
                 del self._bound[k]
             self._last = {k: v for k, v in self._last.items() if v.bound.runner.ex.exe is not exe}
@@ -454,11 +456,14 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
         raise OpError(f"{op}: library= takes an ops.Library (e.g. ops.Library(directory)), got "
                       f"{type(library).__name__}")
     lib = library or default_library()
-    if graph and passes is None and out is not None:  # the op's last call again (a real world): replay at once
+    if not graph and passes is None:  # a call like a checked earlier one: its call plan at once (ditron.fastcall)
+        if (done := fastcall.call(lib, op, tensors, world, params, out, sync)) is not fastcall.MISS:
+            return done
+    if graph is True and passes is None and out is not None:  # the op's last call again (real world): replay it
         again = lib._last.get(op)
         if again is not None and again(world, tensors, out, params, sync):
             return out
-    if graph:  # a call with the same tensors as an earlier one: replay its graph straight away
+    if graph is True:  # a call with the same tensors as an earlier one: replay its graph straight away
         try:
             virtual = world.is_virtual
             hot = (op, id(world), tuple(params.items()) if params else (),
@@ -499,26 +504,19 @@ def _call(op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, s
         if fast is not None:
             lib._fast[fast] = exe
             lib._fast_worlds[id(world)] = world
-    outputs = None
-    if out is not None:
-        outputs = [[o] for o in out] if world.is_virtual else [out]
+    outputs = None if out is None else ([[o] for o in out] if world.is_virtual else [out])
     inputs = ranks if world.is_virtual else ranks[0]
-    if graph:
+    if graph == "copy":  # fresh activations copied into one captured set of inputs (runtime/graphs.GraphRunner)
+        result = exe.executor(world, graph=True)._graphs.copy_in(inputs, outputs, sync)
+    elif graph:
         bound = exe.executor(world, graph=True).bind(inputs, outputs)
         if hot is not None:
             lib._remember(hot, world, bound)
         result = bound(sync)
     else:
         result = exe.run(world, inputs, outputs, sync=sync)
+        fastcall.remember(lib, op, tensors, world, params, out, exe) if passes is None else None
     return [r[0] for r in result] if world.is_virtual else result[0]
-
-
-def _tensors_key(tensors: Sequence[Any], virtual: bool) -> tuple:
-    """What a graph bakes in about the call's tensor arguments (each a list of one tensor per rank in a virtual
-    world), as a key."""
-    if virtual:
-        return tuple(tuple(map(tensor_key, per_rank)) for per_rank in tensors)
-    return tuple(map(tensor_key, tensors))
 
 
 _CALL_DOC = """
@@ -529,6 +527,7 @@ _CALL_DOC = """
     ``graph``: replay a CUDA graph per set of tensors (a few microseconds of host time per call; its own executor,
     see ditron.runtime.graphs); without ``out`` the result tensors are reused by the next call with the same inputs.
     ``tune`` (GEMM ops): the tuning cache's config for this GPU (tuned first if missing, ditron_py/tune.py).
+    ``graph="copy"``: the first argument copied into inputs captured once per shapes, then a replay (fresh tensors).
 """
 
 

@@ -59,11 +59,12 @@ from typing import Any
 
 import torch
 
-from . import ops
+from . import fastcall, ops
 from .errors import DitronError
 
 NAMESPACE = "ditron"
 PREFIX = "ditron-world-"
+DEVICE_TYPE = "cuda"   # where the operators' tensors live (benchmarks/bench_host.py --cpu-dry runs them on the CPU)
 
 
 class WorldHandleError(DitronError, ValueError):
@@ -193,7 +194,10 @@ def _run(op: str, tensors, handle: str, params: dict[str, Any], max_rows: int = 
     """The operator's implementation: one call of the ditron.ops op on this rank's tensors, enqueued on the current
     stream (captured into the caller's graph when the caller captures one). ``max_rows`` > 0: any rows up to it,
     through the op's bucket programs (ditron.buckets: the first argument staged, the real rows returned)."""
-    world, library, capturable = _entry(handle)
+    entry = _entry(handle)
+    if not max_rows and (out := fastcall.op_call(op, handle, params, tensors, entry)) is not fastcall.MISS:
+        return out  # a call like a checked earlier one, not being captured: at once (ditron.fastcall)
+    world, library, capturable = entry
     p = _check(op, tensors, world.world_size, params)
     _check_device(op, tensors)
     capturing = torch.cuda.is_current_stream_capturing()
@@ -214,12 +218,14 @@ def _run(op: str, tensors, handle: str, params: dict[str, Any], max_rows: int = 
         if capturable:  # the plan a later capture of this call needs, made now (in a real world: collectively)
             from .runtime.callplan import plan_for
             plan_for(_executable(op, tensors, world, library, p), world, make=True)
+        if finish is None:
+            fastcall.op_remember(op, handle, params, tensors, entry, library or ops.default_library(), out, p)
     return out if finish is None else finish(out)
 
 
 def _check_device(op: str, tensors) -> None:
     for i, t in enumerate(tensors):
-        if t.device.type != "cuda":
+        if t.device.type != DEVICE_TYPE:
             raise ops.OpError(f"{op}: argument {i} is on {t.device}; ditron's ops run on CUDA tensors")
 
 
@@ -308,6 +314,7 @@ def close(world=None) -> None:
     from .runtime.callplan import close_plans
     w = world_of(world) if isinstance(world, str) else world
     close_plans(w)
+    fastcall.forget_world(w)
     for key in [k for k, (known, _, _) in _executables.items() if w is None or known is w]:
         del _executables[key]
 

@@ -306,6 +306,26 @@ class EpochTraces:
                 varying.append((i, a, tuple(changes.items())))
         self._fixed, self._varying, self.affine = fixed, varying, True
 
+    def action(self, index: int, epoch: int) -> Any:
+        """Action ``index`` of the trace of call ``epoch`` (an affine trace: what ``trace(epoch)[index]`` is), made
+        alone: the eager call plans (runtime/eager.py) name a planned wait this way only when the watchdog or an
+        error record asks."""
+        for i, a, changes in self._varying:
+            if i == index:
+                b = copy.copy(a)
+                for name, t in changes:
+                    setattr(b, name, t.base + t.slope * (epoch - 1) if type(t) is _Affine else _instantiate(t, epoch))
+                return b
+        return self._fixed[index]
+
+    def templates(self, index: int) -> dict[str, Any]:
+        """The fields of action ``index`` that vary with the epoch: name -> an _Affine (an int field) or a
+        ("tuple", parts) template whose parts are ("const", v) / ("affine", _Affine) / nested tuples."""
+        for i, _, changes in self._varying:
+            if i == index:
+                return dict(changes)
+        return {}
+
     def trace(self, epoch: int) -> list[Any]:
         from .program import without_entry_fork
         if not self.affine:

@@ -42,7 +42,9 @@ from typing import Any, Sequence
 from .. import env
 from ..errors import DitronRuntimeError
 from .actions import INT32_MAX, Actions
+from . import eager
 from .callplan import EpochTraces
+from .eager import EagerPlan, Unplanned
 from .graphs import BoundCall, GraphRunner, check_graph_program
 from .heap import SymmetricHeap, program_layout
 from .memops import DriverMemops, MemopError
@@ -199,6 +201,7 @@ class Executor(Warmup, Actions, Watchdog):
         self.max_iters = self._calibrate()
         self._graphs = GraphRunner(self, signal_via, wait_via) if self.graph else None
         self._eager_traces = {r: EpochTraces(prog, r, self.W) for r in self.ranks} if not self.graph else {}
+        self._eager_plans: dict[tuple, EagerPlan | Unplanned] = {}  # eager call plans by argument shapes
         self.heap.barrier()
 
     def _choose_memops(self, signal_via: str, wait_via: str) -> None:
@@ -248,35 +251,76 @@ class Executor(Warmup, Actions, Watchdog):
             return self._graphs.run(inputs, outputs, sync)
         with torch.cuda.device(self.device):
             tensors, result = self._bind_io(inputs, outputs)
-            epoch = self.epoch + 1
-            if self._rotates:
-                self._use_parity(epoch & 1)
-            work = []
-            for r in self.ranks:
-                for a in self._eager_traces[r].trace(epoch):  # callplan.EpochTraces: traced once
-                    if (r, a.site) not in self._checked_sites:
-                        self._check_action(r, a)
-                    work.append(self._prepare(r, a, tensors[r]))
-            self.epoch = epoch
-            self.watch.prune()
-            current = torch.cuda.current_stream(self.device)
-            start = torch.cuda.Event()
-            start.record(current)
-            for s in self.streams.values():
-                s.wait_event(start)
-            try:
-                for enqueue in work:
-                    enqueue()
-            finally:
-                torch.cuda.set_stream(current)
-            for (r, s), stream in self.streams.items():
-                end = torch.cuda.Event()
-                end.record(stream)
-                current.wait_event(end)
-                self.watch.add((r, s), Milestone(end, r, s, None, epoch))
-            if sync:
-                self._synchronize()
+            plan = self.eager_plan(tensors)
+            if plan is not None:
+                plan.enqueue(tensors, sync)
+            else:
+                self._run_interpreted(tensors, sync)
         return result
+
+    def eager_plan(self, tensors: dict[int, list[Any]]) -> EagerPlan | None:
+        """The eager call plan for these argument tensors' shapes (runtime/eager.py), made the first time; None in
+        graph mode, when plans are off (``eager.ENABLED``) or where the program is not of a form a plan covers
+        (``_eager_plans`` keeps the reason). Building it checks every action as an interpreted call does."""
+        if self._graphs is not None or not eager.ENABLED:
+            return None
+        key = eager.shapes_key(tensors)
+        plan = self._eager_plans.get(key)
+        if plan is None:
+            try:
+                plan = EagerPlan(self, tensors)
+            except Unplanned as why:
+                plan = why
+            self._eager_plans[key] = plan
+        return plan if isinstance(plan, EagerPlan) else None
+
+    def plan_for_call(self, inputs: list[list[Any]], outputs: list[list[Any]] | None) -> EagerPlan | None:
+        """The call plan an earlier checked call made for these tensors' shapes (inputs / outputs: one list per
+        local rank, as ``EagerPlan.call`` takes them), or None."""
+        prog = self.program
+        key = []
+        for i in range(len(self.ranks)):
+            slots: list[Any] = [None] * (len(prog.args) - 1)
+            for spec, x in zip(prog.inputs, inputs[i]):
+                slots[spec.index] = tuple(x.shape)
+            for k, spec in enumerate(prog.outputs):
+                slots[spec.index] = tuple(spec.shape) if outputs is None else tuple(outputs[i][k].shape)
+            key.append(tuple(slots))
+        plan = self._eager_plans.get(tuple(key))
+        return plan if isinstance(plan, EagerPlan) else None
+
+    def _run_interpreted(self, tensors: dict[int, list[Any]], sync: bool) -> None:
+        """One eager call, every action of the epoch's trace checked and enqueued through the executor's methods
+        (what a call plan does with prebound steps)."""
+        import torch
+        epoch = self.epoch + 1
+        if self._rotates:
+            self._use_parity(epoch & 1)
+        work = []
+        for r in self.ranks:
+            for a in self._eager_traces[r].trace(epoch):  # callplan.EpochTraces: traced once
+                if (r, a.site) not in self._checked_sites:
+                    self._check_action(r, a)
+                work.append(self._prepare(r, a, tensors[r]))
+        self.epoch = epoch
+        self.watch.prune()
+        current = torch.cuda.current_stream(self.device)
+        start = torch.cuda.Event()
+        start.record(current)
+        for s in self.streams.values():
+            s.wait_event(start)
+        try:
+            for enqueue in work:
+                enqueue()
+        finally:
+            torch.cuda.set_stream(current)
+        for (r, s), stream in self.streams.items():
+            end = torch.cuda.Event()
+            end.record(stream)
+            current.wait_event(end)
+            self.watch.add((r, s), Milestone(end, r, s, None, epoch))
+        if sync:
+            self._synchronize()
 
     __call__ = run
 

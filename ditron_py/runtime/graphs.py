@@ -291,6 +291,13 @@ def tensor_key(x) -> tuple:
         return ("?", id(x))  # never equal to a tensor's key: the call is checked in full (and refused)
 
 
+def tensors_key(tensors, virtual: bool) -> tuple:
+    """What a graph bakes in about a call's tensors (virtual world: one list per rank), as a key (ditron.ops)."""
+    if virtual:
+        return tuple(tuple(map(tensor_key, per_rank)) for per_rank in tensors)
+    return tuple(map(tensor_key, tensors))
+
+
 class GraphRunner:
     """The graph side of one Executor (graph=True): keys, captures, replays, and what the watchdog needs."""
 
@@ -302,6 +309,7 @@ class GraphRunner:
         self.backend = TorchGraphs(ex._stream())
         self._index = ex.device.index
         self.entries: OrderedDict[tuple, GraphEntry] = OrderedDict()
+        self._copied: dict[tuple, tuple[BoundCall, list]] = {}  # copy_in: per shapes, (bound call, its inputs)
         self.calls = [self._graph_call(p) for p in (0, 1)]
         # every pad consumed (each slot cleared by its waiter, device.CONSUMED_ATTR): a call leaves its parity's
         # pads zero, and nothing zeroes them
@@ -425,6 +433,44 @@ class GraphRunner:
 
     def run(self, inputs, outputs, sync: bool):
         return self.replay(self.entry(inputs, outputs), outputs, sync)
+
+    def copy_in(self, inputs, outputs, sync: bool, fresh: tuple[int, ...] = (0,)):
+        """A graph call with fresh tensors at the input positions ``fresh`` (a model's activations): they are copied
+        into inputs of the executor's own, captured once per set of shapes (the other inputs, the weights, are bound
+        by address as in ``run``), and the graph replays -- one copy per fresh input instead of a capture per new
+        tensor set. The results are fresh tensors (a copy of the graph's outputs; ``outputs``: copied into those).
+        Calls must come on one stream (the next call's copy overwrites the inputs the previous replay read)."""
+        ex = self.ex
+        torch = self._torch
+        rows = ex._per_rank(inputs, "inputs", len(ex.program.inputs))
+        key = tuple(tuple((x.shape, x.dtype, x.device) if k in fresh else tensor_key(x) for k, x in enumerate(row))
+                    for row in rows)
+        found = self._copied.get(key)
+        if found is None or not found[0].live:
+            static = [[torch.empty(x.shape, dtype=x.dtype, device=ex.device) if k in fresh else x
+                       for k, x in enumerate(row)] for row in rows]
+            bound = ex.bind(static if ex.world.is_virtual else static[0], None)
+            found = self._copied[key] = (bound, static)
+            while len(self._copied) > GRAPH_CACHE:
+                self._copied.pop(next(iter(self._copied)))
+        bound, static = found
+        current = torch.cuda.current_stream(ex.device)
+        for srow, row in zip(static, rows):  # (the executor's copy: on the current stream, before the replay)
+            for k in fresh:
+                if k < len(row):
+                    ex._copy(current, row[k], srow[k])
+        result = bound(False)
+        current = torch.cuda.current_stream(ex.device)  # (the replay's stream: the same one)
+        per_rank = result if ex.world.is_virtual else [result]
+        out = [[torch.empty_like(y) for y in ys] for ys in per_rank] if outputs is None else \
+            ex._per_rank(outputs, "outputs", len(ex.program.outputs))
+        for given, ys in zip(out, per_rank):
+            for o, y in zip(given, ys):
+                ex._copy(current, y, o)
+        if sync:
+            ex._synchronize()
+            torch.cuda.current_stream(ex.device).synchronize()
+        return out if ex.world.is_virtual else out[0]
 
     def replay(self, entry: GraphEntry, outputs, sync: bool):
         """One call of ``entry``'s tensors: on the executor's device, the next epoch's parity graph captured the
@@ -595,10 +641,11 @@ class GraphRunner:
         return out
 
     def clear(self) -> None:
+        self._copied.clear()
         for entry in self.entries.values():
             entry.live = False
         self.entries.clear()
 
 
 __all__ = ["GRAPH_CACHE", "BoundCall", "GraphCall", "GraphModeError", "GraphRunner", "TorchGraphs", "check_graph_program",
-           "tensor_key"]
+           "tensor_key", "tensors_key"]

@@ -6,6 +6,7 @@ in GPU memory, or writes one, without a kernel and without an SM.
     drv.write(stream.cuda_stream, addr, 7)        # *addr := 7, after a fence over the stream's earlier work
     drv.record(event.cuda_event, stream_handle)   # cuEventRecord: a completion event without torch's Python
                                                   # stream lookup (torch.cuda.Event.record() costs ~7 us, this ~1)
+    drv.wait_event(stream_handle, event_handle)   # cuStreamWaitEvent (the eager call plans' fork and join)
     drv.launch_graph(exec_handle, stream_handle, event_handle)  # cuGraphLaunch (a graph replay without torch's
                                                   # wrapper: 2.1 us against CUDAGraph.replay()'s 2.6,
                                                   # benchmarks/bench_host.py), then cuEventRecord
@@ -82,6 +83,10 @@ class DriverMemops:
         if self._wait is None or self._write is None:
             raise OSError("libcuda.so.1 has no cuStreamWaitValue32 / cuStreamWriteValue32")
         self._record = _handles(lib, "cuEventRecord")
+        self._stream_wait_event = getattr(lib, "cuStreamWaitEvent", None)
+        if self._stream_wait_event is not None:
+            self._stream_wait_event.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+            self._stream_wait_event.restype = ctypes.c_int
         self._graph_launch = _handles(lib, "cuGraphLaunch")
         self._launcher = None  # graph_launcher(), made at the first launch_graph()
         self._error_name = getattr(lib, "cuGetErrorName", None)
@@ -129,6 +134,18 @@ class DriverMemops:
         """cuEventRecord(event, stream) (both raw handles); False where the driver lacks it or refuses (the caller
         records through torch then)."""
         return self._record is not None and event != 0 and self._record(event, stream) == 0
+
+    def can_fork(self) -> bool:
+        """Whether ``record`` and ``wait_event`` both go through the driver (the eager call plans fork and join
+        their streams so: torch's Event.record and Stream.wait_event cost several microseconds each)."""
+        return self._record is not None and self._stream_wait_event is not None
+
+    def wait_event(self, stream: int, event: int) -> None:
+        """cuStreamWaitEvent(stream, event, 0) (raw handles): later work on ``stream`` waits for the event's latest
+        record as of now."""
+        code = self._stream_wait_event(stream, event, 0)
+        if code:
+            raise MemopError(f"cuStreamWaitEvent failed: CUresult {code} ({self.error_name(code)})")
 
     def graph_launcher(self):
         """``launch(graph_exec, stream, event) -> code``: cuGraphLaunch(graph_exec, stream), then, where ``event`` is

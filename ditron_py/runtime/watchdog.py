@@ -10,6 +10,7 @@ gave up on.
 from __future__ import annotations
 
 from ..errors import WaitTimeoutError
+from .eager import resolve
 from .graphs import GraphCall
 from .program import Buf, LaunchAction, WaitAction
 from .timeouts import DRAIN_S, SILENT_STALL_FACTOR, Blocked, Milestone, raise_silent_stall, timeout_message
@@ -42,6 +43,8 @@ class Watchdog:
     def _on_stall(self, heads: list[Milestone], stalled_s: float) -> None:
         """Nothing progressed for the timeout: name the waits whose condition is false, release the spinners and
         raise; with no such wait, keep waiting, and give up after SILENT_STALL_FACTOR timeouts."""
+        for m in heads:  # a call plan's milestone names its action lazily (runtime/eager.py)
+            m.action = resolve(m.action)
         pads = self._read_pads()
         blocked = []
         for m in heads:
@@ -140,6 +143,7 @@ class Watchdog:
                 blocked.append(Blocked(rank, -1, "wait", "?", (-1,), -1, (seen,), None, -1))
                 continue
             _, action, slots, value, epoch = entry
+            action = resolve(action)
             epoch = self.epoch if epoch < 0 else epoch
             gave_up = f"gave up in-kernel; {count} wait(s) of this rank did"
             if isinstance(action, LaunchAction):

@@ -1,0 +1,170 @@
+"""The fast path of an eager op call (``ditron.ops`` and the ``torch.ops.ditron`` operators) with fresh tensors.
+
+The first eager call of an op with a set of shapes goes the whole way (``ops._call``: arguments checked, the
+Signature built, the executable found or built, ``Executable.run``: the tensors checked against the program, the
+executor's call plan made, runtime/eager.py). It then leaves a ``FastCall`` in its library under a key that
+holds what those checks depended on: the op, the world, the parameters and, for every tensor of every rank (and
+every given output), its shape, element type, device and whether it is contiguous. A later call whose key matches
+skips every check and lookup: it binds its tensors into the executor's call plan (data pointers swapped in,
+outputs allocated) and enqueues it -- one tuple built, one dict lookup, the plan's steps. A call whose key does not
+match (another shape, a non-contiguous tensor, another device) takes the whole way, checked as before.
+
+The torch operators (torch_ops._run) keep the same per operator call: a key of (op, world handle, parameters, each
+tensor's shape, dtype, device, contiguity) to the output's shape and dtype and the op's FastCall, so that an eager
+operator call allocates its output and enqueues, with the capture plan made by the first call (outside any capture;
+a call inside the caller's capture always takes the capture path).
+
+``ditron.runtime.eager.ENABLED = False`` turns both off (every call interpreted, as before: the benchmark's
+baseline). Imports torch only.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .runtime import eager
+
+MISS = object()   # what ``call`` returns when the call must take the whole way
+
+
+def tensor_sig(t) -> tuple:
+    """What a checked call depended on about one tensor (raises AttributeError / TypeError for a non-tensor)."""
+    return (t.shape, t.dtype, t.device, t.is_contiguous())
+
+
+def key(op: str, world, params: dict[str, Any], tensors: Sequence[Any], out) -> tuple:
+    """The fast-path key of an ops call (virtual world: each argument a list of one tensor per rank)."""
+    if world.is_virtual:
+        sig = tuple(tensor_sig(t) for arg in tensors for t in arg)
+        outs = None if out is None else tuple(tensor_sig(o) for o in out)
+    else:
+        sig = tuple(tensor_sig(t) for t in tensors)
+        outs = None if out is None else tensor_sig(out)
+    return (op, id(world), tuple(params.items()) if params else (), len(tensors), sig, outs)
+
+
+class FastCall:
+    """An op's checked call with one set of shapes in one world: its executor's call plan, ready to bind fresh
+    tensors of those shapes."""
+
+    __slots__ = ("world", "exe", "ex", "plan", "virtual", "W")
+
+    def __init__(self, world, exe, ex, plan):
+        self.world, self.exe, self.ex, self.plan = world, exe, ex, plan
+        self.virtual, self.W = world.is_virtual, world.world_size
+
+    @property
+    def live(self) -> bool:
+        return not self.ex._closed and self.ex._broken is None
+
+    def __call__(self, tensors: Sequence[Any], out, sync: bool):
+        """ops' call with these tensors (checked by the key): results as ``ops._call`` returns them."""
+        if self.virtual:
+            rows = [list(r) for r in zip(*tensors)]
+            outs = None if out is None else [[o] for o in out]
+            return [r[0] for r in self.plan.call(rows, outs, sync)]
+        return self.plan.call([list(tensors)], None if out is None else [[out]], sync)[0][0]
+
+    def one(self, tensors: Sequence[Any], out) -> None:
+        """A torch operator's call: this rank's tensors (a real world, or a virtual world of one rank) into ``out``,
+        enqueued without host synchronisation."""
+        self.plan.call([list(tensors)], [[out]], False)
+
+
+def call(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool):
+    """The call through its FastCall where an earlier call left one under its key, else MISS (no import, no
+    frame beyond the plan's: a function-level import costs about a microsecond per call)."""
+    if not eager.ENABLED:
+        return MISS
+    try:
+        fast = lib._eager.get(key(op, world, params, tensors, out))
+    except (AttributeError, TypeError, IndexError):
+        return MISS
+    if fast is None or fast.world is not world or not fast.live:
+        return MISS
+    return fast(tensors, out, sync)
+
+
+def remember(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, exe) -> FastCall | None:
+    """After a checked eager call: its FastCall, kept in ``lib`` (None where the executor made no plan)."""
+    if not eager.ENABLED:
+        return None
+    try:
+        k = key(op, world, params, tensors, out)
+    except (AttributeError, TypeError, IndexError):
+        return None
+    if not all(s[3] for s in k[4]):  # a non-contiguous input is copied by the checked path
+        return None
+    ex = next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
+               not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)  # the one that ran the call
+    if ex is None:
+        return None
+    rows = [list(r) for r in zip(*tensors)] if world.is_virtual else [list(tensors)]
+    outs = None if out is None else ([[o] for o in out] if world.is_virtual else [[out]])
+    plan = ex.plan_for_call(rows, outs)
+    if plan is None:
+        return None
+    fast = lib._eager[k] = FastCall(world, exe, ex, plan)
+    return fast
+
+
+# ------------------------------------------------------------------------------------------ torch operators
+
+_ops: dict[tuple, tuple[Any, tuple, Any, Any, FastCall]] = {}   # key -> (world entry, shape, dtype, device, fast)
+
+
+def op_key(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any]) -> tuple:
+    return (op, handle, tuple(params.items()), tuple(tensor_sig(t) for t in tensors))
+
+
+def op_call(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any], entry):
+    """A torch operator's eager call through its fast path (the output tensor), or MISS."""
+    if not eager.ENABLED:
+        return MISS
+    try:
+        found = _ops.get(op_key(op, handle, params, tensors))
+    except (AttributeError, TypeError):
+        return MISS
+    if found is None or found[0] is not entry or not found[4].live:
+        return MISS
+    torch = eager.torch_module()
+    if torch.cuda.is_current_stream_capturing():  # (asked only now: the tensors are on the GPU) the capture path
+        return MISS
+    _, shape, dtype, device, fast = found
+    out = torch.empty(shape, dtype=dtype, device=device)
+    fast.one(tensors, out)
+    return out
+
+
+def op_remember(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any], entry, lib, out,
+                normalised: dict[str, Any]) -> None:
+    """After a torch operator's checked eager call (whose ops call, with the ``normalised`` parameters, left a
+    FastCall in ``lib`` under the ops key); ``params`` as the operator was given them."""
+    if not eager.ENABLED:
+        return
+    world = entry[0]
+    args = [[t] for t in tensors] if world.is_virtual else list(tensors)
+    o = [out] if world.is_virtual else out
+    try:
+        fast = lib._eager.get(key(op, world, normalised, args, o))
+        k = op_key(op, handle, params, tensors)
+    except (AttributeError, TypeError):
+        return
+    if fast is not None:
+        _ops[k] = (entry, tuple(out.shape), out.dtype, out.device, fast)
+
+
+def forget_world(world=None) -> None:
+    """Drop the operators' fast calls in ``world`` (else all)."""
+    for k in [k for k, v in _ops.items() if world is None or v[0][0] is world]:
+        del _ops[k]
+
+
+def forget(exe=None, lib=None) -> None:
+    """Drop the fast calls of ``exe`` (else all), the library's and the operators': its executors are closed."""
+    if lib is not None:
+        lib._eager = {k: v for k, v in lib._eager.items() if exe is not None and v.exe is not exe}
+    for k in [k for k, v in _ops.items() if exe is None or v[4].exe is exe]:
+        del _ops[k]
+
+
+__all__ = ["MISS", "FastCall", "call", "forget", "key", "forget_world", "op_call", "op_key", "op_remember", "remember"]

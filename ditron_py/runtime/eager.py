@@ -1,0 +1,551 @@
+"""Eager call plans: an eager call (``Executor.run``, ``ditron.ops``, ``torch.ops.ditron``) as a flat list of
+prebound steps, made at the first call with a set of shapes, so that a call with fresh tensors costs a few
+microseconds of host time instead of the tens an interpreted call costs.
+
+What an interpreted eager call does on the host, per call: check every tensor and allocate the outputs, take the
+trace of the epoch (``callplan.EpochTraces``), check every action's regions, slots and values, make a closure per
+action, create a torch event per stream to fork from the caller's stream and one per stream to join into it (and
+one per blocking action for the watchdog), and launch each kernel through Triton's ``kernel[grid](...)`` (a frame
+that builds the launch metadata, then the launcher, which asks the driver about every tensor argument's pointer).
+What a plan does instead (``EagerPlan.call``):
+
+* **Built once per shapes** (``Executor._eager_plan``: one per set of argument shapes, since a trace may depend
+  on them; the first call of each checks it in full as before). Everything that does not depend on the call's
+  tensors or epoch is computed then: the streams' raw handles, the symmetric buffers' addresses (per parity where
+  buffers rotate), the signal and wait addresses, each launch's argument list in ABI order with its grid, function
+  handle and packed metadata, the regions of every copy between symmetric buffers, the ints every check needs.
+* **Per call** only what changes: the data pointers of the call's tensors (``tensor.data_ptr()``, written into the
+  launch's argument list), the values affine in the epoch (``base + slope * (epoch - 1)``, from EpochTraces' probe
+  templates: signal and wait values, in-kernel wait operands, barrier counts), one fresh tag per launch that
+  names it in an error record, and the slices of the call's tensors that copies read or write.
+* **Launches** go to Triton's launcher directly (``CompiledKernel.run`` with the grid, the function handle, the
+  packed metadata and pointers as ints: no launch-metadata frame, no pointer query; Triton's launch hooks passed
+  only when a hook is registered -- an empty ``HookChain`` is still a Python call per launch, and building the
+  launch metadata for it cost ~13 us here), and through ``kernel[grid]`` only for launchers that are not Triton's
+  (the CPU tests' stand-ins).
+* **Fork and join** through the driver (``cuEventRecord`` / ``cuStreamWaitEvent`` on events created once), where
+  it is; else torch events as before. The events that the watchdog's milestones hold come from a ring per
+  (rank, stream) and per blocking step (``EVENT_RING``): re-recording one whose earlier milestone is still queued
+  only records it later on the same stream, so the watchdog can see that call end later, never earlier. The
+  milestone of a blocking step names its action lazily (``Lazy``): the action of that call's epoch is made only
+  when the watchdog or an error record asks for it. Completed milestones are pruned every ``PRUNE_AT`` calls.
+* **No host synchronisation**: nothing on the call path waits for the GPU or reads device memory.
+
+A program a plan does not cover runs as before (the reason is kept in ``Executor._eager_plans``): a trace that is
+not affine in the epoch, or a copy whose region moves with the epoch. ``ENABLED = False`` turns the plans off (the
+benchmark measures both; ops.py and torch_ops.py read it too).
+Imports torch and triton only (never mlir).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable
+
+from ..errors import DitronRuntimeError
+from ..schema import USER_ARG_KINDS
+from .program import BarrierAction, Buf, CopyAction, LaunchAction, SignalAction, WaitAction, slot_runs
+from .timeouts import Milestone
+
+ENABLED = True      # eager calls through plans (False: every call interpreted, as before)
+EVENT_RING = 64     # events per (rank, stream) end and per blocking step, reused round-robin
+PRUNE_AT = 32       # completed milestones are dropped every PRUNE_AT calls (an event query costs ~1 us)
+_I32 = (-(1 << 31), 1 << 31)
+
+
+class Unplanned(Exception):
+    """The program is not of a form a plan covers (the call is interpreted); the message says why."""
+
+
+class Lazy:
+    """A milestone's or error record's action, made when asked (``resolve``): the planned action at its epoch."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Callable[..., Any], *args: Any):
+        self.fn, self.args = fn, args
+
+    def resolve(self) -> Any:
+        return self.fn(*self.args)
+
+
+def resolve(action: Any) -> Any:
+    """``action`` itself, or what a Lazy stands for."""
+    return action.resolve() if type(action) is Lazy else action
+
+
+def torch_module():
+    """torch (imported once, at the first call: this module is imported where torch may not be wanted yet)."""
+    global _TORCH
+    if _TORCH is None:
+        import torch
+        _TORCH = torch
+    return _TORCH
+
+
+_TORCH = None
+
+
+def current_raw_stream():
+    """torch's (device index) -> raw handle of the current stream, or None where torch has no CUDA."""
+    import torch
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _raw_launch(ck) -> bool:
+    """Whether ``ck`` is Triton's CompiledKernel (its launcher called directly), not a stand-in."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+    except ImportError:
+        return False
+    return isinstance(ck, CompiledKernel)
+
+
+def _affine(t) -> tuple[int, int] | None:
+    """(base, slope) of an _Affine template; None for anything else."""
+    return (t.base, t.slope) if hasattr(t, "base") and hasattr(t, "slope") else None
+
+
+def _operand_templates(changes: dict[str, Any], n: int) -> list[tuple[int, int] | None]:
+    """Per operand of a launch: (base, slope) where it is affine in the epoch, else None (constant)."""
+    t = changes.get("operands")
+    if t is None:
+        return [None] * n
+    kind, parts = t
+    out = []
+    for part in parts:
+        if part[0] == "const":
+            out.append(None)
+        elif part[0] == "affine":
+            out.append((part[1].base, part[1].slope))
+        else:
+            raise Unplanned("a launch operand that is a tuple varying with the epoch")
+    return out
+
+
+class EagerPlan:
+    """The prebound steps of one executor's eager call for one set of argument shapes (see the module doc)."""
+
+    def __init__(self, ex: Any, tensors: dict[int, list[Any]]):
+        import torch
+
+        from . import executor as X
+        self.ex = ex
+        self._torch = torch
+        traces = ex._eager_traces
+        for r in ex.ranks:
+            if not traces[r].affine:
+                raise Unplanned("its trace is not affine in the epoch")
+        drv = X.driver_memops()
+        self.drv = drv if drv is not None and getattr(drv, "can_fork", lambda: False)() else None
+        self.current_raw = current_raw_stream() if self.drv is not None else None
+        if self.current_raw is None:
+            self.drv = None
+        self.index = ex.device.index
+        self.get_device = getattr(torch._C, "_cuda_getDevice", None) if self.index is not None else None
+        self.sets_stream = False
+        self.raw_fallback = False
+        self.max_epoch = 1 << 62     # the last call a plan serves (values that must fit 32 bits: _limit)
+        self.calls = 0
+        self.prechecks: dict[int, list[Callable[[list[Any]], None]]] = {}  # per rank: checks of a call's tensors
+        self.used = sorted({(r, a.stream) for r in ex.ranks for a in traces[r]._fixed})
+        self.handles = {k: ex.streams[k].cuda_stream for k in self.used}
+        parities = (0, 1) if ex._rotates else (0,)
+        self.steps = {p: [(r, self._rank_steps(r, p, tensors[r])) for r in ex.ranks] for p in parities}
+        self.queues = {k: ex.watch.queues.setdefault(k, deque()) for k in self.used}
+        if self.drv is not None:
+            self.start = self._events(1)[0]
+            self.ends = {k: self._events(EVENT_RING) for k in self.used}
+        self.outputs = [(spec.index, tuple(spec.shape), X.torch_dtype(spec.dtype)) for spec in ex.program.outputs]
+        self.dynamic_outputs = any(-1 in shape for _, shape, _ in self.outputs)
+        self.inputs = [spec.index for spec in ex.program.inputs]
+        self.n_args = len(ex.program.args) - 1
+
+    # ------------------------------------------------------------------------------------------ building
+    def _events(self, n: int) -> list[tuple[Any, int]]:
+        """n torch events, each recorded once now so that it has a raw handle: (event, handle)."""
+        torch = self._torch
+        cur = torch.cuda.current_stream(self.ex.device)
+        out = []
+        for _ in range(n):
+            ev = torch.cuda.Event()
+            ev.record(cur)
+            out.append((ev, ev.cuda_event))
+        return out
+
+    def _rank_steps(self, rank: int, parity: int, tensors: list[Any]) -> list[Callable[[int, list[Any]], None]]:
+        ex = self.ex
+        et = ex._eager_traces[rank]
+        steps = []
+        for i, a in enumerate(et._fixed):
+            if (rank, a.site) not in ex._checked_sites:
+                ex._check_action(rank, a)
+            changes = et.templates(i)
+            step = self._step(rank, parity, i, a, changes, tensors)
+            if step is not None:
+                steps.append(step)
+        return steps
+
+    def _step(self, rank, parity, i, a, changes, tensors):
+        ex = self.ex
+        stream = ex.streams[(rank, a.stream)]
+        handle = stream.cuda_stream
+        et = ex._eager_traces[rank]
+        if isinstance(a, LaunchAction):
+            if set(changes) - {"operands"}:
+                raise Unplanned(f"launch of @{a.kernel} whose {', '.join(sorted(changes))} vary with the epoch")
+            return self._launch(rank, parity, i, a, changes, tensors, stream)
+        if isinstance(a, CopyAction):
+            if changes:
+                raise Unplanned("a copy whose region varies with the epoch")
+            return self._copy(rank, parity, a, tensors, stream)
+        if isinstance(a, SignalAction):
+            if set(changes) - {"value"}:
+                raise Unplanned("a signal whose pad, target or slot varies with the epoch")
+            slot = ex._slot(a.pad, a.slot, rank, a)
+            base, slope = _affine(changes["value"]) if "value" in changes else (ex._value(a.value, rank, a,
+                                                                                          "signal value"), 0)
+            self._limit(base, slope)
+            kernel_here = ex._signals_by_kernel(rank, stream)
+            if a.op == "set" and ex._signal_drv is not None and not kernel_here:
+                write, addr = ex._signal_drv.write, ex._parity_ptr[parity][(a.pad.index, a.target)] + 4 * slot
+                return lambda epoch, t: write(handle, addr, base + slope * (epoch - 1))
+            self.sets_stream = True
+            pad, target, op, scope = a.pad, a.target, a.op, a.scope
+            return lambda epoch, t: ex._signal(rank, stream, pad, target, slot, base + slope * (epoch - 1), op, scope)
+        if isinstance(a, WaitAction):
+            if set(changes) - {"value"}:
+                raise Unplanned("a wait whose pad or slots vary with the epoch")
+            for s in a.slots:
+                ex._slot(a.pad, s, rank, a)
+            base, slope = _affine(changes["value"]) if "value" in changes else (ex._value(a.value, rank, a,
+                                                                                          "wait value"), 0)
+            self._limit(base, slope)
+            if not ex._waits_by_kernel(rank, stream):
+                wait_geq, pad_base = ex._memops.wait_geq, ex._parity_ptr[parity][(a.pad.index, rank)]
+                addrs = [pad_base + 4 * s for s in sorted(set(a.slots))]
+                milestone = self._milestone(rank, a.stream, stream)
+
+                def wait(epoch, t):
+                    v = base + slope * (epoch - 1)
+                    for addr in addrs:
+                        wait_geq(handle, addr, v)
+                    milestone(epoch, Lazy(et.action, i, epoch))
+                return wait
+            self.sets_stream = True
+            return lambda epoch, t: ex._wait(rank, stream, et.action(i, epoch))
+        if isinstance(a, BarrierAction):
+            return self._barrier(rank, parity, a, stream)
+        raise Unplanned(f"an action of kind {type(a).__name__}")
+
+    def _milestone(self, rank: int, s: int, stream) -> Callable[[int, Any], None]:
+        """What records a blocking step's milestone for the watchdog: a ring event through the driver, else a
+        fresh torch event (the executor's own way)."""
+        queue = self.ex.watch.queues.setdefault((rank, s), deque())
+        if self.drv is None:
+            torch = self._torch
+
+            def fresh(epoch, action):
+                ev = torch.cuda.Event()
+                ev.record(stream)
+                queue.append(Milestone(ev, rank, s, action, epoch))
+            return fresh
+        ring, record, handle = self._events(EVENT_RING), self.drv.record, stream.cuda_stream
+
+        def ringed(epoch, action):
+            ev, raw = ring[epoch % EVENT_RING]
+            if not record(raw, handle):
+                raise DitronRuntimeError("cuEventRecord failed for a milestone of an eager call")
+            queue.append(Milestone(ev, rank, s, action, epoch))
+        return ringed
+
+    def _buf(self, parity: int, rank: int, b: Buf, raw: bool):
+        """('arg', index) for an argument (the call's tensor), ('fixed', value) for a symmetric buffer (its address
+        where the launcher is Triton's, else its view)."""
+        if b.kind == "arg":
+            return ("arg", b.index)
+        view = self.ex._parity_views[parity][(b.index, rank)]
+        return ("fixed", view.data_ptr() if raw else view)
+
+    def _limit(self, base: int, slope: int) -> None:
+        """Lower the last epoch this plan serves so that base + slope * (epoch - 1) stays a signed 32-bit value
+        (later calls are interpreted, and the executor's checks raise)."""
+        if slope > 0:
+            self.max_epoch = min(self.max_epoch, (_I32[1] - 1 - base) // slope + 1)
+        elif slope < 0:
+            self.max_epoch = min(self.max_epoch, (base - _I32[0]) // -slope + 1)
+
+    def _launch(self, rank, parity, i, a, changes, tensors, stream):
+        ex = self.ex
+        kernel = ex._kernel(a.kernel)
+        ck = kernel.triton_kernel
+        raw = _raw_launch(ck)
+        templates = _operand_templates(changes, len(a.operands))
+        ex._launch_values(rank, a, tensors)  # the executor's own checks of this launch (scratch, i32 operands)
+        values: list[Any] = []
+        arg_slots: list[tuple[int, int]] = []
+        varying: list[tuple[int, int, int, bool]] = []
+        tag_pos = None
+        k = 0
+        row = ex.ranks.index(rank)
+        for pos, (kind, ty, _) in enumerate(ex._plans[a.kernel]):
+            if kind in USER_ARG_KINDS:
+                v, t = a.operands[k], templates[k]
+                k += 1
+                if isinstance(v, Buf):
+                    where, value = self._buf(parity, rank, v, raw)
+                    if where == "arg":
+                        arg_slots.append((pos, value))
+                        value = None
+                    values.append(value)
+                elif t is not None:
+                    varying.append((pos, t[0], t[1]))
+                    if ty == "i32":
+                        self._limit(t[0], t[1])
+                    values.append(v)
+                else:
+                    values.append(v)
+            elif kind == "rank":
+                values.append(rank)
+            elif kind == "num_ranks":
+                values.append(ex.W)
+            elif kind == "heap_bases":
+                values.append(ex.heap.bases().data_ptr() if raw else ex.heap.bases())
+            elif kind == "wait_bound":
+                values.append(ex.max_iters)
+            elif kind == "wait_err":
+                values.append(ex._err[row].data_ptr() if raw else ex._err[row])
+            elif kind == "wait_tag":
+                tag_pos = pos
+                values.append(0)
+            else:
+                raise DitronRuntimeError(f"kernel '{a.kernel}': the executor cannot bind an argument of kind "
+                                         f"'{kind}'; update ditron")
+        claims = ex._divisible_args(a.kernel) if hasattr(ex, "_divisible_args") else ()
+        if claims:  # a @ditron.jit kernel specialized on 16-divisibility: each call's tensors checked up front
+            self._divisibility_check(rank, a, values, arg_slots, claims)
+        grid = tuple(a.grid) + (1,) * (3 - len(a.grid))
+        gx, gy, gz = grid
+        scratch = ex._scratch.get((rank, a.site))
+        spins = ex.program.kernels[a.kernel].spins
+        milestone = self._milestone(rank, a.stream, stream) if spins else None
+        et = ex._eager_traces[rank]
+        new_tag = ex._new_tag
+        handle = stream.cuda_stream
+        if raw:
+            from triton import knobs
+            from triton.runtime import _allocation
+            ck._init_handles()
+            run, function, packed, hooks = ck.run, ck.function, ck.packed_metadata, knobs.runtime
+            allocator = _allocation._allocator
+
+            def launch(epoch, t):
+                for pos, index in arg_slots:
+                    values[pos] = t[index].data_ptr()
+                for pos, base, slope in varying:
+                    values[pos] = base + slope * (epoch - 1)
+                lazy = Lazy(et.action, i, epoch) if varying else a
+                if tag_pos is not None:
+                    values[tag_pos] = new_tag(rank, lazy, (), -1)
+                enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+                if not getattr(enter, "calls", True):  # an empty HookChain: nothing for the launcher to call
+                    enter = None
+                if not getattr(leave, "calls", True):
+                    leave = None
+                meta = None if enter is None else ck.launch_metadata(grid, handle, *values)
+                if scratch is None:
+                    run(gx, gy, gz, handle, function, packed, meta, enter, leave, *values)
+                else:
+                    token = allocator.set(lambda size, align, s, buf=scratch: buf)
+                    try:
+                        run(gx, gy, gz, handle, function, packed, meta, enter, leave, *values)
+                    finally:
+                        allocator.reset(token)
+                if milestone is not None:
+                    milestone(epoch, lazy)
+            return launch
+        self.raw_fallback = True
+        launcher = ck[grid]
+
+        def launch_generic(epoch, t):  # a stand-in launcher: tensors as tensors (scratch: none on stand-ins)
+            for pos, index in arg_slots:
+                values[pos] = t[index]
+            for pos, base, slope in varying:
+                values[pos] = base + slope * (epoch - 1)
+            lazy = Lazy(et.action, i, epoch) if varying else a
+            if tag_pos is not None:
+                values[tag_pos] = new_tag(rank, lazy, (), -1)
+            launcher(*values, stream=handle)
+            if milestone is not None:
+                milestone(epoch, lazy)
+        return launch_generic
+
+    def _divisibility_check(self, rank, a, values, arg_slots, claims) -> None:
+        """A precheck (run before anything of the call is enqueued): the call's tensors at the claimed positions are
+        16-byte aligned, else the executor's own check raises its error (ex._check_divisible)."""
+        ex = self.ex
+        from ..schema import DIVISIBILITY
+        slots = [(pos, index) for pos, index in arg_slots if any(pos == i for i, _ in claims)]
+        if not slots:
+            return
+
+        def check(t):
+            for pos, index in slots:
+                if t[index].data_ptr() % DIVISIBILITY:
+                    vals = list(values)
+                    for p, k in arg_slots:
+                        vals[p] = t[k]
+                    ex._check_divisible(rank, a, vals, claims)
+        self.prechecks.setdefault(rank, []).append(check)
+
+    def _copy(self, rank, parity, a: CopyAction, tensors, stream):
+        ex = self.ex
+        if not all(a.sizes):
+            ex._region(ex._tensor(a.src, a.src_rank, rank, tensors, a), a.src_off, a.sizes, rank, a, "source")
+            ex._region(ex._tensor(a.dst, a.dst_rank, rank, tensors, a), a.dst_off, a.sizes, rank, a, "destination")
+            return None  # nothing to copy
+        self.sets_stream = True
+        ends = []
+        for b, owner, off, what in ((a.src, a.src_rank, a.src_off, "source"), (a.dst, a.dst_rank, a.dst_off,
+                                                                             "destination")):
+            if b.kind == "arg":
+                ex._tensor(b, owner, rank, tensors, a)  # an argument of another rank is refused here
+                t = tensors[b.index]
+                ex._region(t, off, a.sizes, rank, a, what)
+                whole = tuple(off) == (0,) * t.dim() and tuple(a.sizes) == tuple(t.shape)
+                ends.append(("arg", b.index, None if whole else tuple(slice(o, o + s) for o, s in zip(off, a.sizes))))
+            else:
+                view = ex._parity_views[parity][(b.index, owner)]
+                ends.append(("fixed", ex._region(view, off, a.sizes, rank, a, what), None))
+        copy = ex._copy
+        (sk, sv, ss), (dk, dv, ds) = ends
+
+        def run(epoch, t):
+            src = sv if sk == "fixed" else (t[sv] if ss is None else t[sv][ss])
+            dst = dv if dk == "fixed" else (t[dv] if ds is None else t[dv][ds])
+            copy(stream, src, dst)
+        return run
+
+    def _barrier(self, rank, parity, a: BarrierAction, stream):
+        ex = self.ex
+        key = (a.pad.index, rank)
+        by_kernel = ex.program.barrier_kernel and ex._signals_by_kernel(rank, stream) and \
+            ex._waits_by_kernel(rank, stream)
+        if by_kernel or ex._signal_drv is None or ex._signals_by_kernel(rank, stream) or \
+                ex._waits_by_kernel(rank, stream):
+            self.sets_stream = True
+            return lambda epoch, t: ex._barrier(rank, stream, a)
+        barriers, write, wait_geq = ex._barriers, ex._signal_drv.write, ex._memops.wait_geq
+        ptrs = ex._parity_ptr[parity]
+        peers = [ptrs[(a.pad.index, q)] + 4 * rank for q in range(ex.W)]
+        own = [ptrs[(a.pad.index, rank)] + 4 * q for q in range(ex.W)]
+        handle = stream.cuda_stream
+        milestone = self._milestone(rank, a.stream, stream)
+        slots = tuple(range(ex.W))
+
+        def barrier(epoch, t):
+            n = barriers[key] = barriers.get(key, 0) + 1
+            for addr in peers:
+                write(handle, addr, n)
+            for addr in own:
+                wait_geq(handle, addr, n)
+            milestone(epoch, Lazy(WaitAction, a.stream, a.loc, a.site, a.pad, n, slots, "barrier"))
+        return barrier
+
+    # ------------------------------------------------------------------------------------------ calls
+    def bind(self, inputs: list[list[Any]], outputs: list[list[Any]] | None):
+        """The argument slots of each local rank from its input (and given output) tensors, already checked by the
+        caller's key; outputs allocated where not given. Returns (tensors per rank, outputs per rank)."""
+        torch = self._torch
+        device = self.ex.device
+        tensors, results = {}, []
+        for i, r in enumerate(self.ex.ranks):
+            slots = [None] * self.n_args
+            for index, x in zip(self.inputs, inputs[i]):
+                slots[index] = x
+            if outputs is None:
+                if self.dynamic_outputs:
+                    raise DitronRuntimeError("an output argument has a dynamic shape: pass outputs=")
+                outs = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype in self.outputs]
+            else:
+                outs = outputs[i]
+            for (index, _, _), y in zip(self.outputs, outs):
+                slots[index] = y
+            tensors[r] = slots
+            results.append(outs)
+        return tensors, results
+
+    def enqueue(self, tensors: dict[int, list[Any]], sync: bool) -> None:
+        """One call with the given argument slots per rank (see the module doc), on the caller's current stream."""
+        ex = self.ex
+        if ex._closed or ex._broken:
+            ex._check_usable()
+        if self.get_device is not None and self.get_device() != self.index:
+            with self._torch.cuda.device(ex.device):
+                return self.enqueue(tensors, sync)
+        for r, checks in self.prechecks.items():  # before anything is enqueued: no rank left half-enqueued
+            for check in checks:
+                check(tensors[r])
+        epoch = ex.epoch + 1
+        if epoch > self.max_epoch:  # a value would not fit 32 bits: the interpreted call checks and raises
+            return ex._run_interpreted(tensors, sync)
+        steps = self.steps[epoch & 1] if ex._rotates else self.steps[0]
+        if ex._rotates:
+            ex._use_parity(epoch & 1)
+        ex.epoch = epoch
+        self.calls += 1
+        if self.calls % PRUNE_AT == 0:
+            ex.watch.prune()
+        torch = self._torch
+        drv = self.drv
+        current = torch.cuda.current_stream(ex.device) if (self.sets_stream or drv is None) else None
+        if drv is not None:
+            cur = self.current_raw(self.index)
+            start = self.start[1]
+            if not drv.record(start, cur):
+                raise DitronRuntimeError("cuEventRecord failed at the start of an eager call")
+            for k in self.used:
+                drv.wait_event(self.handles[k], start)
+        else:
+            start = torch.cuda.Event()
+            start.record(current)
+            for k in self.used:
+                ex.streams[k].wait_event(start)
+        try:
+            for r, rank_steps in steps:
+                t = tensors[r]
+                for step in rank_steps:
+                    step(epoch, t)
+        finally:
+            if current is not None:
+                torch.cuda.set_stream(current)
+        if drv is not None:
+            i = epoch % EVENT_RING
+            for k in self.used:
+                ev, raw = self.ends[k][i]
+                if not drv.record(raw, self.handles[k]):
+                    raise DitronRuntimeError("cuEventRecord failed at the end of an eager call")
+                drv.wait_event(cur, raw)
+                self.queues[k].append(Milestone(ev, k[0], k[1], None, epoch))
+        else:
+            for k in self.used:
+                end = torch.cuda.Event()
+                end.record(ex.streams[k])
+                current.wait_event(end)
+                self.queues[k].append(Milestone(end, k[0], k[1], None, epoch))
+        if sync:
+            ex._synchronize()
+
+    def call(self, inputs: list[list[Any]], outputs: list[list[Any]] | None, sync: bool) -> list[list[Any]]:
+        """``bind`` then ``enqueue``; the outputs per local rank."""
+        tensors, results = self.bind(inputs, outputs)
+        self.enqueue(tensors, sync)
+        return results
+
+
+def shapes_key(tensors: dict[int, list[Any]]) -> tuple:
+    """What a plan is built for: every local rank's argument shapes."""
+    return tuple(tuple(tuple(x.shape) for x in row) for row in tensors.values())
+
+
+__all__ = ["ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "resolve", "shapes_key",
+           "torch_module"]
