@@ -1315,3 +1315,98 @@ def test_grouped_gemm_rejects_bad_records(change, match):
     rec.update(change)
     with pytest.raises(VerificationError, match=match):
         grouped_gemm.check(rec)
+
+
+# ------------------------------------------------------------------------------------------ GEMM epilogues
+
+EPILOGUE_CASES = {
+    # bias + gelu, then a cast to fp16 on a bf16 GEMM stored as fp32
+    "pointer-bias-gelu-cast": (dict(m=70, n=50, k=40, loads="pointer", store="pointer", persistent=False,
+                                    out_dtype="fp32", epilogue_split=1, flatten=False),
+                               [("add", "bias", 0), ("gelu",), ("cast", "fp16")]),
+    "tma-persistent-residual-silu": (dict(m=70, n=56, k=40, loads="tma", store="tma", persistent=True,
+                                          epilogue_split=2, flatten=True),
+                                     [("silu",), ("add", "full", 1)]),
+    "splitk3-bias-silu-mul": (dict(m=70, n=40, k=200, loads="pointer", store="pointer", persistent=False,
+                                   split_k=3, epilogue_split=1, flatten=False, num_sms=100),
+                              [("add", "bias", 0), ("silu_mul", "full", 1)]),
+    "streamk-bias-relu": (dict(m=70, n=50, k=200, loads="pointer", store="pointer", persistent=True, stream_k=2,
+                               epilogue_split=1, flatten=False, num_sms=4),
+                          [("add", "bias", 1), ("relu",)]),
+}
+
+
+def _epilogue_steps(spec):
+    steps = []
+    for i, s in enumerate(spec):
+        if s[0] == "cast":
+            steps.append({"fn": "cast", "dtype": s[1]})
+        elif len(s) == 1:
+            steps.append({"fn": s[0]})
+        else:
+            steps.append({"fn": s[0], "arg": f"ep{i}", "operand": s[1], "dtype": "bf16", "acc": s[2]})
+    return steps
+
+
+def _epilogue_numpy(steps, acc, operands):
+    from ditron.kernels.elementwise import NUMPY
+    for s in steps:
+        if s["fn"] == "cast":
+            acc = round_to(s["dtype"], acc).astype(np.float32)
+        elif "arg" not in s:
+            acc = NUMPY[s["fn"]](acc)
+        else:
+            x = operands[s["arg"]].astype(np.float32)
+            acc = NUMPY[s["fn"]](*((acc, x) if s["acc"] == 0 else (x, acc)))
+    return acc
+
+
+@pytest.mark.parametrize("case", sorted(EPILOGUE_CASES))
+def test_gemm_epilogue_ir_matches_tiles_and_numpy(case):
+    fields, spec = EPILOGUE_CASES[case]
+    fields = dict(SMALL, **fields)
+    m, n, k = fields.pop("m"), fields.pop("n"), fields.pop("k")
+    steps = _epilogue_steps(spec)
+    rec = gemm.make_record(m, n, k, name=f"gemm_ep_{case.replace('-', '_')}", epilogue=steps, **fields)
+    assert rec["args"][3:3 + sum("arg" in s for s in steps)] == [s["arg"] for s in steps if "arg" in s]
+    rng = np.random.default_rng(RNG_SEED)
+    mem, ref = gemm_memory(rec, rng)
+    operands, lds = {}, gemm_lds(rec)
+    for s in steps:
+        if "arg" in s:
+            shape = (n,) if s["operand"] == "bias" else (m, n)
+            operands[s["arg"]] = random("bf16", shape, rng)
+            mem[(s["arg"], 0)] = operands[s["arg"]].ravel().copy()
+            lds[s["arg"]] = None if s["operand"] == "bias" else n
+    mem_ir, mem_tiles = run_both(rec, mem, lds)
+    c_ir = mem_ir[("c", 0)].reshape(m, rec["ldc"])[:, :n]
+    c_tiles = mem_tiles[("c", 0)].reshape(m, rec["ldc"])[:, :n]
+    want = round_to(rec["out_dtype"], _epilogue_numpy(steps, ref.astype(np.float32), operands))
+    close(c_ir, want, tol=2e-2)
+    close(c_tiles, c_ir)
+    triton_parse(emit(rec, lower="cuda:90"))
+
+
+@pytest.mark.parametrize("steps, match", [
+    ([{"fn": "erfc"}], "fn 'erfc' is unknown"),
+    ([{"fn": "add", "arg": "ep0", "operand": "row", "dtype": "bf16"}], "needs arg"),
+    ([{"fn": "mul", "arg": "ep0", "operand": "bias", "dtype": "bf16", "first_rank": True}], "only an add"),
+    ([{"fn": "cast", "dtype": "fp64"}], "cast needs dtype"),
+    ([], "non-empty"),
+])
+def test_gemm_epilogue_rejects_bad_steps(steps, match):
+    rec = gemm.make_record(64, 64, 64, **SMALL)
+    rec["epilogue"] = steps
+    with pytest.raises(VerificationError, match=match):
+        gemm.check(rec)
+
+
+def test_gemm_epilogue_before_a_sum_over_ranks_is_first_rank_adds_only():
+    spec = {"arg": "inbox", "pad": "pushed", "slabs": 1, "sum": True, "value_arg": "epoch"}
+    with pytest.raises(VerificationError, match="first_rank adds"):
+        gemm.make_record(64, 64, 64, push=spec, store="pointer", persistent=True,
+                         epilogue=[{"fn": "gelu"}], **SMALL)
+    rec = gemm.make_record(64, 64, 64, push=spec, store="pointer", persistent=True,
+                           epilogue=[{"fn": "add", "arg": "bias", "operand": "bias", "dtype": "bf16",
+                                      "first_rank": True}], **SMALL)
+    assert rec["args"][-1] == "bias"
