@@ -109,10 +109,14 @@ def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_ty
                                     num_stages=t.num_stages or 3, num_sms=t.sm_budget or _target_sms(t))
 
 
-def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling) -> KernelRecord:
+def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling, *,
+                       in_type: ir.Type | None = None, bias: bool = False) -> KernelRecord:
+    """``t_type``: the result's type; ``in_type``: the operands' (a cast's differs); ``bias``: the second operand
+    is a [N] vector broadcast over the rows."""
     from ..kernels import elementwise
-    return elementwise.make_record(fn, arity, list(shape), dtype_name(t_type), block=t.block or 1024,
-                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or _target_sms(t))
+    return elementwise.make_record(fn, arity, list(shape), dtype_name(in_type or t_type), block=t.block or 1024,
+                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or _target_sms(t),
+                                   out_dtype=dtype_name(t_type), bias=bias)
 
 
 # ------------------------------------------------------------------------------------------- launch geometry

@@ -360,7 +360,9 @@ class _FunctionLowering(LoweringContext):
     def elementwise(self, op: ir.Operation, t: Tiling) -> None:
         e = task.Elementwise(op)
         out = self.dest(e.result, "ew")
-        rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t)
+        bias = len(e.inputs) == 2 and len(shape_of(e.inputs[1])) < len(shape_of(e.result))
+        rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t,
+                                   in_type=e.inputs[0].type, bias=bias)
         self.launch(rec, [self.buf(x) for x in e.inputs] + [out], lane="compute", role="elementwise")
 
     def local_copy(self, src: ir.Value, dst: ir.Value, *, lane: str) -> None:

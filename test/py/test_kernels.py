@@ -1410,3 +1410,27 @@ def test_gemm_epilogue_before_a_sum_over_ranks_is_first_rank_adds_only():
                            epilogue=[{"fn": "add", "arg": "bias", "operand": "bias", "dtype": "bf16",
                                       "first_rank": True}], **SMALL)
     assert rec["args"][-1] == "bias"
+
+
+@pytest.mark.parametrize("fn, bias, out_dtype", [("gelu", False, None), ("add", True, None),
+                                                 ("silu_mul", True, None), ("cast", False, "fp32")])
+def test_elementwise_ir_matches_tiles_and_numpy(fn, bias, out_dtype):
+    from ditron.kernels import elementwise
+    rows, cols = 37, 70
+    arity = elementwise.ARITY[fn]
+    rec = elementwise.make_record(fn, arity, [rows, cols], "bf16", name=f"ew_{fn}", block=256, num_sms=2, waves=1,
+                                  bias=bias, out_dtype=out_dtype)
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [random("bf16", (cols,) if bias and i == 1 else (rows, cols), rng) for i in range(arity)]
+    mem = {(f"x{i}", 0): x.ravel().copy() for i, x in enumerate(xs)}
+    mem[("y", 0)] = np.zeros(rows * cols, storage_dtype(out_dtype or "bf16"))
+    lds = {f"x{i}": cols for i in range(arity)}
+    lds["y"] = cols
+    if bias:
+        lds["x1"] = None
+    mem_ir, mem_tiles = run_both(rec, mem, lds)
+    args = [x.astype(np.float32) for x in xs]
+    want = round_to(out_dtype or "bf16", elementwise.NUMPY[fn](*args))
+    close(mem_ir[("y", 0)].reshape(rows, cols), want)
+    close(mem_tiles[("y", 0)], mem_ir[("y", 0)])
+    triton_parse(emit(rec, lower="cuda:90"))
