@@ -32,8 +32,9 @@ irdl.dialect @ditron_task {
   // element type.
   irdl.operation @elementwise {
     %x = irdl.base "!builtin.tensor"
+    %x2 = irdl.base "!builtin.tensor"
     %y = irdl.base "!builtin.tensor"
-    irdl.operands(inputs: variadic %x)
+    irdl.operands(input: %x, more: variadic %x2)
     irdl.results(result: %y)
     %fn = irdl.base "#builtin.string"
     irdl.attributes { "fn" = %fn }

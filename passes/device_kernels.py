@@ -39,7 +39,7 @@ def dtype_name(t: ir.Type) -> str:
 def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
                 wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
                 push: dict | None = None, gather: dict | None = None, rows_per_rank: int = 0,
-                tile_order: str = "grouped", rank_shift: int = 0) -> KernelRecord:
+                tile_order: str = "grouped", rank_shift: int = 0, epilogue: list | None = None) -> KernelRecord:
     from ..kernels import gemm
     m, k = a_shape
     n = b_shape[1]
@@ -62,8 +62,8 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
     return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
                             tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift, wait=wait,
-                            notify=notify, reduce_own=reduce_own, push=push, gather=gather, target=t.target,
-                            **config)
+                            notify=notify, reduce_own=reduce_own, push=push, gather=gather, epilogue=epilogue,
+                            target=t.target, **config)
 
 
 def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,

@@ -10,10 +10,13 @@ residual add or a dtype cast after a matmul costs no kernel and no round trip th
     {"fn": <binary fn>, "arg": name,       add, sub, mul, div, max, min, silu_mul with a second operand, the
      "operand": "bias" | "full",           kernel argument ``name`` of element type ``dtype``: "bias" a [n] vector
      "dtype": d, "acc": 0 | 1,             over C's columns (broadcast over the rows), "full" an [m, n] tensor
-     "first_rank": bool}                   (rows n elements apart) at C's rows and columns; ``acc``: the
-                                           accumulator's position among the fn's operands (silu_mul(x, acc) =
-                                           silu(x) * acc); ``first_rank``: only rank 0 applies it (an add before
-                                           a reduction over the ranks: the bias is added once, not W times)
+     "first_rank": bool,                   (rows n elements apart) at C's rows and columns; ``acc``: the
+     "own_rows": R}                        accumulator's position among the fn's operands (silu_mul(x, acc) =
+                                           silu(x) * acc). Adds before a reduction over the ranks, so that the
+                                           term is added once, not W times: ``first_rank``, only rank 0 applies
+                                           it (a term every rank holds alike); ``own_rows``, rank r applies it
+                                           to rows [r R, (r + 1) R) alone, the rows it owns after a
+                                           reduce-scatter (a "full" operand is then [R, n], those rows' own)
 
 The step arguments follow the template's other arguments, before a split-K / stream-K workspace. The template
 applies the steps once per output tile on its full K sum: after the K loop (plain, waiting, gathering, notifying,
@@ -61,16 +64,25 @@ def check(rec) -> None:
                     s.get("dtype") not in DTYPES or s.get("acc", 0) not in (0, 1):
                 raise _err(f"step {i}: '{fn}' needs arg (a name), operand ('bias' or 'full'), dtype (one of "
                            f"{', '.join(DTYPES)}) and acc (0 or 1), got {s}")
-            if s.get("first_rank") and fn != "add":
-                raise _err(f"step {i}: only an add can be first_rank (applied on rank 0 before a reduction)")
-            extra = set(s) - {"fn", "arg", "operand", "dtype", "acc", "first_rank"}
+            once = [k for k in ("first_rank", "own_rows") if s.get(k)]
+            if once and fn != "add":
+                raise _err(f"step {i}: only an add can be {once[0]} (applied once before a reduction)")
+            if len(once) > 1 or (s.get("own_rows") is not None and (not isinstance(s["own_rows"], int) or
+                                                                    s["own_rows"] < 1)):
+                raise _err(f"step {i}: own_rows must be a row count >= 1, and not with first_rank")
+            extra = set(s) - {"fn", "arg", "operand", "dtype", "acc", "first_rank", "own_rows"}
         else:
             raise _err(f"step {i}: fn {fn!r} is unknown; known: {', '.join(UNARY + BINARY + ('cast',))}")
         if extra:
             raise _err(f"step {i}: unknown field(s) {sorted(extra)}")
-    if ("reduce_own" in rec or "push" in rec) and not all(s.get("first_rank") for s in steps):
+    if ("reduce_own" in rec or "push" in rec) and not all(_once(s) for s in steps):
         # a GEMM that sums partials over the ranks: only a term added once commutes with the sum
-        raise _err("of a GEMM that sums partials over the ranks (reduce_own, push) may only hold first_rank adds")
+        raise _err("of a GEMM that sums partials over the ranks (reduce_own, push) may only hold first_rank or "
+                   "own_rows adds")
+
+
+def _once(s) -> bool:
+    return bool(s.get("first_rank") or s.get("own_rows"))
 
 
 def arg_types(rec) -> dict:
@@ -99,15 +111,22 @@ def emit(em, acc, m0, n0):
             continue
         base = em.arg[s["arg"]]
         col_ok = T.lt(rn, em.n) if em.n % em.bn else None
+        own = s.get("own_rows")
+        row0 = T.mul(em.rank, own) if own else None  # the first row this rank owns
+        row_ok = T.and_(T.ge(rm, row0), T.lt(rm, T.add(row0, own))) if own else None
         if s["operand"] == "bias":
             ptrs = T.addptr(T.splat(base, [em.bn]), em._wide(rn))
             mask = col_ok
             if s.get("first_rank"):
                 mask = _and1(mask, T.splat(T.cmp("eq", em.rank, 0), [em.bn]))
+            if own:  # read only by tiles holding an own row
+                touches = T.and_(T.lt(m0, T.add(row0, own)), T.cmp("sgt", T.add(m0, em.bm), row0))
+                mask = _and1(mask, T.splat(touches, [em.bn]))
             x = T.load(ptrs, mask, 0.0 if mask is not None else None)
             x = T.broadcast(T.expand_dims(T.cast(x, "fp32"), 0), shape)
         else:
-            off = T.add(T.mul(T.expand_dims(em._wide(rm), 1), em.n), T.expand_dims(em._wide(rn), 0))
+            rows = T.sub(rm, row0) if own else rm
+            off = T.add(T.mul(T.expand_dims(em._wide(rows), 1), em.n), T.expand_dims(em._wide(rn), 0))
             ptrs = T.addptr(T.splat(base, shape), off)
             mask = None
             if em.m % em.bm:
@@ -116,7 +135,11 @@ def emit(em, acc, m0, n0):
                 mask = _and2(mask, T.expand_dims(col_ok, 0), shape)
             if s.get("first_rank"):
                 mask = _and2(mask, T.splat(T.cmp("eq", em.rank, 0), shape), shape)
+            if own:
+                mask = _and2(mask, T.expand_dims(row_ok, 1), shape)
             x = T.cast(T.load(ptrs, mask, 0.0 if mask is not None else None), "fp32")
+        if own:  # the other rows add nothing
+            x = T.select(T.broadcast(T.expand_dims(row_ok, 1), shape), x, T.zeros(shape, "fp32"))
         acc = _fn_ir(fn, *((acc, x) if s.get("acc", 0) == 0 else (x, acc)))
     return acc
 
@@ -131,7 +154,14 @@ def _and2(a, b, shape):
 
 
 def uses_rank(rec) -> bool:
-    return any(s.get("first_rank") for s in rec.get("epilogue", []))
+    return any(_once(s) for s in rec.get("epilogue", []))
+
+
+def _own(s, m0: int, rows: int, rank: int) -> tuple[int, int] | None:
+    """An own_rows step: the tile's rows [lo, hi) (GEMM rows) that the rank owns, None if none."""
+    r = s["own_rows"]
+    lo, hi = max(m0, rank * r), min(m0 + rows, (rank + 1) * r)
+    return (lo, hi) if lo < hi else None
 
 
 # ------------------------------------------------------------------------------------------------ the model
@@ -142,6 +172,14 @@ def regions(rec, m0: int, n0: int, rows: int, cols: int, rank: int) -> list:
     out = []
     for s in rec.get("epilogue", []):
         if "arg" not in s or (s.get("first_rank") and rank != 0):
+            continue
+        if s.get("own_rows"):
+            own = _own(s, m0, rows, rank)
+            if own is None:
+                continue
+            lo, hi = own
+            out.append(Region(s["arg"], (n0,), (cols,)) if s["operand"] == "bias" else
+                       Region(s["arg"], (lo - rank * s["own_rows"], n0), (hi - lo, cols)))
             continue
         out.append(Region(s["arg"], (n0,), (cols,)) if s["operand"] == "bias" else
                    Region(s["arg"], (m0, n0), (rows, cols)))
@@ -167,6 +205,15 @@ def apply(rec, acc: np.ndarray, view, m0: int, n0: int, rank: int) -> np.ndarray
                 acc = np.asarray(NUMPY[fn](acc), np.float32)
             elif s.get("first_rank") and rank != 0:
                 continue
+            elif s.get("own_rows"):
+                own = _own(s, m0, rows, rank)
+                if own is None:
+                    continue
+                lo, hi = own
+                x = np.asarray(view(next(regs)), np.float32)
+                x = np.broadcast_to(x[None, :], (hi - lo, cols)) if s["operand"] == "bias" else x
+                acc = acc.copy()
+                acc[lo - m0:hi - m0] = acc[lo - m0:hi - m0] + x
             else:
                 x = np.asarray(view(next(regs)), np.float32)
                 x = np.broadcast_to(x[None, :], acc.shape) if s["operand"] == "bias" else x
