@@ -231,7 +231,8 @@ def epilogue_chains(fn: ir.Operation, pass_name: str = NAME) -> dict[ir.Operatio
         v = start
         for i in range(count):
             op = ops[i]
-            if _only_user(v) != op:
+            user = _only_user(v)
+            if user is None or user != op:
                 raise op_error(pass_name, op, f"is step {i} of epilogue group {group} but is not the one use of "
                                               "the value before it")
             found = step_of(chain, op, v, order)

@@ -348,15 +348,16 @@ def test_tile_one_launch_gather_rejects_a_comm_engine():
 # ----------------------------------------------------------------------------------------- the registry
 
 def test_passes_and_default_pipeline_are_registered():
-    for name in ("ditron-tile", "ditron-lower-task-to-device", "ditron-schedule-overlap",
+    for name in ("ditron-fuse-epilogue", "ditron-tile", "ditron-lower-task-to-device", "ditron-schedule-overlap",
                  "ditron-lower-device-to-core"):
         cls = get_pass_class(name)
         assert cls.name == name and cls.summary
         module = __import__(f"ditron.passes.{PASSES[name].split(':')[0]}", fromlist=["x"])
         assert "becomes" in module.__doc__, f"{name}: the module docstring shows a before/after example"
     assert PIPELINES["ditron-default"] == (
-        "ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device",
-        "ditron-schedule-overlap", "ditron-lower-device-to-core", "ditron-emit-host-program")
+        "ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-fuse-epilogue", "ditron-tile",
+        "ditron-lower-task-to-device", "ditron-schedule-overlap", "ditron-lower-device-to-core",
+        "ditron-emit-host-program")
     assert PIPELINES["ditron-device"] == PIPELINES["ditron-default"][:-1]  # up to the device program
 
 
