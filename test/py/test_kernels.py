@@ -1434,3 +1434,44 @@ def test_elementwise_ir_matches_tiles_and_numpy(fn, bias, out_dtype):
     close(mem_ir[("y", 0)].reshape(rows, cols), want)
     close(mem_tiles[("y", 0)], mem_ir[("y", 0)])
     triton_parse(emit(rec, lower="cuda:90"))
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_gemm_epilogue_adds_once_before_a_sum_match_tiles(W):
+    """The adds that move before a reduction over the ranks: rank r adds its bias and residual to the rows it owns
+    (own_rows R: rows [r R, (r + 1) R), a residual [R, n] of its own) and rank 0 alone adds a replicated term
+    (first_rank); row tiles straddle the ranks' rows (R = 20, BLOCK_M 16); summed over the ranks, each row got its
+    owner's bias and residual and the replicated term once."""
+    R, n, k = 20, 44, 32
+    m = W * R
+    steps = [{"fn": "add", "arg": "bias", "operand": "bias", "dtype": "bf16", "own_rows": R},
+             {"fn": "add", "arg": "res", "operand": "full", "dtype": "bf16", "own_rows": R, "acc": 1},
+             {"fn": "add", "arg": "rep", "operand": "full", "dtype": "bf16", "first_rank": True}]
+    rec = gemm.make_record(m, n, k, loads="pointer", store="pointer", persistent=True, epilogue_split=1,
+                           flatten=False, out_dtype="fp32", epilogue=steps, **dict(SMALL, block_m=16))
+    rng = np.random.default_rng(RNG_SEED)
+    a, bs, _ = rank_products(W, m, n, k, rng)
+    rep = random("bf16", (m, n), rng)
+    biases = [random("bf16", (n,), rng) for _ in range(W)]
+    res = [random("bf16", (R, n), rng) for _ in range(W)]
+    mem = {}
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)], mem[("c", r)] = a, bs[r], np.zeros(m * n, np.float32)
+        mem[("bias", r)], mem[("res", r)], mem[("rep", r)] = biases[r], res[r].ravel().copy(), rep.ravel().copy()
+    lds = gemm_lds(rec) | {"bias": None, "res": n, "rep": n}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W)
+    a32 = a.reshape(m, k).astype(np.float32)
+    total = np.zeros((m, n), np.float32)
+    for r in range(W):
+        want = a32 @ bs[r].reshape(k, n).astype(np.float32)
+        want[r * R:(r + 1) * R] += biases[r].astype(np.float32) + res[r].astype(np.float32)
+        if r == 0:
+            want += rep.astype(np.float32)
+        close(mem_ir[("c", r)].reshape(m, n), want)
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        total += mem_ir[("c", r)].reshape(m, n)
+    owner = np.repeat(np.arange(W), R)
+    expect = sum(a32 @ b.reshape(k, n).astype(np.float32) for b in bs) + rep.astype(np.float32) + \
+        np.stack([biases[q] for q in owner]).astype(np.float32) + np.concatenate(res).astype(np.float32)
+    close(total, expect, tol=3e-2)
+    triton_parse(emit(rec, lower="cuda:90"))
