@@ -166,24 +166,27 @@ def _own(s, m0: int, rows: int, rank: int) -> tuple[int, int] | None:
 
 # ------------------------------------------------------------------------------------------------ the model
 
-def regions(rec, m0: int, n0: int, rows: int, cols: int, rank: int) -> list:
-    """What the steps of the tile at (m0, n0) read (rank: the launching rank; first_rank steps read on rank 0)."""
+def _read(s, m0: int, n0: int, rows: int, cols: int, rank: int):
+    """(what step s reads, and the GEMM rows [lo, hi) it applies to) on the tile at (m0, n0) of the launching
+    rank, or None where it applies to none (a first_rank step off rank 0, an own_rows step off the rank's rows)."""
     from .. import Region
-    out = []
-    for s in rec.get("epilogue", []):
-        if "arg" not in s or (s.get("first_rank") and rank != 0):
-            continue
-        if s.get("own_rows"):
-            own = _own(s, m0, rows, rank)
-            if own is None:
-                continue
-            lo, hi = own
-            out.append(Region(s["arg"], (n0,), (cols,)) if s["operand"] == "bias" else
-                       Region(s["arg"], (lo - rank * s["own_rows"], n0), (hi - lo, cols)))
-            continue
-        out.append(Region(s["arg"], (n0,), (cols,)) if s["operand"] == "bias" else
-                   Region(s["arg"], (m0, n0), (rows, cols)))
-    return out
+    if s.get("first_rank") and rank != 0:
+        return None
+    lo, hi, row = m0, m0 + rows, m0
+    if s.get("own_rows"):
+        own = _own(s, m0, rows, rank)
+        if own is None:
+            return None
+        (lo, hi), row = own, own[0] - rank * s["own_rows"]
+    region = Region(s["arg"], (n0,), (cols,)) if s["operand"] == "bias" else Region(s["arg"], (row, n0),
+                                                                                    (hi - lo, cols))
+    return region, lo, hi
+
+
+def regions(rec, m0: int, n0: int, rows: int, cols: int, rank: int) -> list:
+    """What the steps of the tile at (m0, n0) read (rank: the launching rank)."""
+    reads = [_read(s, m0, n0, rows, cols, rank) for s in rec.get("epilogue", []) if "arg" in s]
+    return [r[0] for r in reads if r is not None]
 
 
 def apply(rec, acc: np.ndarray, view, m0: int, n0: int, rank: int) -> np.ndarray:
@@ -194,28 +197,22 @@ def apply(rec, acc: np.ndarray, view, m0: int, n0: int, rank: int) -> np.ndarray
     if not steps:
         return acc
     rows, cols = acc.shape
-    regs = iter(regions(rec, m0, n0, rows, cols, rank))
-    acc = np.asarray(acc, np.float32)
+    acc = np.array(acc, np.float32)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         for s in steps:
             fn = s["fn"]
             if fn == "cast":
                 acc = np.asarray(round_to(s["dtype"], acc), np.float32)
-            elif "arg" not in s:
-                acc = np.asarray(NUMPY[fn](acc), np.float32)
-            elif s.get("first_rank") and rank != 0:
                 continue
-            elif s.get("own_rows"):
-                own = _own(s, m0, rows, rank)
-                if own is None:
-                    continue
-                lo, hi = own
-                x = np.asarray(view(next(regs)), np.float32)
-                x = np.broadcast_to(x[None, :], (hi - lo, cols)) if s["operand"] == "bias" else x
-                acc = acc.copy()
-                acc[lo - m0:hi - m0] = acc[lo - m0:hi - m0] + x
-            else:
-                x = np.asarray(view(next(regs)), np.float32)
-                x = np.broadcast_to(x[None, :], acc.shape) if s["operand"] == "bias" else x
-                acc = np.asarray(NUMPY[fn](*((acc, x) if s.get("acc", 0) == 0 else (x, acc))), np.float32)
+            if "arg" not in s:
+                acc = np.asarray(NUMPY[fn](acc), np.float32)
+                continue
+            read = _read(s, m0, n0, rows, cols, rank)
+            if read is None:
+                continue
+            region, lo, hi = read
+            x = np.asarray(view(region), np.float32)
+            x = np.broadcast_to(x[None, :], (hi - lo, cols)) if s["operand"] == "bias" else x
+            part = acc[lo - m0:hi - m0]
+            acc[lo - m0:hi - m0] = NUMPY[fn](*((part, x) if s.get("acc", 0) == 0 else (x, part)))
     return acc

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_gemm_gpu import _cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_DIR = ROOT / "build" / "epilogue_gpu_kernels"
@@ -38,14 +39,6 @@ def build(out_dir: Path = KERNEL_DIR) -> dict:
 def _entries() -> list[dict]:
     path = KERNEL_DIR / "manifest.json"
     return json.loads(path.read_text())["kernels"] if path.exists() else []
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 @pytest.mark.gpu

@@ -3,31 +3,16 @@ silu_mul, casts) become its GEMM's epilogue -- plain, AG+GEMM, and the adds afte
 algorithm -- and the device program, simulated, computes the task program's result with no elementwise kernel
 for the fused ops. The frontend reaches it with ordinary Python (``dt.silu(x @ w + b)``)."""
 
-import gc
-
 import pytest
 
 import ditron.frontend as dt
-from ditron.dialects import ditron_context, parse_module
-from ditron.dialects.verify import verify
-from ditron.passes.registry import PIPELINES, parse_pipeline
+from ditron.passes.registry import PIPELINES
 from ditron.sim import simulate, task_reference
+from test_collectives import lower
 
 
 def _t(*shape, dtype="bf16") -> str:
     return f"tensor<{'x'.join(map(str, shape))}x{dtype}>"
-
-
-def lower(text: str, pipeline: str) -> str:
-    with ditron_context():
-        module = parse_module(text)
-        for p in parse_pipeline(pipeline):
-            p.run(module)
-            verify(module)
-        out = str(module)
-        del module
-    gc.collect()
-    return text if out is None else out
 
 
 def _launches(device_text: str, template: str) -> int:

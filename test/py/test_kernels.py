@@ -1401,9 +1401,9 @@ def test_gemm_epilogue_rejects_bad_steps(steps, match):
         gemm.check(rec)
 
 
-def test_gemm_epilogue_before_a_sum_over_ranks_is_first_rank_adds_only():
+def test_gemm_epilogue_before_a_sum_over_ranks_is_adds_once_only():
     spec = {"arg": "inbox", "pad": "pushed", "slabs": 1, "sum": True, "value_arg": "epoch"}
-    with pytest.raises(VerificationError, match="first_rank adds"):
+    with pytest.raises(VerificationError, match="first_rank or own_rows adds"):
         gemm.make_record(64, 64, 64, push=spec, store="pointer", persistent=True,
                          epilogue=[{"fn": "gelu"}], **SMALL)
     rec = gemm.make_record(64, 64, 64, push=spec, store="pointer", persistent=True,

@@ -150,7 +150,7 @@ def test_compile_runs_the_stages_the_record_does_not_list(monkeypatch):
     from ditron.passes import manager as M
     source = (ROOT / "examples" / "gemm_rs.mlir").read_text()
     text, ran, _ = run(source, ",".join(DEFAULT[:DEFAULT.index("ditron-schedule-overlap") + 1]))
-    assert ran == DEFAULT[:6]
+    assert ran == DEFAULT[:7]
     pipelines = []
     real = M.PassManager.run
 
