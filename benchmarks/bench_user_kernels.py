@@ -16,7 +16,9 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
 
 Cases: y[M, N] = x[M, K] @ w[K, N], x's rows and w's columns sharded over W ranks, (N, K) from LLaMA-3-8B (14336,
 4096) and LLaMA-3-70B (28672, 8192), M in {1024, 4096, 8192} (--quick: 70B, M in {1024, 8192}); the user program
-pushes its shard in 4 chunks. In a virtual world the user GEMM gets the share of SMs one rank may hold
+pushes its shard in 4 chunks; its @ditron.jit GEMM takes the tiles ditron-tile's cost model picks for the gathered
+GEMM on its SM budget (``ditron.tiling.gemm_config``, column jit_tiles) and is specialised as triton.jit would be
+(tt.divisibility = 16 on its aligned pointers and 16-divisible sizes). In a virtual world the user GEMM gets the share of SMs one rank may hold
 (World.cta_budget), as ditron.ops gives its own. Timing (bench_dist.timed): CUDA events around a fixed number of
 calls, the median of repetitions, each the max over ranks; both sides in CUDA-graph mode unless --no-graph.
 Output: a table, benchmarks/results/user_kernels_<virtual|real>_w<W>.csv, and the ratio user / built-in per row
@@ -60,13 +62,24 @@ class Case:
         kind = "" if gemm == "template" else f"_{gemm}"
         return f"user_ag_gemm{kind}_w{W}{'v' if virtual else 'r'}_{self.M}x{self.N}x{self.K}"
 
-    def user_program(self, W: int, virtual: bool, gemm: str = "template"):
-        budget = NUM_SMS
+    @staticmethod
+    def budget(W: int, virtual: bool) -> int:
         if virtual:  # a virtual world keeps a copy reserve of SMs, also of one rank
             from ditron.runtime.world import World
-            budget = World(W, None, None).cta_budget(NUM_SMS)
-        return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=budget, target=TARGET, chunks=CHUNKS,
-                                  gemm=gemm)
+            return World(W, None, None).cta_budget(NUM_SMS)
+        return NUM_SMS
+
+    def user_program(self, W: int, virtual: bool, gemm: str = "template"):
+        return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=self.budget(W, virtual), target=TARGET,
+                                  chunks=CHUNKS, gemm=gemm)
+
+    def jit_tiles(self, W: int, virtual: bool) -> str:
+        """The user GEMM's tiles (gemm="jit"): the cost model's choice for the gathered GEMM on its SM budget
+        (ditron.tiling.gemm_config, as examples/jit_kernels.gemm_tiling asks it; no MLIR needed)."""
+        import ditron.tiling
+        (m, k), (_, n) = self.shapes(W)
+        c = ditron.tiling.gemm_config(W * m, n, k, "bf16", TARGET, sms=self.budget(W, virtual))
+        return f"{c.block_m}x{c.block_n}x{c.block_k} g{c.group_m} w{c.num_warps} s{c.num_stages}"
 
     def signature(self, W: int, virtual: bool):
         from ditron import ops
@@ -154,7 +167,7 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
                "builtin_spread_us": round(abs(t_builtin - t_builtin2), 2), "gemm_us": round(t_gemm, 2),
                "user_over_builtin": round(t_user / builtin, 4), "rel_err_vs_builtin": f"{err:.2e}",
                "user_jit_us": round(t_jit, 2), "user_jit_over_builtin": round(t_jit / builtin, 4),
-               "jit_rel_err_vs_builtin": f"{err_jit:.2e}",
+               "jit_rel_err_vs_builtin": f"{err_jit:.2e}", "jit_tiles": case.jit_tiles(W, v),
                "builtin_choice": bench_dist.summarize_choices(lib.path(case.signature(W, v)))}
         rows.append(row)
         env.log(f"{case.label:36s} W={W} user {t_user:9.1f} us  user-jit {t_jit:9.1f} us  built-in "

@@ -18,7 +18,14 @@ _LAZY = {
 }
 
 
+# submodules reachable as attributes of ``ditron`` without an import of their own (no MLIR needed)
+_SUBMODULES = ("tiling",)
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"ditron.{name}")
     if name in _LAZY:
         import importlib
         module_name, attr = _LAZY[name]
@@ -29,7 +36,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
 __all__ = ["CompileError", "DitronError", "DitronRuntimeError", "Executable", "ParseError", "PassError",

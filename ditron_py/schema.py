@@ -42,6 +42,10 @@ COPY_KERNEL_ATTR = "ditron.copy_kernel"    # on an SM copy: its copy-template ke
 # ---------------------------------------------------------------------------------------------------- core level
 KERNEL_ATTR = "ditron.kernel"              # on a kernel (tt.func) or its declaration: the template record
 JIT_ATTR = "ditron.jit"                    # on a private func.func: it stands for a user @ditron.jit kernel
+# a @ditron.jit kernel's launch metadata: the parameters it was compiled assuming multiples of DIVISIBILITY
+# (tt.divisibility; pointers in bytes, integers in units): the executor checks them before each launch
+DIVISIBLE_META = "ditron_divisible"
+DIVISIBILITY = 16
                                            # ({key, params}; ditron.device), compiled from Python by ditron.compile
 ABI_ATTR = "ditron.abi"                    # on a lowered kernel: the arguments ditron-lower-core-to-triton appended
 

@@ -12,13 +12,21 @@ calling them compiles under ``torch.compile(fullgraph=True)`` with no graph brea
 Schemas (``world``: the handle of a registered world; shapes are this rank's, W its world size; ditron.ops says what
 each op computes):
 
-    ditron::ag_gemm(Tensor a, Tensor b, str world) -> Tensor                                [W*m, n]
-    ditron::gemm_rs(Tensor a, Tensor b, str world) -> Tensor                                [M/W, N]
-    ditron::gemm_ar(Tensor a, Tensor b, str world, str algorithm="auto") -> Tensor          [M, N]
-    ditron::all_gather(Tensor x, str world, int dim=0) -> Tensor                            dim * W
-    ditron::reduce_scatter(Tensor x, str world, int dim=0) -> Tensor                        dim / W
-    ditron::all_reduce(Tensor x, str world, str algorithm="auto") -> Tensor                 x's shape
-    ditron::all_to_all(Tensor x, str world, int split_dim=0, int concat_dim=0) -> Tensor    split / W, concat * W
+    ditron::ag_gemm(Tensor a, Tensor b, str world, int max_rows=0) -> Tensor                          [W*m, n]
+    ditron::gemm_rs(Tensor a, Tensor b, str world, int max_rows=0) -> Tensor                          [M/W, N]
+    ditron::gemm_ar(Tensor a, Tensor b, str world, str algorithm="auto", int max_rows=0) -> Tensor    [M, N]
+    ditron::all_gather(Tensor x, str world, int dim=0, int max_rows=0) -> Tensor                      dim * W
+    ditron::reduce_scatter(Tensor x, str world, int dim=0, int max_rows=0) -> Tensor                  dim / W
+    ditron::all_reduce(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor           x's shape
+    ditron::all_to_all(Tensor x, str world, int split_dim=0, int concat_dim=0, int max_rows=0) -> Tensor
+                                                                                          split / W, concat * W
+
+``max_rows`` (every operator): 0 runs the program of the call's exact shapes (one program per row count); N > 0
+serves any row count 1..N (dim 0 of the first argument) from the op's power-of-two bucket programs
+(ditron.buckets): the first argument is copied into the bucket's staging tensor, the real rows of the bucket's
+output are returned (a view of a fresh tensor, or one copy where the output holds W blocks of rows), and a process
+meeting any number of batch sizes compiles at most about log2(N) + 1 programs. The staging tensor, like the capture
+plan, is made by an eager call (one of the bucket's row counts) before a capture.
 
 A world is not a tensor, so an operator names it by a string, as torch's functional collectives name a process
 group: ``register_world(world, library=None)`` gives the handle (the same one for the same world and library) and
@@ -181,27 +189,44 @@ def _output(op: str, tensors, world_size: int, params: dict[str, Any]):
     return tensors[0].new_empty(shape)
 
 
-def _run(op: str, tensors, handle: str, params: dict[str, Any]):
+def _run(op: str, tensors, handle: str, params: dict[str, Any], max_rows: int = 0):
     """The operator's implementation: one call of the ditron.ops op on this rank's tensors, enqueued on the current
-    stream (captured into the caller's graph when the caller captures one)."""
+    stream (captured into the caller's graph when the caller captures one). ``max_rows`` > 0: any rows up to it,
+    through the op's bucket programs (ditron.buckets: the first argument staged, the real rows returned)."""
     world, library, capturable = _entry(handle)
     p = _check(op, tensors, world.world_size, params)
-    for i, t in enumerate(tensors):
-        if t.device.type != "cuda":
-            raise ops.OpError(f"{op}: argument {i} is on {t.device}; ditron's ops run on CUDA tensors")
+    _check_device(op, tensors)
+    capturing = torch.cuda.is_current_stream_capturing()
+    finish = None
+    if max_rows:
+        from .buckets import operator_staging
+        tensors, finish = operator_staging(op, tensors, world, library, p, _max_rows(op, max_rows),
+                                           make=not capturing)
     out = _output(op, tensors, world.world_size, p)
     virtual = world.is_virtual
     inputs = [list(tensors)] if virtual else list(tensors)
     outputs = [[out]] if virtual else [out]
-    if torch.cuda.is_current_stream_capturing():
+    if capturing:
         _capture(op, tensors, world, library, capturable, p, inputs, outputs)
-        return out
-    ops._call(op, [[t] for t in tensors] if virtual else list(tensors), world, p, [out] if virtual else out, False,
-              library, None)
-    if capturable:  # the plan a later capture of this call needs, made now (in a real world: collectively)
-        from .runtime.callplan import plan_for
-        plan_for(_executable(op, tensors, world, library, p), world, make=True)
-    return out
+    else:
+        ops._call(op, [[t] for t in tensors] if virtual else list(tensors), world, p, [out] if virtual else out,
+                  False, library, None)
+        if capturable:  # the plan a later capture of this call needs, made now (in a real world: collectively)
+            from .runtime.callplan import plan_for
+            plan_for(_executable(op, tensors, world, library, p), world, make=True)
+    return out if finish is None else finish(out)
+
+
+def _check_device(op: str, tensors) -> None:
+    for i, t in enumerate(tensors):
+        if t.device.type != "cuda":
+            raise ops.OpError(f"{op}: argument {i} is on {t.device}; ditron's ops run on CUDA tensors")
+
+
+def _max_rows(op: str, max_rows) -> int:
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
+        raise ops.OpError(f"{op}: max_rows is a row count (0: exact shapes, one program per shape), got {max_rows!r}")
+    return max_rows
 
 
 _executables: dict[tuple, tuple[Any, Any, Any]] = {}   # call key -> (world, library, Executable)
@@ -253,9 +278,17 @@ def _executable_if_loaded(op: str, tensors, world, library, p):
     return found[2] if found is not None and found[0] is world and found[1] is library else None
 
 
-def _fake(op: str, tensors, handle: str, params: dict[str, Any]):
+def _fake(op: str, tensors, handle: str, params: dict[str, Any], max_rows: int = 0):
     world = _entry(handle)[0]
-    return _output(op, tensors, world.world_size, _check(op, tensors, world.world_size, params))
+    p = _check(op, tensors, world.world_size, params)
+    if _max_rows(op, max_rows):
+        rows = tensors[0].shape[0]
+        if isinstance(rows, int):
+            from .buckets import bucket_rows
+            bucket_rows(op, rows, world.world_size, max_rows, p)
+        else:
+            torch._check(rows <= max_rows, lambda: f"{op}: {rows} rows exceed max_rows={max_rows}")
+    return _output(op, tensors, world.world_size, p)
 
 
 def synchronize(world) -> None:
@@ -287,13 +320,13 @@ def close(world=None) -> None:
 
 # op -> (schema text after the name, the parameter names after the world, in order)
 SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "ag_gemm": ("(Tensor a, Tensor b, str world) -> Tensor", ()),
-    "gemm_rs": ("(Tensor a, Tensor b, str world) -> Tensor", ()),
-    "gemm_ar": ('(Tensor a, Tensor b, str world, str algorithm="auto") -> Tensor', ("algorithm",)),
-    "all_gather": ("(Tensor x, str world, SymInt dim=0) -> Tensor", ("dim",)),
-    "reduce_scatter": ("(Tensor x, str world, SymInt dim=0) -> Tensor", ("dim",)),
-    "all_reduce": ('(Tensor x, str world, str algorithm="auto") -> Tensor', ("algorithm",)),
-    "all_to_all": ("(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0) -> Tensor",
+    "ag_gemm": ("(Tensor a, Tensor b, str world, int max_rows=0) -> Tensor", ()),
+    "gemm_rs": ("(Tensor a, Tensor b, str world, int max_rows=0) -> Tensor", ()),
+    "gemm_ar": ('(Tensor a, Tensor b, str world, str algorithm="auto", int max_rows=0) -> Tensor', ("algorithm",)),
+    "all_gather": ("(Tensor x, str world, SymInt dim=0, int max_rows=0) -> Tensor", ("dim",)),
+    "reduce_scatter": ("(Tensor x, str world, SymInt dim=0, int max_rows=0) -> Tensor", ("dim",)),
+    "all_reduce": ('(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor', ("algorithm",)),
+    "all_to_all": ("(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0, int max_rows=0) -> Tensor",
                    ("split_dim", "concat_dim")),
 }
 assert set(SIGNATURES) == set(ops.OPS), "every op of ditron.ops is a torch operator"
@@ -306,16 +339,19 @@ def _define(op: str) -> None:
     arity = ops.ARITY[op]
     defaults = ops.PARAMS[op]
 
-    def params(rest) -> dict[str, Any]:
+    def split(args, kwargs) -> tuple[tuple, str, dict[str, Any], int]:
+        """(tensors, world handle, parameters, max_rows) from the arguments as the dispatcher passes them: the
+        parameters positional or by keyword, the defaults left out or filled in."""
         p = dict(defaults)
-        p.update(zip(names, rest))
-        return p
+        p.update(zip((*names, "max_rows"), args[arity + 1:]))
+        p.update(kwargs)
+        return args[:arity], args[arity], p, p.pop("max_rows", 0)
 
-    def kernel(*args):
-        return _run(op, args[:arity], args[arity], params(args[arity + 1:]))
+    def kernel(*args, **kwargs):
+        return _run(op, *split(args, kwargs))
 
-    def fake(*args):
-        return _fake(op, args[:arity], args[arity], params(args[arity + 1:]))
+    def fake(*args, **kwargs):
+        return _fake(op, *split(args, kwargs))
 
     _library.define(op + schema)
     _library.impl(op, kernel, "CompositeExplicitAutograd")
@@ -337,39 +373,39 @@ def _handle(world) -> str:
     return world if isinstance(world, str) else register_world(world)
 
 
-def ag_gemm(a, b, world):
+def ag_gemm(a, b, world, max_rows: int = 0):
     """torch.ops.ditron.ag_gemm: a [m, K] (this rank's rows), b [K, n] -> [W*m, n] = all_gather(a) @ b."""
-    return torch.ops.ditron.ag_gemm(a, b, _handle(world))
+    return torch.ops.ditron.ag_gemm(a, b, _handle(world), max_rows)
 
 
-def gemm_rs(a, b, world):
+def gemm_rs(a, b, world, max_rows: int = 0):
     """torch.ops.ditron.gemm_rs: a [M, k], b [k, N] (K sharded) -> [M/W, N] = this rank's rows of sum(a @ b)."""
-    return torch.ops.ditron.gemm_rs(a, b, _handle(world))
+    return torch.ops.ditron.gemm_rs(a, b, _handle(world), max_rows)
 
 
-def gemm_ar(a, b, world, algorithm: str = "auto"):
+def gemm_ar(a, b, world, algorithm: str = "auto", max_rows: int = 0):
     """torch.ops.ditron.gemm_ar: a [M, k], b [k, N] (K sharded) -> [M, N] = sum over ranks of a @ b."""
-    return torch.ops.ditron.gemm_ar(a, b, _handle(world), algorithm)
+    return torch.ops.ditron.gemm_ar(a, b, _handle(world), algorithm, max_rows)
 
 
-def all_gather(x, world, dim: int = 0):
+def all_gather(x, world, dim: int = 0, max_rows: int = 0):
     """torch.ops.ditron.all_gather: every rank's x concatenated along dim."""
-    return torch.ops.ditron.all_gather(x, _handle(world), dim)
+    return torch.ops.ditron.all_gather(x, _handle(world), dim, max_rows)
 
 
-def reduce_scatter(x, world, dim: int = 0):
+def reduce_scatter(x, world, dim: int = 0, max_rows: int = 0):
     """torch.ops.ditron.reduce_scatter: the sum over ranks of x, this rank's part r of W along dim."""
-    return torch.ops.ditron.reduce_scatter(x, _handle(world), dim)
+    return torch.ops.ditron.reduce_scatter(x, _handle(world), dim, max_rows)
 
 
-def all_reduce(x, world, algorithm: str = "auto"):
+def all_reduce(x, world, algorithm: str = "auto", max_rows: int = 0):
     """torch.ops.ditron.all_reduce: the sum over ranks of x."""
-    return torch.ops.ditron.all_reduce(x, _handle(world), algorithm)
+    return torch.ops.ditron.all_reduce(x, _handle(world), algorithm, max_rows)
 
 
-def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0):
+def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, max_rows: int = 0):
     """torch.ops.ditron.all_to_all: part r of x along split_dim to rank r, concatenated along concat_dim."""
-    return torch.ops.ditron.all_to_all(x, _handle(world), split_dim, concat_dim)
+    return torch.ops.ditron.all_to_all(x, _handle(world), split_dim, concat_dim, max_rows)
 
 
 __all__ = ["NAMESPACE", "OPERATORS", "WorldHandleError", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "close",

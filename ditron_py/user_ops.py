@@ -14,7 +14,7 @@
 A call checks its tensors (one per rank in a virtual world, every rank's of the same shape and dtype), builds the
 program for the world size, the shapes, the dtype, the target and the SMs a rank may hold (a virtual world of W > 1
 ranks shares one GPU: every rank's spinning kernels must be resident at once, so ``sm_budget`` =
-``World.cta_budget``), compiles it once (``ditron.compile``, through the compile cache, or into ``directory`` when
+``World.cta_budget``, which the executor holds a virtual world of one rank to as well), compiles it once (``ditron.compile``, through the compile cache, or into ``directory`` when
 given: a GPU box without the compiler then loads the artifacts built elsewhere, see ``UserOp.prebuild``), and runs
 it through the executor (``graph=True``: CUDA-graph replays; ``sync=False``: enqueued on the caller's stream). Extra
 keyword arguments of a call are the builder's own parameters (part of the key).
@@ -71,7 +71,7 @@ class UserOp:
         """The builder's Program for one signature, checked to take these tensors."""
         from .device import Program
         budget = NUM_SMS
-        if virtual and world_size > 1:
+        if virtual:  # the executor holds every virtual world, of one rank too, to World.cta_budget
             from .runtime.world import World
             budget = World(world_size, None, None).cta_budget(NUM_SMS)
         p = self.build(world_size, [tuple(s) for s in shapes], dtype, sm_budget=budget, target=target, **params)

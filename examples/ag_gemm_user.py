@@ -37,7 +37,7 @@ def _jit_gemm():
         from pathlib import Path
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import jit_kernels
-    return jit_kernels.JIT_OPTIONS, jit_kernels.JIT_TILES, jit_kernels.ag_gemm_tiles
+    return jit_kernels.gemm_tiling, jit_kernels.ag_gemm_tiles
 
 
 def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: str = "bf16",
@@ -47,7 +47,8 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
     copy (a divisor of m; default: m, one chunk per rank); ``num_sms``: the GEMM's SM budget (in a virtual world
     of W ranks on one GPU, at most its share: ``World.cta_budget``); ``gemm``: "template" (the built-in GEMM with
     per-tile waits; ``gemm_fields``: its tuning, block_m, ...) or "jit" (the user kernel ``jit_kernels.ag_gemm_tiles``,
-    persistent on ``num_sms`` programs; ``gemm_fields``: its constexprs, BLOCK_M, ...)."""
+    persistent on ``num_sms`` programs, tiled as ditron-tile's cost model tiles this GEMM on those SMs
+    (``ditron.tiling.gemm_config``); ``gemm_fields``: its constexprs, BLOCK_M, ..., or num_warps / num_stages)."""
     chunk = chunk or m
     if m % chunk:
         raise ValueError(f"chunk {chunk} must divide the {m} rows of a shard (the GEMM's waits count whole chunks)")
@@ -70,13 +71,17 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
                    sizes=(chunk, K), engine="copy_engine", stream=1)
             p.signal(ready, rank=q, slot=p.rank * count + c, stream=1)
     if gemm == "jit":
-        JIT_OPTIONS, JIT_TILES, ag_gemm_tiles = _jit_gemm()
+        gemm_tiling, ag_gemm_tiles = _jit_gemm()
         ptr = "*" + {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[dtype]
-        tiles = {**JIT_TILES, **gemm_fields}
+        # the tiles and stages ditron-tile's cost model picks for this GEMM on these SMs (like-for-like with
+        # the built-in ag_gemm); gemm_fields override them (BLOCK_M, ..., num_warps, num_stages)
+        tiles, options = gemm_tiling(W * m, n, K, dtype, target, num_sms)
+        options = {**options, **{f: gemm_fields.pop(f) for f in ("num_warps", "num_stages") if f in gemm_fields}}
+        tiles = {**tiles, **gemm_fields}
         kernel = p.jit(ag_gemm_tiles, signature={"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "ready_ptr": "*i32",
                                                  "M": "i32", "N": "i32", "K": "i32", "m": "i32", "epoch": "i32"},
                        constexprs={"CHUNK": chunk, **tiles}, wait={"arg": "ready_ptr", "value_arg": "epoch"},
-                       **JIT_OPTIONS)
+                       **options)
         count_tiles = -(-W * m // tiles["BLOCK_M"]) * -(-n // tiles["BLOCK_N"])
         programs = min(num_sms or 132, count_tiles)
         p.launch(kernel, [gathered, w, y, ready, W * m, n, K, m, p.epoch], grid=programs, stream=0)

@@ -11,9 +11,15 @@ import ditron.language as dl
 
 SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "pad_ptr": "*i32", "n": "i32", "epoch": "i32"}
 
-# the user GEMM's tiling (gemm="jit"); num_warps / num_stages are its compile options
-JIT_TILES = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
-JIT_OPTIONS = {"num_warps": 8, "num_stages": 3}
+
+
+def gemm_tiling(M: int, N: int, K: int, dtype: str, target: str, sms: int | None = None):
+    """The user GEMM's tiling (gemm="jit") for an M x N x K GEMM: the tile configuration ditron-tile's cost model
+    picks for the same shape on the same SMs (``ditron.tiling.gemm_config``), as (constexprs, compile options)."""
+    import ditron.tiling
+    cfg = ditron.tiling.gemm_config(M, N, K, dtype, target, sms=sms)
+    return ({"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "GROUP_M": cfg.group_m},
+            {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
 
 
 @ditron.jit

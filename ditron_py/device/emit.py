@@ -3,6 +3,7 @@ what is made of that IR: the verified module, its text, the compiled artifact, t
 @ditron.jit kernels such a module declares, compiled from their Python functions."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -281,6 +282,7 @@ class _Emitter:
         from mlir import ir
         from mlir.dialects import func
         from .. import schema
+        k = dataclasses.replace(k, divisible=jit_divisible(self.p, k))
         key = k.key(self.p.target)
         JIT_KERNELS[key] = k
         for op in self.kernels.module.body.operations:
@@ -298,6 +300,34 @@ class _Emitter:
         decl.attributes[schema.JIT_ATTR] = ir.DictAttr.get(fields)
         self.kernels.names.add(k.name)
         return k.name
+
+
+def jit_divisible(p: Program, k: JitKernel) -> frozenset:
+    """The parameters of @ditron.jit kernel ``k`` compiled as tt.divisibility = 16 (stock Triton's specialization,
+    docs/language.md §3), from every launch of a kernel of that name in ``p``: a buffer parameter (symmetric
+    buffers are heap-aligned; the program's own inputs and outputs are checked by the executor before each
+    launch, an error for a misaligned tensor), an index parameter whose value is a constant multiple of 16 at
+    every launch; never one the kernel lists in do_not_specialize(_on_alignment)."""
+    from ..language.specialize import DIVISIBILITY
+    skip = set(getattr(k.fn, "do_not_specialize", ())) | set(getattr(k.fn, "do_not_specialize_on_alignment", ()))
+    out = None
+
+    def visit(ops):
+        nonlocal out
+        for op in ops:
+            if op.kind == "launch" and "jit" in op.fields and op.fields["jit"].name == k.name:
+                mine = set()
+                for name, a in zip(k.params, op.fields["args"]):
+                    if name in skip:
+                        continue
+                    if isinstance(a, Buffer):
+                        mine.add(name)
+                    elif getattr(a, "kind", None) == "const" and a.args[0] % DIVISIBILITY == 0:
+                        mine.add(name)
+                out = mine if out is None else out & mine
+            visit(op.body)
+    visit(p._ops)
+    return frozenset(out or ())
 
 
 def jit_declarations(module: Any) -> dict[str, tuple[str, list[str]]]:

@@ -62,6 +62,9 @@ class JitKernel:
     options: dict[str, Any]
     where: tuple[str, int, int]
     wait: dict[str, str] | None = None   # {"arg": pad parameter, "value_arg": value parameter}: for the watchdog
+    # the parameters compiled as tt.divisibility = 16 (set from the program's launches when it is emitted:
+    # ditron_py/device/emit.py, jit_divisible); the executor checks them before each launch
+    divisible: frozenset = frozenset()
 
     @property
     def name(self) -> str:
@@ -82,11 +85,12 @@ class JitKernel:
             source = repr(self.fn.fn.__code__.co_code)
         spec = json.dumps([self.fn.fn.__module__, self.fn.fn.__qualname__, source, self.signature, self.wait,
                            sorted(self.constexprs.items(), key=lambda kv: kv[0]), sorted(self.options.items()),
-                           target], default=repr)
+                           target, sorted(self.divisible)], default=repr)
         return hashlib.sha256(spec.encode()).hexdigest()[:20]
 
     def compile(self, target: str) -> Any:
-        return self.fn.compile(signature=self.signature, constexprs=self.constexprs, target=target, **self.options)
+        return self.fn.compile(signature=self.signature, constexprs=self.constexprs, target=target,
+                               divisible=self.divisible, **self.options)
 
 
 def _template_dtype(name: str, what: str) -> str:

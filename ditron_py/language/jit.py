@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import ast
 import inspect
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from triton.runtime.jit import JITFunction
 
 from ..errors import CompileError, Diagnostic, DitronRuntimeError
 from ..schema import APPENDED_ARGS
-from . import tracing
+from . import specialize, tracing
 
 ABI = [[name, kind] for name, kind in zip(APPENDED_ARGS, ("i32", "i32", "*i64", "i64", "*i32", "i32"))]
 
@@ -74,7 +74,7 @@ def _located(err: Exception, jit: JITFunction) -> CompileError:
 class DitronJITFunction:
     """A ``@ditron.jit`` kernel (see the module docstring)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, do_not_specialize=None, do_not_specialize_on_alignment=None):
         if not inspect.isfunction(fn):
             raise TypeError(f"@ditron.jit decorates a Python function, got {type(fn).__name__}")
         self.fn = fn
@@ -83,6 +83,14 @@ class DitronJITFunction:
         self.traced = _TracedJIT(fn)
         self.arg_names = list(self.traced.arg_names)
         self.constexpr_names = [p.name for p in self.traced.params if p.is_constexpr]
+        self.do_not_specialize = specialize.resolve_params(fn.__name__, self.arg_names, do_not_specialize,
+                                                           "do_not_specialize")
+        self.do_not_specialize_on_alignment = specialize.resolve_params(
+            fn.__name__, self.arg_names, do_not_specialize_on_alignment, "do_not_specialize_on_alignment")
+        for name in self.do_not_specialize + self.do_not_specialize_on_alignment:
+            if name in self.constexpr_names:
+                raise TypeError(f"@ditron.jit of '{fn.__name__}': '{name}' is a tl.constexpr parameter (its value "
+                                "is part of the kernel); do_not_specialize lists runtime parameters")
         self.defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()
                          if p.default is not inspect.Parameter.empty}
 
@@ -102,7 +110,14 @@ class DitronJITFunction:
         return [n for n in self.arg_names if n not in self.constexpr_names]
 
     # -- compiling
-    def _source(self, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None):
+    def specialization(self, values: Mapping[str, Any]) -> frozenset[str]:
+        """The parameters stock Triton would compile as ``tt.divisibility = 16`` for these argument values
+        (``{name: value}``: tensors by their ``data_ptr()``, ints by their value), respecting do_not_specialize
+        and do_not_specialize_on_alignment: give it as ``divisible=`` to ``ttir`` / ``compile`` / ``emit``."""
+        return specialize.divisible(self, values)
+
+    def _source(self, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None,
+                divisible: Iterable[str] = ()):
         from triton.compiler.compiler import ASTSource
         constexprs = {**{n: v for n, v in self.defaults.items() if n in self.constexpr_names and n not in signature},
                       **(constexprs or {})}
@@ -120,12 +135,16 @@ class DitronJITFunction:
                                f"{'is' if len(not_constexpr) == 1 else 'are'} not tl.constexpr parameters; give "
                                f"{'its' if len(not_constexpr) == 1 else 'their'} type in signature=")
         sig = {n: ("constexpr" if n in constexprs else signature[n]) for n in self.arg_names}
+        names = specialize.check_names(self, divisible, sig)
         return ASTSource(self.traced, signature=sig, constexprs={(self.arg_names.index(n),): v
-                                                                 for n, v in constexprs.items()})
+                                                                 for n, v in constexprs.items()},
+                         attrs=specialize.attrs(self, names))
 
     def ttir(self, *, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None = None,
-             target: str = "cuda:90", **options: Any) -> str:
-        """The kernel as stock TTIR (Triton's printed form, with source locations), before Triton's passes."""
+             target: str = "cuda:90", divisible: Iterable[str] = (), **options: Any) -> str:
+        """The kernel as stock TTIR (Triton's printed form, with source locations), before Triton's passes.
+        ``divisible``: the pointer / integer parameters assumed multiples of 16 (``tt.divisibility = 16``, the
+        variant stock Triton compiles for such arguments; ``specialization(values)`` computes them)."""
         from triton._C.libtriton import ir as tir
         from triton.compiler.compiler import make_backend
 
@@ -133,7 +152,7 @@ class DitronJITFunction:
         tgt = Target.parse(target)
         backend = get_backend(tgt)
         opts = backend.options(**options)
-        src = self._source(signature, constexprs)
+        src = self._source(signature, constexprs, divisible)
         tb = make_backend(tgt.gpu_target())
         topts = tb.parse_options(opts.triton_options())
         ctx = tir.context()
@@ -150,19 +169,22 @@ class DitronJITFunction:
         return str(module)
 
     def compile(self, *, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None = None,
-                target: str = "cuda:90", dump_dir=None, **options: Any):
+                target: str = "cuda:90", divisible: Iterable[str] = (), dump_dir=None, **options: Any):
         """The kernel compiled for target through all of Triton's stages: a ``ditron.backends.CompiledKernel``
-        (binary, asm per stage, launch metadata with ``abi``). options: the backend's (num_warps, num_stages ...)."""
+        (binary, asm per stage, launch metadata with ``abi`` and, under ``specialize.METADATA_KEY``, the
+        ``divisible`` parameters it assumes: the executor checks them before each launch). options: the
+        backend's (num_warps, num_stages ...)."""
         from ..backends import get_backend
-        text = self.ttir(signature=signature, constexprs=constexprs, target=target, **options)
+        text = self.ttir(signature=signature, constexprs=constexprs, target=target, divisible=divisible, **options)
         backend = get_backend(target)
-        return backend.compile(text, backend.options(**options), dump_dir=dump_dir, metadata={"abi": self.abi})
+        return backend.compile(text, backend.options(**options), dump_dir=dump_dir,
+                               metadata={"abi": self.abi, specialize.METADATA_KEY: sorted(divisible)})
 
     def emit(self, stage: str, *, signature: Mapping[str, str], constexprs: Mapping[str, Any] | None = None,
-             target: str = "cuda:90", **options: Any) -> str:
+             target: str = "cuda:90", divisible: Iterable[str] = (), **options: Any) -> str:
         """The text of one stage (ttir, ttgir, llir, ptx | amdgcn) after Triton's passes."""
         from ..backends import get_backend
-        text = self.ttir(signature=signature, constexprs=constexprs, target=target, **options)
+        text = self.ttir(signature=signature, constexprs=constexprs, target=target, divisible=divisible, **options)
         backend = get_backend(target)
         return backend.emit(text, stage, backend.options(**options))
 
@@ -180,11 +202,13 @@ class DitronJITFunction:
         raise TypeError(f"@ditron.jit kernel '{self.__name__}' cannot be called as a Python function")
 
 
-def jit(fn=None, **kwargs):
-    """Decorator: a kernel in Triton's language that may use ditron.language primitives."""
+def jit(fn=None, *, do_not_specialize=None, do_not_specialize_on_alignment=None, **kwargs):
+    """Decorator: a kernel in Triton's language that may use ditron.language primitives. As ``triton.jit``:
+    ``do_not_specialize`` (names or indices) -- parameters never specialised on their values;
+    ``do_not_specialize_on_alignment`` -- parameters never assumed 16-divisible (docs/language.md §3)."""
     if kwargs:
-        raise TypeError(f"@ditron.jit takes no options (got {', '.join(kwargs)}); give compile options to "
-                        ".compile()")
+        raise TypeError(f"@ditron.jit takes only do_not_specialize and do_not_specialize_on_alignment (got "
+                        f"{', '.join(kwargs)}); give compile options to .compile()")
     if fn is None:
-        return jit
-    return DitronJITFunction(fn)
+        return lambda f: DitronJITFunction(f, do_not_specialize, do_not_specialize_on_alignment)
+    return DitronJITFunction(fn, do_not_specialize, do_not_specialize_on_alignment)

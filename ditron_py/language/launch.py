@@ -4,7 +4,9 @@
 
 Arguments are given as for ``simulate`` (numpy arrays become each rank's arrays of its symmetric heap; every
 rank's heap is one device buffer, the arrays at the same offsets). The kernel is compiled for the GPU's target
-(``DitronJITFunction.emit("ttir")``, then ``triton.compile``) and launched once per rank, each rank on its own stream, with the hidden
+(``DitronJITFunction.emit("ttir")``, then ``triton.compile``), specialised as ``triton.jit`` would be for the
+call's arguments (``tt.divisibility = 16`` on the pointers and integers that are multiples of 16 on every rank; one
+variant per key, kept for the process), and launched once per rank, each rank on its own stream, with the hidden
 arguments bound: rank, num_ranks, the heap bases, and a bounded wait (``wait_bound`` polls) whose give-up is read
 back after the launch and raised as WaitTimeoutError naming the rank -- a missing notify ends in an error, not a
 hang. Every rank's programs must be resident at once (they spin on each other): world x programs must not exceed
@@ -57,6 +59,26 @@ def _signature(kernel, rows) -> dict[str, str]:
     return sig
 
 
+_VARIANTS: dict[tuple, Any] = {}   # compiled variants by (kernel, signature, constexprs, target, divisible, options)
+
+
+def _compiled(kernel, signature, constexprs, target, divisible, options):
+    """The kernel's variant for one specialization key, compiled once per process."""
+    import triton
+    key = (id(kernel), tuple(sorted(signature.items())), repr(sorted(constexprs.items())), target,
+           tuple(sorted(divisible)), repr(sorted(options.items())))
+    if key not in _VARIANTS:
+        # after Triton's ttir passes (inlined): triton.compile skips the passes of a .ttir file's own stage
+        text = kernel.emit("ttir", signature=signature, constexprs=constexprs, target=target, divisible=divisible,
+                           **options)
+        with tempfile.TemporaryDirectory(prefix="ditron-lang-") as tmp:
+            path = os.path.join(tmp, f"{kernel.__name__}.ttir")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            _VARIANTS[key] = (kernel, triton.compile(path, options=dict(options)))
+    return _VARIANTS[key][1]
+
+
 def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DEFAULT_WAIT_BOUND,
                 device: Any = None, **options: Any) -> list[dict[str, np.ndarray]]:
     """Launch kernel for every rank of a virtual world on one GPU; every array argument after the run, per rank.
@@ -68,8 +90,6 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
     if not torch.cuda.is_available():
         raise DitronRuntimeError(f"run_virtual: no GPU (torch sees no CUDA/ROCm device) to launch kernel "
                                  f"'{kernel.__name__}' on; check it on the CPU with ditron.language.simulate")
-    import triton
-
     from ..runtime.loader import _ensure_allocator, device_target_name
     if not isinstance(world, int) or world < 1:
         raise DitronRuntimeError(f"run_virtual: world must be a positive number of ranks, got {world!r}")
@@ -84,14 +104,6 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
     target = device_target_name()
     signature = _signature(kernel, rows)
     constexprs = {n: rows[0][n] for n in kernel.constexpr_names}
-    # after Triton's ttir passes (inlined): triton.compile skips the passes of a .ttir file's own stage
-    text = kernel.emit("ttir", signature=signature, constexprs=constexprs, target=target, **options)
-    with tempfile.TemporaryDirectory(prefix="ditron-lang-") as tmp:
-        path = os.path.join(tmp, f"{kernel.__name__}.ttir")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        compiled = triton.compile(path, options=dict(options))
-    _ensure_allocator()   # Triton's global-scratch allocator, as the loader sets it
     heaps = [torch.zeros(nbytes, dtype=torch.uint8, device=dev) for _ in range(world)]
     bases = torch.tensor([h.data_ptr() for h in heaps], dtype=torch.int64, device=dev)
     errs = torch.zeros((world, 4), dtype=torch.int32, device=dev)
@@ -104,6 +116,10 @@ def run_virtual(kernel, grid, args_per_rank, *, world: int, wait_bound: int = DE
             t.copy_(torch.from_numpy(a.reshape(-1).view(np.uint8).copy()).to(dev))
             mine[name] = t
         views.append(mine)
+    # Triton's specialization, as triton.jit keys it at each call: what every rank's values allow
+    divisible = frozenset.intersection(*[kernel.specialization({**row, **views[r]}) for r, row in enumerate(rows)])
+    compiled = _compiled(kernel, signature, constexprs, target, divisible, options)
+    _ensure_allocator()   # Triton's global-scratch allocator, as the loader sets it
     torch.cuda.synchronize(dev)
     streams = [torch.cuda.Stream(dev) for _ in range(world)]
     for r, row in enumerate(rows):

@@ -16,6 +16,13 @@ parameter ``weight`` is the transpose of that storage: [out/W, in] or [out, in/W
 keeps its meaning), and ``weight.t()`` is contiguous, so no call copies or transposes it (``module.to(...)``,
 deepcopy and load_state_dict keep that layout).
 
+Batch sizes. ``max_rows=N`` (both layers; 0, the default, compiles one program per row count) lets a layer serve
+any number of rows 1..N of its input on this rank (the input's leading dims flattened: tokens per call) from its
+op's power-of-two bucket programs (ditron.buckets, the operators' ``max_rows``): a serving process that meets many
+batch sizes compiles about log2(N) + 1 programs per op, ahead (``buckets.prebuild(ditron.nn.signatures(model, W,
+rows, max_rows=...))``) or on a bucket's first call. A column-parallel layer on a replicated input (a local
+``torch.matmul``) needs no program; its max_rows only bounds the rows, like the others'.
+
 Inference only: ditron's operators have no backward.
 
 Worlds. A layer runs in a real world (``World.from_torch()``: this process is one rank) or in a world of one rank;
@@ -86,8 +93,12 @@ def _shard_parameter(storage, requires_grad: bool):
 class _ParallelLinear:
     """What both layers share: the world, the library, the sizes, and the flattening of leading dims."""
 
-    def _setup(self, linear, world, library, what: str) -> None:
+    def _setup(self, linear, world, library, what: str, max_rows: int) -> None:
         _check_linear(linear, what)
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
+            raise ParallelError(f"{what}: max_rows is the most rows of a call's input on this rank (0: one program "
+                                f"per row count), got {max_rows!r}")
+        self.max_rows = max_rows
         check_world(world, what)
         from .. import ops, torch_ops
         if library is not None and not isinstance(library, ops.Library):
@@ -106,6 +117,10 @@ class _ParallelLinear:
                                 f"{features} (this rank's share)")
         return x.reshape(-1, features)
 
+    def _params(self, **params) -> dict[str, Any]:
+        """The op's parameters, with max_rows where the layer serves any row count."""
+        return {**params, "max_rows": self.max_rows} if self.max_rows else params
+
     def _b(self):
         """The ops' [K, N] operand: the weight's contiguous transposed storage."""
         return self.weight.t()
@@ -119,9 +134,9 @@ class ColumnParallelLinear(torch.nn.Module, _ParallelLinear):
     ``head_dim``: where the output features are attention heads, their size; a head is never split over ranks."""
 
     def __init__(self, linear, world, *, input: str = "replicated", library=None,  # noqa: A002 - torch's word
-                 head_dim: int | None = None, name: str = "the layer"):
+                 head_dim: int | None = None, name: str = "the layer", max_rows: int = 0):
         super().__init__()
-        self._setup(linear, world, library, "ColumnParallelLinear")
+        self._setup(linear, world, library, "ColumnParallelLinear", max_rows)
         if input not in INPUTS:
             raise ParallelError(f"ColumnParallelLinear: input must be one of {', '.join(INPUTS)}, got {input!r}")
         self.input = input
@@ -141,10 +156,12 @@ class ColumnParallelLinear(torch.nn.Module, _ParallelLinear):
     def forward(self, x):
         a = self._flat(x, self.in_features, "ColumnParallelLinear")
         if self.input == "replicated":
-            y = torch.matmul(a, self._b())
+            if self.max_rows and isinstance(a.shape[0], int) and a.shape[0] > self.max_rows:
+                raise ParallelError(f"ColumnParallelLinear: {a.shape[0]} rows exceed max_rows={self.max_rows}")
+            y = torch.matmul(a, self._b())  # a local GEMM: any rows, no program
             shape = (*x.shape[:-1], self.local_out_features)
         else:
-            y = call_op("ag_gemm", a.contiguous(), self._b(), self.handle, {})
+            y = call_op("ag_gemm", a.contiguous(), self._b(), self.handle, self._params())
             shape = (x.shape[0] * self.world_size, *x.shape[1:-1], self.local_out_features)
         if self.bias is not None:
             y = y + self.bias
@@ -153,7 +170,7 @@ class ColumnParallelLinear(torch.nn.Module, _ParallelLinear):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features} "
                 f"(rank {self.rank} of {self.world_size}: {self.local_out_features}), input={self.input}, "
-                f"bias={self.bias is not None}")
+                f"bias={self.bias is not None}" + (f", max_rows={self.max_rows}" if self.max_rows else ""))
 
 
 class RowParallelLinear(torch.nn.Module, _ParallelLinear):
@@ -163,9 +180,9 @@ class RowParallelLinear(torch.nn.Module, _ParallelLinear):
     rows r of W of the sum; dim 0 of x must divide by W). ``algorithm``: gemm_ar's all-reduce algorithm."""
 
     def __init__(self, linear, world, *, output: str = "replicated", algorithm: str = "auto", library=None,
-                 name: str = "the layer"):
+                 name: str = "the layer", max_rows: int = 0):
         super().__init__()
-        self._setup(linear, world, library, "RowParallelLinear")
+        self._setup(linear, world, library, "RowParallelLinear", max_rows)
         if output not in OUTPUTS:
             raise ParallelError(f"RowParallelLinear: output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         from ..ops import GEMM_AR_ALGORITHMS
@@ -188,13 +205,13 @@ class RowParallelLinear(torch.nn.Module, _ParallelLinear):
     def forward(self, x):
         a = self._flat(x, self.local_in_features, "RowParallelLinear").contiguous()
         if self.output == "replicated":
-            y = call_op("gemm_ar", a, self._b(), self.handle, {"algorithm": self.algorithm})
+            y = call_op("gemm_ar", a, self._b(), self.handle, self._params(algorithm=self.algorithm))
             shape = (*x.shape[:-1], self.out_features)
         else:
             if x.shape[0] % self.world_size:
                 raise ParallelError(f"RowParallelLinear(output='sequence'): dim 0 of the input {tuple(x.shape)} does "
                                     f"not split over {self.world_size} ranks")
-            y = call_op("gemm_rs", a, self._b(), self.handle, {})
+            y = call_op("gemm_rs", a, self._b(), self.handle, self._params())
             shape = (x.shape[0] // self.world_size, *x.shape[1:-1], self.out_features)
         if self.bias is not None:
             y = y + self.bias
@@ -202,4 +219,5 @@ class RowParallelLinear(torch.nn.Module, _ParallelLinear):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features} (rank {self.rank} of {self.world_size}: {self.local_in_features}), "
-                f"out_features={self.out_features}, output={self.output}, bias={self.bias is not None}")
+                f"out_features={self.out_features}, output={self.output}, bias={self.bias is not None}"
+                + (f", max_rows={self.max_rows}" if self.max_rows else ""))

@@ -16,6 +16,10 @@ Attention heads. A column-parallel layer whose parent module has an int ``head_d
 modules) outputs whole heads: its out_features must divide into heads over the ranks, else a ParallelError. A
 parent's int ``num_heads`` / ``num_key_value_heads`` attributes (older attention modules that reshape by them) are
 divided by W; transformers' current modules reshape with -1 and need nothing.
+
+Batch sizes. ``parallelize(..., max_rows=N)``: N is the most tokens per call over the whole world; each layer gets
+its share (N / W rows for a sequence-parallel input, else N) and serves any row count up to it from its op's
+power-of-two bucket programs (ditron.buckets). ``signatures(..., max_rows=N)`` lists those programs.
 """
 from __future__ import annotations
 
@@ -40,8 +44,18 @@ class Colwise:
         if self.input not in INPUTS:
             raise ParallelError(f"Colwise: input must be one of {', '.join(INPUTS)}, got {self.input!r}")
 
-    def build(self, linear, world, library, name: str, head_dim: int | None):
-        return ColumnParallelLinear(linear, world, input=self.input, library=library, head_dim=head_dim, name=name)
+    def build(self, linear, world, library, name: str, head_dim: int | None, max_rows: int = 0):
+        return ColumnParallelLinear(linear, world, input=self.input, library=library, head_dim=head_dim, name=name,
+                                    max_rows=self.rows(max_rows, world.world_size))
+
+    def rows(self, tokens: int, world_size: int) -> int:
+        """The most rows of this layer's input on one rank, for ``tokens`` per call over the whole world (0: 0)."""
+        if self.input != "sequence" or not tokens:
+            return tokens
+        if tokens < world_size:
+            raise ParallelError(f"max_rows={tokens} tokens per call do not give each of {world_size} ranks one row "
+                                "of a sequence-parallel input")
+        return tokens // world_size
 
 
 @dataclass(frozen=True)
@@ -55,9 +69,13 @@ class Rowwise:
         if self.output not in OUTPUTS:
             raise ParallelError(f"Rowwise: output must be one of {', '.join(OUTPUTS)}, got {self.output!r}")
 
-    def build(self, linear, world, library, name: str, head_dim: int | None):
+    def build(self, linear, world, library, name: str, head_dim: int | None, max_rows: int = 0):
         return RowParallelLinear(linear, world, output=self.output, algorithm=self.algorithm, library=library,
-                                 name=name)
+                                 name=name, max_rows=self.rows(max_rows, world.world_size))
+
+    def rows(self, tokens: int, world_size: int) -> int:
+        """The most rows of this layer's input on one rank, for ``tokens`` per call over the whole world."""
+        return tokens
 
 
 STYLES = {"colwise": Colwise(), "rowwise": Rowwise()}
@@ -126,12 +144,15 @@ def resolve_plan(model, plan: Mapping[str, Any] | None = None) -> dict[str, Colw
     return out
 
 
-def parallelize(model, world, plan: Mapping[str, Any] | None = None, *, library=None):
+def parallelize(model, world, plan: Mapping[str, Any] | None = None, *, library=None, max_rows: int = 0):
     """Make ``model`` tensor-parallel over ``world``, in place, and return it: each nn.Linear the plan names is
     replaced by its ditron.nn layer (this rank's shard of its weight). ``plan``: {pattern: style} (module doc);
     None reads the model's own (transformers' base_model_tp_plan). ``library``: the ops.Library the layers' ops
-    load their artifacts from (default ops.default_library())."""
+    load their artifacts from (default ops.default_library()). ``max_rows``: the most tokens per call over the
+    whole world (as ``signatures``' rows); each layer then serves any row count up to its share of them from its
+    op's bucket programs (ditron.buckets; 0: one program per row count)."""
     check_world(world, "parallelize")
+    _check_max_rows(max_rows, "parallelize")
     chosen = resolve_plan(model, plan)
     W = world.world_size
     parents: dict[str, torch.nn.Module] = {}
@@ -141,7 +162,7 @@ def parallelize(model, world, plan: Mapping[str, Any] | None = None, *, library=
         parent = model.get_submodule(parent_name) if parent_name else model
         head_dim = getattr(parent, "head_dim", None)
         head_dim = head_dim if isinstance(head_dim, int) and isinstance(style, Colwise) else None
-        built[name] = style.build(model.get_submodule(name), world, library, name, head_dim)
+        built[name] = style.build(model.get_submodule(name), world, library, name, head_dim, max_rows)
         if isinstance(style, Colwise):
             parents[parent_name] = parent
     for parent_name, parent in parents.items():
@@ -162,13 +183,17 @@ def parallelize(model, world, plan: Mapping[str, Any] | None = None, *, library=
 
 
 def signatures(model, world_size: int, rows, plan: Mapping[str, Any] | None = None, *, target: str = "cuda:90",
-               virtual: bool = False, dtype=None) -> list:
+               virtual: bool = False, dtype=None, max_rows: int = 0) -> list:
     """The ops.Signatures of every ditron op ``parallelize(model, world, plan)`` makes the model call, for each
     number of rows (tokens per call, over the whole world: batch * sequence at prefill, batch at a decode step; a
     sequence-parallel input holds rows / W of them on each rank) in ``rows``: what a GPU box
     without the compiler needs prebuilt (``ops.build(signatures(...), DIR)`` where the compiler is). The model is
-    only read (a model on the meta device will do). ``dtype``: the element type (default: each layer's weight's)."""
-    from .. import ops
+    only read (a model on the meta device will do). ``dtype``: the element type (default: each layer's weight's).
+    ``max_rows``: the model was (will be) parallelized with ``max_rows``: each row count's signature is the bucket
+    program that serves it (``rows=range(1, max_rows + 1)`` lists every bucket; ``ditron.buckets.prebuild`` builds
+    them with a progress bar)."""
+    from .. import buckets, ops
+    _check_max_rows(max_rows, "signatures")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ParallelError(f"signatures: world_size must be a positive int, got {world_size!r}")
     W, chosen = world_size, resolve_plan(model, plan)
@@ -196,5 +221,15 @@ def signatures(model, world_size: int, rows, plan: Mapping[str, Any] | None = No
             else:
                 sig = ops.signature_for("gemm_ar", [(m, i // W), (i // W, o)], t, W, virtual, target,
                                         algorithm=style.algorithm)
+            if max_rows:
+                if m > max_rows:
+                    raise ParallelError(f"signatures: {m} rows exceed max_rows={max_rows}")
+                sig = buckets.bucket_signature(sig, style.rows(max_rows, W))
             out[sig] = None
     return list(out)
+
+
+def _check_max_rows(max_rows, what: str) -> None:
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
+        raise ParallelError(f"{what}: max_rows is the most tokens per call over the whole world (0: one program per "
+                            f"row count), got {max_rows!r}")

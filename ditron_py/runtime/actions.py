@@ -13,7 +13,7 @@ import math
 from typing import Any, Callable
 
 from ..errors import DitronRuntimeError
-from ..schema import USER_ARG_KINDS
+from ..schema import DIVISIBILITY, DIVISIBLE_META, USER_ARG_KINDS
 from .program import (BarrierAction, Buf, CopyAction, HostProgramError, LaunchAction, SignalAction, WaitAction,
                       slot_runs)
 from .timeouts import Milestone
@@ -273,7 +273,39 @@ class Actions:
                                                                  "global_scratch_size", 0):
             raise DitronRuntimeError(f"{self._where(rank, a)}@{a.kernel} needs global scratch that was not reserved "
                                      "at warm-up (this launch did not run in the first call)")
+        claims = self._divisible_args(a.kernel)
+        if claims:
+            self._check_divisible(rank, a, values, claims)
         return values
+
+    def _divisible_args(self, name: str) -> tuple[tuple[int, str], ...]:
+        """(ABI position, name) of the arguments kernel ``name`` was compiled assuming multiples of 16
+        (a @ditron.jit kernel's specialization, recorded in its launch metadata)."""
+        cache = self.__dict__.setdefault("_divisible_cache", {})
+        if name not in cache:
+            names = set(getattr(self._kernel(name).metadata, DIVISIBLE_META, None) or ())
+            cache[name] = tuple((i, n) for i, (_, _, n) in enumerate(self._plans[name]) if n in names)
+        return cache[name]
+
+    def _check_divisible(self, rank: int, a: LaunchAction, values: list[Any], claims) -> None:
+        """The specialization's assumptions hold for this launch's values, else a DitronRuntimeError: the kernel
+        was compiled for 16-byte aligned pointers / 16-divisible integers, and would be wrong code otherwise."""
+        bad = []
+        for i, name in claims:
+            v = values[i]
+            ptr = getattr(v, "data_ptr", None)
+            if ptr is not None:
+                if ptr() % DIVISIBILITY:
+                    bad.append(f"'{name}' at address {ptr():#x}")
+            elif isinstance(v, int) and v % DIVISIBILITY:
+                bad.append(f"'{name}' = {v}")
+        if bad:
+            raise DitronRuntimeError(
+                f"{self._where(rank, a)}@{a.kernel} was compiled assuming {', '.join(n for _, n in claims)} "
+                f"multiples of {DIVISIBILITY} (tt.divisibility, stock Triton's specialization), but "
+                f"{'; '.join(bad)} is not: pass tensors whose data_ptr() is {DIVISIBILITY}-byte aligned (a fresh "
+                "tensor or .clone() of a view), or list the parameter in @ditron.jit(do_not_specialize_on_alignment"
+                "=[...]) and recompile")
 
     def _launch(self, rank: int, stream, a: LaunchAction, values: list[Any]) -> None:
         from triton.runtime import _allocation

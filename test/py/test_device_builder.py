@@ -304,6 +304,26 @@ def test_user_op_builds_the_program_of_a_call_and_checks_its_tensors(tmp_path):
                                                                                      "cuda:90")
 
 
+def test_user_op_budget_is_the_executors_in_every_virtual_world():
+    """The executor refuses a spinning launch of more programs than World.cta_budget in any virtual world, one rank
+    included (the copy reserve): the builder gets that budget, not the whole GPU's SMs."""
+    from ditron.runtime.world import World
+    from ditron.user_ops import NUM_SMS, UserOp
+    seen = {}
+
+    def build(W, shapes, dtype, *, sm_budget, target):
+        seen[W] = sm_budget
+        p = dd.Program("probe", W)
+        p.input("x", shapes[0], dtype)
+        return p
+    op = UserOp("probe", build, target="cuda:90")
+    for W in (1, 2, 4):
+        op.program(W, True, [(8, 16)], "bf16", "cuda:90")
+        assert seen[W] == World(W, None, None).cta_budget(NUM_SMS), (W, seen[W])
+    op.program(1, False, [(8, 16)], "bf16", "cuda:90")
+    assert seen[1] == NUM_SMS
+
+
 @pytest.mark.slow
 def test_user_op_prebuilds_its_artifact(tmp_path):
     import ditron

@@ -15,13 +15,14 @@ from ditron import ops, torch_ops
 from ditron.runtime.world import World
 
 SCHEMAS = {
-    "ag_gemm": "ditron::ag_gemm(Tensor a, Tensor b, str world) -> Tensor",
-    "gemm_rs": "ditron::gemm_rs(Tensor a, Tensor b, str world) -> Tensor",
-    "gemm_ar": 'ditron::gemm_ar(Tensor a, Tensor b, str world, str algorithm="auto") -> Tensor',
-    "all_gather": "ditron::all_gather(Tensor x, str world, SymInt dim=0) -> Tensor",
-    "reduce_scatter": "ditron::reduce_scatter(Tensor x, str world, SymInt dim=0) -> Tensor",
-    "all_reduce": 'ditron::all_reduce(Tensor x, str world, str algorithm="auto") -> Tensor',
-    "all_to_all": "ditron::all_to_all(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0) -> Tensor",
+    "ag_gemm": "ditron::ag_gemm(Tensor a, Tensor b, str world, int max_rows=0) -> Tensor",
+    "gemm_rs": "ditron::gemm_rs(Tensor a, Tensor b, str world, int max_rows=0) -> Tensor",
+    "gemm_ar": 'ditron::gemm_ar(Tensor a, Tensor b, str world, str algorithm="auto", int max_rows=0) -> Tensor',
+    "all_gather": "ditron::all_gather(Tensor x, str world, SymInt dim=0, int max_rows=0) -> Tensor",
+    "reduce_scatter": "ditron::reduce_scatter(Tensor x, str world, SymInt dim=0, int max_rows=0) -> Tensor",
+    "all_reduce": 'ditron::all_reduce(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor',
+    "all_to_all": ("ditron::all_to_all(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0, int max_rows=0) "
+                   "-> Tensor"),
 }
 BF16 = torch.bfloat16
 
