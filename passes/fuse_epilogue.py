@@ -45,10 +45,10 @@ from mlir import ir
 
 from ..dialects import task
 from ..dialects.opbase import walk_ops
+from ..schema import EPILOGUE_ATTR
 from .registry import Pass
 from .tiling import OVERLAP_ATTR, functions, op_error
 
-EPILOGUE_ATTR = "ditron.epilogue"
 UNARY = ("relu", "silu", "gelu", "sigmoid", "tanh", "exp", "neg", "copy")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "silu_mul")
 CAST_TO = {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}  # element types a GEMM can store, by their MLIR name
