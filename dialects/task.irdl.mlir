@@ -27,11 +27,14 @@ irdl.dialect @ditron_task {
     irdl.operands(lhs: %a, rhs: %b, group_sizes: %g)
     irdl.results(result: %c)
   }
-  // Pointwise fn (add, sub, mul, div, max, min, neg, relu, silu, gelu, exp, ...) over same-shaped tensors.
+  // Pointwise fn (add, sub, mul, div, max, min, neg, relu, silu, gelu, exp, cast, ...) over same-shaped tensors; a
+  // binary fn's second operand may be a [N] bias of an [M, N] result (broadcast over rows); cast changes the
+  // element type.
   irdl.operation @elementwise {
     %x = irdl.base "!builtin.tensor"
+    %x2 = irdl.base "!builtin.tensor"
     %y = irdl.base "!builtin.tensor"
-    irdl.operands(inputs: variadic %x)
+    irdl.operands(input: %x, more: variadic %x2)
     irdl.results(result: %y)
     %fn = irdl.base "#builtin.string"
     irdl.attributes { "fn" = %fn }

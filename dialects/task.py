@@ -15,7 +15,10 @@ ELEMENTWISE_FNS: dict[str, int | None] = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2,
     "neg": 1, "relu": 1, "silu": 1, "gelu": 1, "exp": 1, "sigmoid": 1, "tanh": 1, "copy": 1,
     "silu_mul": 2,  # silu(a) * b, the gated MLP's activation
+    "cast": 1,  # the operand in the result's element type (the one fn whose types differ)
 }
+# A binary fn's second operand may be a rank-1 [N] tensor against a rank-2 [M, N] result: broadcast over the rows
+# (a per-column bias, numpy's trailing-dim rule).
 
 
 def tensor_type(shape: Sequence[int], element_type: ir.Type) -> ir.RankedTensorType:

@@ -314,12 +314,15 @@ def _elementwise(c: _Checker, op: ir.Operation) -> None:
     if types is None:
         return
     r = types[-1]
-    for t in types[:-1]:
-        if t.element_type != r.element_type:
+    for i, t in enumerate(types[:-1]):
+        if t.element_type != r.element_type and e.fn != "cast":
             c.error(op, f"element types differ: operand {t.element_type}, result {r.element_type}")
             return
+        if i > 0 and t.rank == 1 and r.rank == 2 and _dims_agree(t.shape[0], r.shape[1]):
+            continue  # a bias: a second operand [N] broadcast over the rows of an [M, N] result
         if t.rank != r.rank or not all(_dims_agree(x, y) for x, y in zip(t.shape, r.shape)):
-            c.error(op, f"operand shape {t} differs from result shape {r}")
+            bias = " (a second operand may be a [N] bias of an [M, N] result)" if r.rank == 2 and i > 0 else ""
+            c.error(op, f"operand shape {t} differs from result shape {r}{bias}")
             return
 
 

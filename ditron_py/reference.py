@@ -26,7 +26,8 @@ Conventions (shared with the simulator and the runtime):
 * A value ``partial`` over axis ``a`` is the sum of the ranks' values along ``a``; ``shard_array`` puts the whole
   value on coordinate 0 and zeros elsewhere.
 * Element types are not emulated: every op computes in the dtype of the arrays given (use float64 inputs for tight
-  comparisons). ``gelu`` is the exact (erf) form; the numpy table of pointwise fns is ``ELEMENTWISE``.
+  comparisons), so ``cast`` is a copy. ``gelu`` is the exact (erf) form; the numpy table of pointwise fns is
+  ``ELEMENTWISE``; a [N] second operand broadcasts over the rows of an [M, N] one (numpy's rule).
 """
 from __future__ import annotations
 
@@ -70,6 +71,7 @@ ELEMENTWISE: dict[str, Callable[..., np.ndarray]] = {
     "exp": np.exp, "sigmoid": _sigmoid, "tanh": np.tanh,
     "copy": lambda x: np.array(x, copy=True),
     "silu_mul": lambda a, b: a * _sigmoid(a) * b,
+    "cast": lambda x: np.array(x, copy=True),  # element types are not emulated
 }
 
 REDUCE: dict[str, Callable[[Sequence[np.ndarray]], np.ndarray]] = {

@@ -20,6 +20,7 @@ VIEW_ATTR = "ditron.view"                  # on a task function: "local" (SPMD v
 SHARDING_ATTR = "ditron.sharding"          # per argument / result: how the mesh axes split it
 GLOBAL_SHAPE_ATTR = "ditron.global_shape"  # per padded local-view argument: the whole tensor's shape
 OVERLAP_ATTR = "ditron.overlap"            # on ops ditron-fuse-overlap paired
+EPILOGUE_ATTR = "ditron.epilogue"          # on a matmul and the elementwise ops ditron-fuse-epilogue fused into it
 TILING_ATTR = "ditron.tiling"              # on ops: ditron-tile's choices
 
 # -------------------------------------------------------------------------------------------------- device level

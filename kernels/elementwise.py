@@ -1,4 +1,5 @@
-"""Elementwise template: ``y = fn(x0, x1, ...)`` over same-shaped rank-1 or rank-2 tensors, computed in fp32.
+"""Elementwise template: ``y = fn(x0, x1, ...)`` over same-shaped rank-1 or rank-2 tensors, computed in fp32 (a
+rank-2 kernel's x1 may be a [cols] bias broadcast over the rows; ``cast`` stores x0 in out_dtype).
 
 Record fields (``make_record`` fills and checks them):
 
@@ -7,6 +8,8 @@ Record fields (``make_record`` fills and checks them):
     arity                   number of inputs
     shape                   [n] or [rows, cols] (row-major, contiguous)
     dtype                   'bf16' | 'fp16' | 'fp32' (inputs and output)
+    out_dtype               (cast only) the output's dtype
+    bias                    (rank 2, binary fns) x1 is a [cols] vector broadcast over the rows
     block_m, block_n        tile shape (rank 1: block_m = 1)
     grid, num_warps         programs (program p: tiles p, p + grid, ...; tile t -> (t // tiles_n, t % tiles_n))
 
@@ -29,7 +32,7 @@ from .numerics import round_to
 name = "elementwise"
 
 ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "neg": 1, "relu": 1, "silu": 1, "gelu": 1,
-         "exp": 1, "sigmoid": 1, "tanh": 1, "copy": 1, "silu_mul": 2}
+         "exp": 1, "sigmoid": 1, "tanh": 1, "copy": 1, "silu_mul": 2, "cast": 1}
 DTYPES = ("bf16", "fp16", "fp32")
 
 
@@ -52,7 +55,8 @@ def _pow2_at_least(x: int, cap: int) -> int:
 
 
 def make_record(fn: str, arity: int, shape: list[int], dtype: str, *, name: str = "elementwise", block: int = 1024,
-                num_warps: int = 4, num_sms: int = 132, waves: int = 4) -> KernelRecord:
+                num_warps: int = 4, num_sms: int = 132, waves: int = 4, out_dtype: str | None = None,
+                bias: bool = False) -> KernelRecord:
     """A checked record: tiles of about ``block`` elements, at most ``waves`` programs per SM."""
     if len(shape) not in (1, 2) or any(s < 1 for s in shape):
         raise _err(f"shape {shape} must be rank 1 or 2 with positive sizes")
@@ -63,6 +67,10 @@ def make_record(fn: str, arity: int, shape: list[int], dtype: str, *, name: str 
     rec = KernelRecord(template="elementwise", name=name, fn=fn, arity=arity, shape=list(shape), dtype=dtype,
                        block_m=block_m, block_n=block_n, grid=max(1, min(tiles, num_sms * waves)),
                        num_warps=num_warps, args=[f"x{i}" for i in range(arity)] + ["y"])
+    if out_dtype is not None and out_dtype != dtype:
+        rec["out_dtype"] = out_dtype
+    if bias:
+        rec["bias"] = True
     check(rec)
     return rec
 
@@ -72,8 +80,13 @@ def check(rec) -> None:
         raise _err(f"fn '{rec.get('fn')}' is unknown; known: {', '.join(ARITY)}")
     if rec["arity"] != ARITY[rec["fn"]]:
         raise _err(f"fn '{rec['fn']}' takes {ARITY[rec['fn']]} input(s), the record says {rec['arity']}")
-    if rec.get("dtype") not in DTYPES:
-        raise _err(f"dtype '{rec.get('dtype')}' is not supported; use one of {', '.join(DTYPES)}")
+    if rec.get("dtype") not in DTYPES or rec.get("out_dtype", rec.get("dtype")) not in DTYPES:
+        raise _err(f"dtype '{rec.get('dtype')}' / out_dtype '{rec.get('out_dtype')}' is not supported; use one of "
+                   f"{', '.join(DTYPES)}")
+    if "out_dtype" in rec and rec["fn"] != "cast":
+        raise _err(f"only cast has an out_dtype, not '{rec['fn']}'")
+    if rec.get("bias") and (rec["arity"] != 2 or len(rec["shape"]) != 2):
+        raise _err("a bias operand needs a binary fn over a rank-2 shape")
     for key in ("block_m", "block_n", "grid", "num_warps"):
         v = rec.get(key)
         if not isinstance(v, int) or v < 1:
@@ -125,7 +138,7 @@ NUMPY = {
     "max": np.maximum, "min": np.minimum, "neg": lambda a: -a, "relu": lambda a: np.maximum(a, 0),
     "silu": lambda a: a * _sigmoid(a), "gelu": lambda a: 0.5 * a * (1.0 + _erf(a / math.sqrt(2.0))),
     "exp": np.exp, "sigmoid": _sigmoid, "tanh": lambda a: 2.0 * _sigmoid(2.0 * a) - 1.0, "copy": lambda a: a,
-    "silu_mul": lambda a, b: a * _sigmoid(a) * b,
+    "silu_mul": lambda a, b: a * _sigmoid(a) * b, "cast": lambda a: a,
 }
 
 
@@ -142,6 +155,8 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             size = (min(bm, rows - r0), min(bn, cols - c0))
             box = ((c0,), (size[1],)) if one_d else ((r0, c0), size)
             ins = [Region(a, *box) for a in rec["args"][:-1]]
+            if rec.get("bias"):
+                ins[1] = Region(rec["args"][1], (c0,), (size[1],))
             y = Region("y", *box)
             steps.append(TileStep(reads=ins, writes=[y], compute=_compute(rec, ins, y)))
         out.append(steps)
@@ -151,9 +166,11 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
 def _compute(rec, ins, y):
     def compute(view):
         args = [np.asarray(view(r), dtype=np.float32) for r in ins]
+        if rec.get("bias"):
+            args[1] = np.broadcast_to(args[1][None, :], args[0].shape)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             result = NUMPY[rec["fn"]](*args)
-        view(y)[...] = round_to(rec["dtype"], np.asarray(result, dtype=np.float32))
+        view(y)[...] = round_to(rec.get("out_dtype", rec["dtype"]), np.asarray(result, dtype=np.float32))
     return compute
 
 
@@ -209,7 +226,7 @@ def _fn_ir(fn: str, a, b=None):
         inv_sqrt2 = T.c(1.0 / math.sqrt(2.0), a.type)
         erf = math_d.erf(arith.mulf(a, inv_sqrt2))
         return arith.mulf(arith.mulf(half, a), arith.addf(T.c(1.0, a.type), erf))
-    if fn == "copy":
+    if fn in ("copy", "cast"):
         return a
     raise _err(f"fn '{fn}' is unknown")
 
@@ -217,8 +234,8 @@ def _fn_ir(fn: str, a, b=None):
 def _emit(rec):
     rows, cols = _dims(rec)
     bm, bn = rec["block_m"], rec["block_n"]
-    elem = T.dtype(rec["dtype"])
-    args = [(a, T.ptr(elem), {"tt.divisibility": 16}) for a in rec["args"]]
+    elem, out_elem = T.dtype(rec["dtype"]), T.dtype(rec.get("out_dtype", rec["dtype"]))
+    args = [(a, T.ptr(out_elem if a == "y" else elem), {"tt.divisibility": 16}) for a in rec["args"]]
     f, values = T.func(rec["name"], args, attrs={KERNEL_ATTR: rec.to_attr()})
     ptrs = dict(zip(rec["args"], values))
     with ir.InsertionPoint(f.regions[0].blocks[0]):
@@ -228,11 +245,18 @@ def _emit(rec):
             t = loop.iv
             r = T.add(T.expand_dims(T.make_range(0, bm), 1), T.mul(T.div(t, tn), bm))
             c = T.add(T.expand_dims(T.make_range(0, bn), 0), T.mul(T.rem(t, tn), bn))
-            mask = T.and_(T.broadcast(T.lt(r, rows), [bm, bn]), T.broadcast(T.lt(c, cols), [bm, bn]))
+            col_ok = T.lt(c, cols)
+            mask = T.and_(T.broadcast(T.lt(r, rows), [bm, bn]), T.broadcast(col_ok, [bm, bn]))
             r, c = T.int_cast(r, idx), T.int_cast(c, idx)
             offs = T.add(T.broadcast(T.mul(r, T.c(cols, idx)), [bm, bn]), T.broadcast(c, [bm, bn]))
-            ins = [T.cast(T.load(T.addptr(ptrs[a], offs), mask), "fp32") for a in rec["args"][:-1]]
+            ins = []
+            for i, a in enumerate(rec["args"][:-1]):
+                if i == 1 and rec.get("bias"):  # x1[c], the same for every row
+                    x = T.broadcast(T.load(T.addptr(T.splat(ptrs[a], [1, bn]), c), col_ok), [bm, bn])
+                else:
+                    x = T.load(T.addptr(ptrs[a], offs), mask)
+                ins.append(T.cast(x, "fp32"))
             y = _fn_ir(rec["fn"], *ins)
-            T.store(T.addptr(ptrs["y"], offs), T.cast(y, elem), mask)
+            T.store(T.addptr(ptrs["y"], offs), T.cast(y, out_elem), mask)
         T.ret()
     return f

@@ -39,7 +39,7 @@ def dtype_name(t: ir.Type) -> str:
 def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
                 b_trans: bool = False, wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
                 push: dict | None = None, gather: dict | None = None, rows_per_rank: int = 0,
-                tile_order: str = "grouped", rank_shift: int = 0) -> KernelRecord:
+                tile_order: str = "grouped", rank_shift: int = 0, epilogue: list | None = None) -> KernelRecord:
     from ..kernels import gemm
     m, k = a_shape
     n = b_shape[0] if b_trans else b_shape[1]  # b_trans: B is [N, K] (a matmul's transpose_b), read in place
@@ -62,8 +62,8 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         config["group_m"] = math.gcd(config.get("group_m", 8), max(1, rows_per_rank // config["block_m"]))
     return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type), b_trans=b_trans,
                             tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift, wait=wait,
-                            notify=notify, reduce_own=reduce_own, push=push, gather=gather, target=t.target,
-                            **config)
+                            notify=notify, reduce_own=reduce_own, push=push, gather=gather, epilogue=epilogue,
+                            target=t.target, **config)
 
 
 def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,
@@ -109,10 +109,14 @@ def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_ty
                                     num_stages=t.num_stages or 3, num_sms=t.sm_budget or _target_sms(t))
 
 
-def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling) -> KernelRecord:
+def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling, *,
+                       in_type: ir.Type | None = None, bias: bool = False) -> KernelRecord:
+    """``t_type``: the result's type; ``in_type``: the operands' (a cast's differs); ``bias``: the second operand
+    is a [N] vector broadcast over the rows."""
     from ..kernels import elementwise
-    return elementwise.make_record(fn, arity, list(shape), dtype_name(t_type), block=t.block or 1024,
-                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or _target_sms(t))
+    return elementwise.make_record(fn, arity, list(shape), dtype_name(in_type or t_type), block=t.block or 1024,
+                                   num_warps=t.num_warps or 4, num_sms=t.sm_budget or _target_sms(t),
+                                   out_dtype=dtype_name(t_type), bias=bias)
 
 
 # ------------------------------------------------------------------------------------------- launch geometry

@@ -38,6 +38,7 @@ from ..kernels import KernelRecord
 from . import device_kernels as K
 from .collectives import COLLECTIVES, LoweringContext, lower_collective, lower_fused
 from .device_builder import LANE_ATTR, DeviceBuilder, KernelTable, str_attr
+from .fuse_epilogue import Chain, epilogue_chains
 from .partition import GLOBAL_SHAPE_ATTR
 from .registry import Pass, option
 from .tiling import (LEVEL_ATTR, OVERLAP_KINDS, TILING_ATTR, OverlapGroup, Tiling, functions, op_error,
@@ -92,6 +93,9 @@ class _FunctionLowering(LoweringContext):
         self.gathers = 0
         self.slot_step = 1  # the most any signal slot grows per call (set-slots: 1, counted slots: W * count)
         self.axis: str | None = None
+        self.chains: dict[ir.Operation, Chain] = {}  # matmul -> its fused epilogue (ditron-fuse-epilogue)
+        self.chain_of: dict[ir.Value, Chain] = {}  # a chain's start -> the chain
+        self.fused: set[ir.Operation] = set()  # the elementwise ops a GEMM epilogue computes
 
     def error(self, op: ir.Operation, message: str) -> PassError:
         return op_error(self.pass_name, op, message)
@@ -118,6 +122,10 @@ class _FunctionLowering(LoweringContext):
             if g.kind in OVERLAP_KINDS:
                 self.groups[g.producer] = g
                 self.groups[g.consumer] = g
+        self.chains = epilogue_chains(fn, self.pass_name)
+        for chain in self.chains.values():
+            self.chain_of[chain.start] = chain
+            self.fused.update(chain.ops)
         ops = [op for op in fn.regions[0].blocks[0].operations]
         self._check_input(ops)
         ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
@@ -247,14 +255,29 @@ class _FunctionLowering(LoweringContext):
         return self.buffers[v]
 
     def dest(self, v: ir.Value, name: str) -> ir.Value:
-        """The memref that will hold task value v: its "out" argument if v is returned, else a new buffer."""
-        if v in self.dests:
-            m = self.dests[v]
+        """The memref that will hold task value v: its "out" argument if v is returned, else a new buffer. The
+        start of a fused epilogue chain lives in its last value's memref (the GEMM stores the chain's result)."""
+        chain = self.chain_of.get(v)
+        target = chain.final if chain is not None else v
+        if target in self.dests:
+            m = self.dests[target]
         else:
-            rt = ir.RankedTensorType(v.type)
+            rt = ir.RankedTensorType(target.type)
             m = self.alloc_symmetric(list(rt.shape), rt.element_type, name)
         self.buffers[v] = m
+        if chain is not None:
+            for op in chain.ops:
+                self.buffers[op.results[0]] = m
         return m
+
+    def epilogue(self, mm: ir.Operation) -> tuple[list | None, list[ir.Value], ir.Type]:
+        """The fused epilogue of matmul mm: (the GEMM record's steps or None, the memrefs of their operands, the
+        type the GEMM stores: the chain's last value's when the chain starts at the matmul's result)."""
+        chain = self.chains.get(mm)
+        if chain is None:
+            return None, [], mm.results[0].type
+        args = [self.buf(x) for x in chain.operands if x is not None]
+        return chain.steps, args, (mm.results[0].type if chain.reduced else chain.final.type)
 
     def bind(self, v: ir.Value, m: ir.Value) -> None:
         self.buffers[v] = m
@@ -280,6 +303,8 @@ class _FunctionLowering(LoweringContext):
 
     def _dispatch(self, op: ir.Operation) -> None:
         g = self.groups.get(op)
+        if op in self.fused:  # computed by its matmul's GEMM epilogue
+            return
         with self.b.located(op.location):
             if g is not None:
                 if op == g.consumer:
@@ -353,8 +378,10 @@ class _FunctionLowering(LoweringContext):
     def matmul(self, op: ir.Operation, t: Tiling, *, dst: ir.Value | None = None) -> None:
         mm = task.Matmul(op)
         c = dst if dst is not None else self.dest(mm.result, "mm")
-        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b)
-        self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c], lane="compute", role="gemm")
+        steps, ep_args, c_type = self.epilogue(op)
+        rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
+                            epilogue=steps)
+        self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c, *ep_args], lane="compute", role="gemm")
 
     def grouped_matmul(self, op: ir.Operation, t: Tiling) -> None:
         g = task.GroupedMatmul(op)
@@ -366,7 +393,9 @@ class _FunctionLowering(LoweringContext):
     def elementwise(self, op: ir.Operation, t: Tiling) -> None:
         e = task.Elementwise(op)
         out = self.dest(e.result, "ew")
-        rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t)
+        bias = len(e.inputs) == 2 and len(shape_of(e.inputs[1])) < len(shape_of(e.result))
+        rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t,
+                                   in_type=e.inputs[0].type, bias=bias)
         self.launch(rec, [self.buf(x) for x in e.inputs] + [out], lane="compute", role="elementwise")
 
     def custom(self, op: ir.Operation, t: Tiling) -> None:

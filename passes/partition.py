@@ -31,7 +31,8 @@ Rules (per value: which mesh axes split each dim, which axes it is an unreduced 
   extra axes are all-gathered (two different axes on K is an error). A contraction over a sharded K leaves a partial
   sum over K's axes. A mesh axis splitting both A's M and B's N is all-gathered out of A's rows (AG + GEMM). A
   partial operand stays partial (matmul is linear) unless the other operand uses that axis; then it is all-reduced.
-* elementwise: every dim keeps the longest split common to all operands (the rest is all-gathered). Partial sums
+* elementwise: every dim keeps the longest split common to all operands (the rest is all-gathered; a [N] bias
+  operand shares the result's column dim). Partial sums
   flow through neg/copy, add/sub of operands partial over the same axes, mul (one partial factor), div (partial
   numerator), silu_mul (partial second operand); otherwise they are all-reduced first.
 * a value converted to another sharding (shard ops, uses, results): dims split further in the value than wanted
@@ -70,7 +71,7 @@ LEVEL_ATTR = "ditron.level"
 GLOBAL_SHAPE_ATTR = "ditron.global_shape"
 
 # pointwise fns with f(0, ..., 0) == 0: they keep zero padding zero
-_ZERO_PRESERVING = frozenset({"add", "sub", "mul", "max", "min", "neg", "relu", "silu", "gelu", "tanh", "copy",
+_ZERO_PRESERVING = frozenset({"add", "sub", "mul", "max", "min", "neg", "relu", "silu", "gelu", "tanh", "copy", "cast",
                               "silu_mul"})
 
 Dims = tuple[tuple[str, ...], ...]
@@ -260,11 +261,14 @@ class _FuncPartitioner:
         elif fn == "silu_mul" and len(ins) == 2 and not partials[0]:
             keep = partials
         rank = len(ins[0].dims)
-        if any(len(x.dims) != rank for x in ins):
+        bias = len(ins) == 2 and rank == 2 and len(ins[1].dims) == 1  # a [N] operand of the result's columns
+        if not bias and any(len(x.dims) != rank for x in ins):
             raise self.error("operands of different ranks")
-        dims = tuple(_common_prefix([x.dims[d] for x in ins]) for d in range(rank))
-        conv = [self.convert(x, dims, k, f"operand {i}") for i, (x, k) in enumerate(zip(ins, keep))]
-        if any(c.local != conv[0].local for c in conv):
+        dims = tuple(_common_prefix([x.dims[d] for x in ins if len(x.dims) == rank] +
+                                    ([ins[1].dims[0]] if bias and d == 1 else [])) for d in range(rank))
+        conv = [self.convert(x, dims if len(x.dims) == rank else dims[1:], k, f"operand {i}")
+                for i, (x, k) in enumerate(zip(ins, keep))]
+        if any(c.local != conv[0].local[-len(c.local):] for c in conv):
             shapes = ", ".join("x".join(map(str, c.local)) for c in conv)
             raise self.error(f"operands have different local shapes after partitioning ({shapes}): their padded "
                              f"layouts do not line up; pad them the same way")

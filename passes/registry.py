@@ -27,6 +27,7 @@ PASSES: dict[str, str] = {
     "ditron-lower-core-to-triton": "lower_core_to_triton:LowerCoreToTritonPass",
     "ditron-partition": "partition:PartitionPass",
     "ditron-fuse-overlap": "fuse_overlap:FuseOverlapPass",
+    "ditron-fuse-epilogue": "fuse_epilogue:FuseEpiloguePass",
     "ditron-tile": "tile:TilePass",
     "ditron-lower-task-to-device": "lower_task_to_device:LowerTaskToDevicePass",
     "ditron-schedule-overlap": "schedule_overlap:ScheduleOverlapPass",
@@ -34,8 +35,8 @@ PASSES: dict[str, str] = {
     "ditron-emit-host-program": "emit_host_program:EmitHostProgramPass",
 }
 
-_DEVICE = ("ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device",
-           "ditron-schedule-overlap", "ditron-lower-device-to-core")
+_DEVICE = ("ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-fuse-epilogue", "ditron-tile",
+           "ditron-lower-task-to-device", "ditron-schedule-overlap", "ditron-lower-device-to-core")
 # named pipeline -> its passes (each may carry {options})
 PIPELINES: dict[str, tuple[str, ...]] = {
     "ditron-check": ("ditron-verify", "ditron-canonicalize"),

@@ -9,6 +9,7 @@ from mlir import ir
 from ...dialects import core
 from ...dialects import ttir as T
 from .. import KERNEL_ATTR, KernelRecord
+from . import epilogue as _epilogue
 from .emit_gather import _GatherParts
 from .emit_push import _PushParts
 from .geometry import ORDERS_USING_RANK, TILE_ORDER_FNS, IrOps, _and, _rank_shift, geometry
@@ -59,6 +60,7 @@ class _Emitter(_GatherParts, _PushParts):
                 types[rec["push"]["value_arg"]] = T.i32()
         if "gather" in rec:
             types[rec["gather"]["arg"]] = T.ptr(self.in_t)
+        types.update(_epilogue.arg_types(rec))
         return [(a, types[a], {"tt.divisibility": 16} if T.is_ptr(types[a]) else {}) for a in rec["args"]]
 
     def emit(self):
@@ -68,7 +70,8 @@ class _Emitter(_GatherParts, _PushParts):
         with ir.InsertionPoint(f.regions[0].blocks[0]):
             self.rank = None
             if rec["tile_order"] in ORDERS_USING_RANK or "reduce_own" in rec or "push" in rec or \
-                    "gather" in rec or ("notify" in rec and rec["notify"]["peer"].startswith("rank")):
+                    "gather" in rec or ("notify" in rec and rec["notify"]["peer"].startswith("rank")) or \
+                    _epilogue.uses_rank(rec):
                 self.rank = core.Rank.build().rank
             if rec["loads"] == "tma" or rec["store"] == "tma":
                 self._make_descs()
@@ -139,6 +142,8 @@ class _Emitter(_GatherParts, _PushParts):
         if tile_c is not None:  # flattened loop: recompute the epilogue's coordinates from their own counter
             pid_m, pid_n = self.coords(tile_c)
             m0, n0 = T.mul(pid_m, self.bm), T.mul(pid_n, self.bn)
+        if split is None:  # the fused epilogue on the full K sum (split-K: in _split_epilogue)
+            acc = _epilogue.emit(self, acc, m0, n0)
         if split is not None:  # the last split stores the sum (and pushes it)
             if rec.get("push", {}).get("sum"):
                 t_id = T.add(T.mul(pid_m, self.g.tiles_n), pid_n)
@@ -333,6 +338,7 @@ class _Emitter(_GatherParts, _PushParts):
             for j in range(S - 1):
                 ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, j, self.m)
                 total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
+            total = _epilogue.emit(self, total, m0, n0)
             if store:
                 self.store_c(total, m0, n0)
             T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
@@ -366,7 +372,7 @@ class _Emitter(_GatherParts, _PushParts):
                 part = T.load(self._ws_ptrs(qs.iv), cache="cg")
                 T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
                 qs.yield_(T.add(qs.args[0], part))
-            self.store_c(qs.results[0], m0, n0)
+            self.store_c(_epilogue.emit(self, qs.results[0], m0, n0), m0, n0)
 
     def _piece(self, t, k0, n_k):
         """K steps [k0, k0 + n_k) of tile t (after its wait): (fp32 accumulator, m0, n0)."""

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import Region, SlotNotify, SlotWait, TileStep, copies
 from ..numerics import matmul, round_to
+from . import epilogue as _epilogue
 from .geometry import PyOps, _peer, _slots, geometry, program_tiles, stream_k_segments, sum_own_slot, tile_coords
 from .record import _err, deferred_push, deferred_sum, gather_blocks, gather_copiers, gather_own_tiles
 
@@ -36,14 +37,17 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 own_a = Region(rec["gather"]["arg"], (m0 - rank * rec["rows_per_rank"], k0), (rows, k1 - k0))
                 b_reg = _b_region(rec, n0, cols, k0, k1)
                 c_reg = Region("c", (m0, n0), (rows, cols))
-                steps.append(TileStep(reads=[own_a, b_reg], writes=[c_reg],
-                                      compute=_gemm_compute(own_a, b_reg, c_reg, [], rec),
+                steps.append(TileStep(reads=[own_a, b_reg] + _epilogue.regions(rec, m0, n0, rows, cols, rank),
+                                      writes=[c_reg],
+                                      compute=_gemm_compute(own_a, b_reg, c_reg, [], rec, at=(m0, n0, rank)),
                                       notifies=counts if t + g.grid >= own_n else []))
                 continue
             a_reg = Region("a", (m0, k0), (rows, k1 - k0))
             b_reg = _b_region(rec, n0, cols, k0, k1)
             c_reg = Region("c", (m0, n0), (rows, cols))
-            step = TileStep(reads=[a_reg, b_reg])
+            at = (m0, n0, rank)  # the fused epilogue: on the tile's full K sum (the last split's)
+            step = TileStep(reads=[a_reg, b_reg] + (_epilogue.regions(rec, m0, n0, rows, cols, rank)
+                                                    if s == S - 1 else []))
             if "wait" in rec:
                 w = rec["wait"]
                 step.waits = [SlotWait(w["arg"], sl, int(scalars[w["value_arg"]])) for sl in _slots(m0, rows, w)]
@@ -65,14 +69,14 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.reads += parts
                 dst = Region(ro["dst"], (m0 if ro["dst_rows"] == "global" else own, n0), (rows, cols))
                 step.writes = [dst]
-                step.compute = _gemm_compute(a_reg, b_reg, dst, parts, rec)
+                step.compute = _gemm_compute(a_reg, b_reg, dst, parts, rec, at=at)
                 if ro.get("done"):
                     step.notifies = [SlotNotify(ro["done"], sl, 1, rank, op="add") for sl in _slots(m0, rows, ro)]
                 steps.append(step)
                 continue
             if S == 1:
                 step.writes = [c_reg]
-                step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec)
+                step.compute = _gemm_compute(a_reg, b_reg, c_reg, [], rec, at=at)
             elif s < S - 1:
                 ws = Region("workspace", (s * m + m0, n0), (rows, cols))
                 step.writes = [ws]
@@ -83,7 +87,7 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
                 step.waits = [SlotWait("locks", t, S - 1)]
                 step.reads += parts
                 step.writes = [c_reg]
-                step.compute = _gemm_compute(a_reg, b_reg, c_reg, parts, rec)
+                step.compute = _gemm_compute(a_reg, b_reg, c_reg, parts, rec, at=at, after_parts=True)
                 step.notifies = [SlotNotify("locks", t, 0, op="set")]
             if "push" in rec and s == S - 1:  # the tile's sum (split-K: the last split's) is pushed
                 if rec["push"].get("sum"):
@@ -151,11 +155,12 @@ def _stream_k_steps(rec, g, pid: int, rank: int, scalars) -> list[TileStep]:
         else:
             parts = [Region("workspace", (q * bm, 0), (bm, bn)) for q in contributors]
             step.waits += [SlotWait("locks", q, 1) for q in contributors]
-            step.reads += parts
+            step.reads += parts + _epilogue.regions(rec, m0, n0, rows, cols, rank)
             c_reg = Region("c", (m0, n0), (rows, cols))
             step.writes = [c_reg]
             step.compute = _gemm_compute(a_reg, b_reg, c_reg, [Region("workspace", (q * bm, 0), (rows, cols))
-                                                               for q in contributors], rec)
+                                                               for q in contributors], rec, at=(m0, n0, rank),
+                                         after_parts=True)
             step.notifies = [SlotNotify("locks", q, 0, op="set") for q in contributors]
         steps.append(step)
     return steps
@@ -206,7 +211,7 @@ def _push_model(step: TileStep, rec, g, m0: int, n0: int, rows: int, cols: int, 
                 step.notifies = [SlotNotify(spec["pad"], slab * (rpr // rec["block_m"]) + row // rec["block_m"], 1,
                                             q, op="add")]
         step.writes = [dst]
-        step.compute = _gemm_compute(step.reads[0], step.reads[1], dst, [], rec)
+        step.compute = _gemm_compute(step.reads[0], step.reads[1], dst, [], rec, at=(m0, n0, rank))
         return
     peers = [((rank + i) % num_ranks, num_ranks - 1 - i) for i in range(1, num_ranks)]
     boxes = [Region(spec["arg"], (slab * rec["m"] + m0, n0), (rows, cols), q) for q, slab in peers]
@@ -272,12 +277,12 @@ def _push_own_sum_steps(step: TileStep, rec, m0: int, n0: int, rows: int, cols: 
     if spec["slabs"] != num_ranks - 1:
         raise _err(f"'push' has {spec['slabs']} inbox slabs; a world of {num_ranks} ranks needs {num_ranks - 1}")
     row = m0 - rank * rpr
-    a_reg, b_reg = step.reads
+    a_reg, b_reg = step.reads[:2]
     acc: dict[str, np.ndarray] = {}
 
     def k_loop(view):
         a, b = np.asarray(view(a_reg), np.float32), np.asarray(view(b_reg), np.float32)
-        acc["tile"] = matmul(a, b.T if rec["b_trans"] else b)
+        acc["tile"] = _epilogue.apply(rec, matmul(a, b.T if rec["b_trans"] else b), view, m0, n0, rank)
 
     parts = [Region(spec["arg"], (j * rpr + row, n0), (rows, cols)) for j in range(spec["slabs"])]
     c_reg = Region("c", (row, n0), (rows, cols))
@@ -291,7 +296,7 @@ def _push_own_sum_steps(step: TileStep, rec, m0: int, n0: int, rows: int, cols: 
     g = geometry(rec)
     value = int(scalars[spec["value_arg"]])
     slots = [sum_own_slot(PyOps, rec, g, j, row // rec["block_m"], n0 // rec["block_n"]) for j in range(spec["slabs"])]
-    return [TileStep(reads=[a_reg, b_reg], compute=k_loop),
+    return [TileStep(reads=step.reads, compute=k_loop),
             TileStep(waits=[SlotWait(spec["pad"], sl, value) for sl in slots], reads=parts, writes=[c_reg],
                      compute=total, notifies=[SlotNotify(spec["pad"], sl, value, rank, op="clear") for sl in slots])]
 
@@ -324,15 +329,22 @@ def _own_rows(rec, m0: int, rank: int) -> int | None:
     return own if 0 <= own < rec["rows_per_rank"] else None
 
 
-def _gemm_compute(a_reg, b_reg, c_reg, parts, rec, out_dtype=None):
+def _gemm_compute(a_reg, b_reg, c_reg, parts, rec, out_dtype=None, at=None, after_parts=False):
+    """The tile's product (plus ``parts``) into c_reg. ``at`` = (m0, n0, rank): the tile's fused epilogue on it,
+    before the parts are added (the peers' partials) or, ``after_parts``, after (split-K's, stream-K's)."""
     out_dtype = out_dtype or rec["out_dtype"]
 
     def compute(view):
         a = np.asarray(view(a_reg), dtype=np.float32)
         b = np.asarray(view(b_reg), dtype=np.float32)
         acc = matmul(a, b.T if rec["b_trans"] else b)
+        if at is not None and not after_parts:
+            acc = _epilogue.apply(rec, acc, view, *at)
         for p in parts:
             acc = acc + np.asarray(view(p), dtype=np.float32)
+        if at is not None and after_parts:
+            acc = _epilogue.apply(rec, acc, view, *at)
         view(c_reg)[...] = round_to(out_dtype, acc)
 
     return compute
+

@@ -10,6 +10,7 @@ from ...dialects import ttir as T
 from ...errors import VerificationError
 from .. import KernelRecord, check_i32
 from .. import offset_type as _offset_type
+from . import epilogue as _epilogue
 from .configs import choose_config
 from .geometry import TILE_ORDER_FNS, _rank_shift, geometry
 
@@ -36,8 +37,10 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                 b_trans: bool = False, lda: int | None = None, ldb: int | None = None, ldc: int | None = None,
                 tile_order: str = "grouped", rows_per_rank: int = 0, rank_shift: int = 0, wait: dict | None = None,
                 notify: dict | None = None, reduce_own: dict | None = None, push: dict | None = None,
-                gather: dict | None = None, target: str = "cuda:90", **config) -> KernelRecord:
-    """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``."""
+                gather: dict | None = None, epilogue: list | None = None, target: str = "cuda:90",
+                **config) -> KernelRecord:
+    """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``;
+    ``epilogue``: the fused pointwise steps (kernels/gemm/epilogue.py)."""
     out_dtype = out_dtype or ("bf16" if in_dtype.startswith("fp8") else in_dtype)
     unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
     if unknown:
@@ -69,6 +72,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
         rec["push"] = {"scope": "sys", **push}
     if gather:
         rec["gather"] = {"block": [16, 256], "own_first": True, **gather}
+    if epilogue:
+        rec["epilogue"] = [dict(step) for step in epilogue]
     rec["args"] = _arg_names(rec)
     check(rec)
     return rec
@@ -93,6 +98,7 @@ def _arg_names(rec) -> list[str]:
     if "push" in rec:
         args += [a for a in (rec["push"].get("arg"), rec["push"].get("pad"), rec["push"].get("value_arg"))
                  if a is not None and a not in args]
+    args += _epilogue.arg_names(rec)
     if rec.get("split_k", 1) > 1 or rec.get("stream_k", 0):
         args += ["workspace", "locks"]
     return args
@@ -202,6 +208,7 @@ def check(rec) -> None:
     if rec.get("stream_k", 0):
         _check_stream_k(rec, g)
     _check_counts(rec, g)
+    _epilogue.check(rec)
     if len(set(rec["args"])) != len(rec["args"]):
         raise _err(f"argument names collide: {rec['args']}")
 

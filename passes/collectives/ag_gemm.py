@@ -32,9 +32,10 @@ def _waiting_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, gathered: ir.
     """The GEMM on the gathered A, each tile waiting until its rows' chunks are ready."""
     mm = task.Matmul(g.consumer)
     c = lw.dest(mm.result, "mm")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
-                        wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard)
-    lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ga.ready, lw.b.epoch], lane="compute", role="ag.gemm",
+    steps, ep_args, c_type = lw.epilogue(g.consumer)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
+                        wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard, epilogue=steps)
+    lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ga.ready, lw.b.epoch, *ep_args], lane="compute", role="ag.gemm",
               group=g.group)
 
 
@@ -68,10 +69,11 @@ def ag_gemm_one_launch(lw: LoweringContext, g: OverlapGroup, t: Tiling) -> None:
     b = lw.b
     ready = b.pad(2 * t.world, "ag_ready", consumed=True)
     c = lw.dest(mm.result, "mm")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
+    steps, ep_args, c_type = lw.epilogue(g.consumer)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
                         wait={"arg": "ready", "rows_per_slot": ch.shard},
                         gather={"arg": "x", "own_first": t.own_first is not False}, rows_per_rank=ch.shard,
-                        tile_order="rank_rotated")
+                        tile_order="rank_rotated", epilogue=steps)
     lw.crosses(inbox=gathered)
-    lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ready, b.c(gemm.gather_blocks(rec)), x],
+    lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ready, b.c(gemm.gather_blocks(rec)), x, *ep_args],
               lane="compute", role="ag.gemm", group=g.group)

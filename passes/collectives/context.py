@@ -64,6 +64,11 @@ class LoweringContext(abc.ABC):
         """A new id for an all-gather pattern of this function (``ditron.gather``: the ring rewrite's unit)."""
 
     @abc.abstractmethod
+    def epilogue(self, mm: ir.Operation) -> tuple[list | None, list[ir.Value], ir.Type]:
+        """Matmul mm's fused epilogue (ditron-fuse-epilogue): (the GEMM record's ``epilogue`` steps or None, the
+        memrefs of the steps' operands, to pass after the GEMM's other arguments, the type its C is stored in)."""
+
+    @abc.abstractmethod
     def launch(self, record: KernelRecord, args: Sequence[ir.Value], *, lane: str, role: str,
                group: int | None = None) -> device.Launch:
         """Launch the record's kernel (declared once per distinct record), with a GEMM's scratch buffers."""

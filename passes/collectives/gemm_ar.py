@@ -102,8 +102,10 @@ def gemm_ar_push_sum(lw: LoweringContext, g: OverlapGroup, t: Tiling) -> None:
     out = lw.dest(task.AllReduce(g.consumer).output, "ar")
     slabs = t.world - 1
     box = inbox(lw, out, slabs)
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
-                        push={"arg": "inbox", "pad": "pushed", "slabs": slabs, "sum": True, "value_arg": "epoch"})
+    steps, ep_args, c_type = lw.epilogue(g.producer)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
+                        push={"arg": "inbox", "pad": "pushed", "slabs": slabs, "sum": True, "value_arg": "epoch"},
+                        epilogue=steps)
     pad = b.pad(gemm.geometry(rec).tiles * slabs, "ar_pushed", consumed=True)
-    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), out, box, pad, b.v(b.epoch)], lane="compute",
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), out, box, pad, b.v(b.epoch), *ep_args], lane="compute",
               role="ar.gemm_push_sum", group=g.group)

@@ -29,9 +29,10 @@ def fused_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, *, 
     notify = None
     if notify_rows is not None:
         notify = {"arg": "counts", "rows_per_slot": notify_rows, "peer": "slot_owner"}
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
-                        notify=notify, rows_per_rank=rows_per_rank)
-    args = [lw.buf(mm.lhs), lw.buf(mm.rhs), p] + ([counts] if notify is not None else [])
+    steps, ep_args, c_type = lw.epilogue(g.producer)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
+                        notify=notify, rows_per_rank=rows_per_rank, epilogue=steps)
+    args = [lw.buf(mm.lhs), lw.buf(mm.rhs), p] + ([counts] if notify is not None else []) + ep_args
     lw.launch(rec, args, lane="compute", role="rs.gemm", group=g.group)
     if notify is None:
         return 0
@@ -81,9 +82,11 @@ def epilogue_rs(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, ch
         reduce_own = {"arg": "staged", "rows_per_slot": ch.rows, "parts": w - 1}
     if done is not None:  # GEMM+AR: the sums go to the gather buffer's global rows, counted for the gather
         reduce_own.update(dst_rows="global", done="done")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
+    steps, ep_args, c_type = lw.epilogue(g.producer)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
                         notify={"arg": "counts", "rows_per_slot": ch.rows, "peer": "slot_owner"},
-                        reduce_own=reduce_own, rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1)
+                        reduce_own=reduce_own, rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1,
+                        epilogue=steps)
     per_slot = gemm.notify_count_values(rec)
     if len(per_slot) != 1:
         raise lw.error(g.consumer, "the GEMM's tiles do not count every chunk the same; use chunk rows that are a "
@@ -91,7 +94,7 @@ def epilogue_rs(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, ch
     per = per_slot.pop() * (w - 1)  # every peer's tiles of a chunk add to its slot; the owner's own do not
     lw.grow_slot_step(per)
     expected = epoch_times(lw, per)
-    tail = [out] + ([done] if done is not None else [])
+    tail = [out] + ([done] if done is not None else []) + ep_args
     if from_peers:
         lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, counts, expected] + tail, lane="compute",
                   role="rs.gemm", group=g.group)
@@ -140,17 +143,18 @@ def pushing_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, o
         order = dict(rows_per_rank=owner_rows, tile_order="rank_rotated", rank_shift=1)
     if out is None:
         push.update(sum_own=True, value_arg="expect")
-    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, mm.result.type, t, b_trans=mm.transpose_b,
-                        push=push, **order)
+    steps, ep_args, c_type = lw.epilogue(g.producer)
+    rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
+                        push=push, epilogue=steps, **order)
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
     if out is None:  # a slot per own tile and slab, set to the epoch by its pusher, cleared by its one waiter
         pad = b.pad(slabs * tiles_m * tiles_n, f"{prefix}_pushed", consumed=True)
-        lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, box, pad, b.v(b.epoch)], lane="compute",
+        lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, box, pad, b.v(b.epoch), *ep_args], lane="compute",
                   role=f"{prefix}.gemm_push_sum", group=g.group)
         return
     pad = b.pad(slabs * tiles_m, f"{prefix}_pushed")
-    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, box, pad], lane="compute", role=f"{prefix}.gemm_push",
-              group=g.group)
+    lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), p, box, pad, *ep_args], lane="compute",
+              role=f"{prefix}.gemm_push", group=g.group)
     lw.grow_slot_step(tiles_n)
     tile = reduce.publish_tile(rows, n, elem_bytes(p), t.comm_sms or 16)
     fields = dict(dtype=K.dtype_name(p.type), out_dtype=K.dtype_name(out.type), dst_ld=ir.MemRefType(out.type).shape[1],

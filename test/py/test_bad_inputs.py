@@ -74,7 +74,7 @@ CORPUS = {
     "elementwise operands of different dtypes": (
         _program(f"%x: {T}, %z: tensor<64x32xf16>", T,
                  f'"ditron_task.elementwise"(%x, %z) {{fn = "add"}} : ({T}, tensor<64x32xf16>) -> {T}'),
-        "3:10: error: 'ditron_task.elementwise' op expected 'tensor<64x32xf32>' but got 'tensor<64x32xf16>'"),
+        "3:10: error: 'ditron_task.elementwise' op element types differ: operand f16, result f32"),
     "collectives over two mesh axes": (
         _program('%x: tensor<64x32xbf16> {ditron.sharding = {dims = [["dp", "tp"], []]}}',
                  '(tensor<64x32xbf16> {ditron.sharding = {dims = [[], []]}})',

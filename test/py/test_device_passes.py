@@ -365,15 +365,16 @@ def test_tile_one_launch_gather_rejects_a_comm_engine():
 # ----------------------------------------------------------------------------------------- the registry
 
 def test_passes_and_default_pipeline_are_registered():
-    for name in ("ditron-tile", "ditron-lower-task-to-device", "ditron-schedule-overlap",
+    for name in ("ditron-fuse-epilogue", "ditron-tile", "ditron-lower-task-to-device", "ditron-schedule-overlap",
                  "ditron-lower-device-to-core"):
         cls = get_pass_class(name)
         assert cls.name == name and cls.summary
         module = __import__(f"ditron.passes.{PASSES[name].split(':')[0]}", fromlist=["x"])
         assert "becomes" in module.__doc__, f"{name}: the module docstring shows a before/after example"
     assert PIPELINES["ditron-default"] == (
-        "ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-tile", "ditron-lower-task-to-device",
-        "ditron-schedule-overlap", "ditron-lower-device-to-core", "ditron-emit-host-program")
+        "ditron-partition", "ditron-canonicalize", "ditron-fuse-overlap", "ditron-fuse-epilogue", "ditron-tile",
+        "ditron-lower-task-to-device", "ditron-schedule-overlap", "ditron-lower-device-to-core",
+        "ditron-emit-host-program")
     assert PIPELINES["ditron-device"] == PIPELINES["ditron-default"][:-1]  # up to the device program
 
 
@@ -417,7 +418,8 @@ def test_default_pipeline_on_the_examples(example):
 
 
 def test_default_pipeline_kernels_compile_with_triton():
-    """Every kernel ditron-device instantiates for the MLP goes through Triton for both vendors."""
+    """Every kernel ditron-device instantiates for the MLP goes through Triton for both vendors (its gelu in the
+    first GEMM's epilogue: ditron-fuse-epilogue)."""
     from ditron.compiler import lower_and_compile
     text = partitioned_global_mlp(4, 64)
     out = lower(text, "ditron-device")
@@ -426,7 +428,8 @@ def test_default_pipeline_kernels_compile_with_triton():
             module = parse_module(out)
             kernels = [op for op in module.body.operations if op.operation.name == "tt.func"]
             compiled = lower_and_compile(module, target)
-            assert len(kernels) >= 3 and len(compiled) == len(kernels)  # the GEMMs, the elementwise, ...
+            assert len(kernels) >= 2 and len(compiled) == len(kernels)  # the GEMMs, ...
+            assert any("epilogue" in str(k.operation.attributes["ditron.kernel"]) for k in kernels)
             del module, kernels
 
 

@@ -1329,3 +1329,163 @@ def test_grouped_gemm_rejects_bad_records(change, match):
     rec.update(change)
     with pytest.raises(VerificationError, match=match):
         grouped_gemm.check(rec)
+
+
+# ------------------------------------------------------------------------------------------ GEMM epilogues
+
+EPILOGUE_CASES = {
+    # bias + gelu, then a cast to fp16 on a bf16 GEMM stored as fp32
+    "pointer-bias-gelu-cast": (dict(m=70, n=50, k=40, loads="pointer", store="pointer", persistent=False,
+                                    out_dtype="fp32", epilogue_split=1, flatten=False),
+                               [("add", "bias", 0), ("gelu",), ("cast", "fp16")]),
+    "tma-persistent-residual-silu": (dict(m=70, n=56, k=40, loads="tma", store="tma", persistent=True,
+                                          epilogue_split=2, flatten=True),
+                                     [("silu",), ("add", "full", 1)]),
+    "splitk3-bias-silu-mul": (dict(m=70, n=40, k=200, loads="pointer", store="pointer", persistent=False,
+                                   split_k=3, epilogue_split=1, flatten=False, num_sms=100),
+                              [("add", "bias", 0), ("silu_mul", "full", 1)]),
+    "streamk-bias-relu": (dict(m=70, n=50, k=200, loads="pointer", store="pointer", persistent=True, stream_k=2,
+                               epilogue_split=1, flatten=False, num_sms=4),
+                          [("add", "bias", 1), ("relu",)]),
+}
+
+
+def _epilogue_steps(spec):
+    steps = []
+    for i, s in enumerate(spec):
+        if s[0] == "cast":
+            steps.append({"fn": "cast", "dtype": s[1]})
+        elif len(s) == 1:
+            steps.append({"fn": s[0]})
+        else:
+            steps.append({"fn": s[0], "arg": f"ep{i}", "operand": s[1], "dtype": "bf16", "acc": s[2]})
+    return steps
+
+
+def _epilogue_numpy(steps, acc, operands):
+    from ditron.kernels.elementwise import NUMPY
+    for s in steps:
+        if s["fn"] == "cast":
+            acc = round_to(s["dtype"], acc).astype(np.float32)
+        elif "arg" not in s:
+            acc = NUMPY[s["fn"]](acc)
+        else:
+            x = operands[s["arg"]].astype(np.float32)
+            acc = NUMPY[s["fn"]](*((acc, x) if s["acc"] == 0 else (x, acc)))
+    return acc
+
+
+@pytest.mark.parametrize("case", sorted(EPILOGUE_CASES))
+def test_gemm_epilogue_ir_matches_tiles_and_numpy(case):
+    fields, spec = EPILOGUE_CASES[case]
+    fields = dict(SMALL, **fields)
+    m, n, k = fields.pop("m"), fields.pop("n"), fields.pop("k")
+    steps = _epilogue_steps(spec)
+    rec = gemm.make_record(m, n, k, name=f"gemm_ep_{case.replace('-', '_')}", epilogue=steps, **fields)
+    assert rec["args"][3:3 + sum("arg" in s for s in steps)] == [s["arg"] for s in steps if "arg" in s]
+    rng = np.random.default_rng(RNG_SEED)
+    mem, ref = gemm_memory(rec, rng)
+    operands, lds = {}, gemm_lds(rec)
+    for s in steps:
+        if "arg" in s:
+            shape = (n,) if s["operand"] == "bias" else (m, n)
+            operands[s["arg"]] = random("bf16", shape, rng)
+            mem[(s["arg"], 0)] = operands[s["arg"]].ravel().copy()
+            lds[s["arg"]] = None if s["operand"] == "bias" else n
+    mem_ir, mem_tiles = run_both(rec, mem, lds)
+    c_ir = mem_ir[("c", 0)].reshape(m, rec["ldc"])[:, :n]
+    c_tiles = mem_tiles[("c", 0)].reshape(m, rec["ldc"])[:, :n]
+    want = round_to(rec["out_dtype"], _epilogue_numpy(steps, ref.astype(np.float32), operands))
+    close(c_ir, want, tol=2e-2)
+    close(c_tiles, c_ir)
+    triton_parse(emit(rec, lower="cuda:90"))
+
+
+@pytest.mark.parametrize("steps, match", [
+    ([{"fn": "erfc"}], "fn 'erfc' is unknown"),
+    ([{"fn": "add", "arg": "ep0", "operand": "row", "dtype": "bf16"}], "needs arg"),
+    ([{"fn": "mul", "arg": "ep0", "operand": "bias", "dtype": "bf16", "first_rank": True}], "only an add"),
+    ([{"fn": "cast", "dtype": "fp64"}], "cast needs dtype"),
+    ([], "non-empty"),
+])
+def test_gemm_epilogue_rejects_bad_steps(steps, match):
+    rec = gemm.make_record(64, 64, 64, **SMALL)
+    rec["epilogue"] = steps
+    with pytest.raises(VerificationError, match=match):
+        gemm.check(rec)
+
+
+def test_gemm_epilogue_before_a_sum_over_ranks_is_adds_once_only():
+    spec = {"arg": "inbox", "pad": "pushed", "slabs": 1, "sum": True, "value_arg": "epoch"}
+    with pytest.raises(VerificationError, match="first_rank or own_rows adds"):
+        gemm.make_record(64, 64, 64, push=spec, store="pointer", persistent=True,
+                         epilogue=[{"fn": "gelu"}], **SMALL)
+    rec = gemm.make_record(64, 64, 64, push=spec, store="pointer", persistent=True,
+                           epilogue=[{"fn": "add", "arg": "bias", "operand": "bias", "dtype": "bf16",
+                                      "first_rank": True}], **SMALL)
+    assert rec["args"][-1] == "bias"
+
+
+@pytest.mark.parametrize("fn, bias, out_dtype", [("gelu", False, None), ("add", True, None),
+                                                 ("silu_mul", True, None), ("cast", False, "fp32")])
+def test_elementwise_ir_matches_tiles_and_numpy(fn, bias, out_dtype):
+    from ditron.kernels import elementwise
+    rows, cols = 37, 70
+    arity = elementwise.ARITY[fn]
+    rec = elementwise.make_record(fn, arity, [rows, cols], "bf16", name=f"ew_{fn}", block=256, num_sms=2, waves=1,
+                                  bias=bias, out_dtype=out_dtype)
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [random("bf16", (cols,) if bias and i == 1 else (rows, cols), rng) for i in range(arity)]
+    mem = {(f"x{i}", 0): x.ravel().copy() for i, x in enumerate(xs)}
+    mem[("y", 0)] = np.zeros(rows * cols, storage_dtype(out_dtype or "bf16"))
+    lds = {f"x{i}": cols for i in range(arity)}
+    lds["y"] = cols
+    if bias:
+        lds["x1"] = None
+    mem_ir, mem_tiles = run_both(rec, mem, lds)
+    args = [x.astype(np.float32) for x in xs]
+    want = round_to(out_dtype or "bf16", elementwise.NUMPY[fn](*args))
+    close(mem_ir[("y", 0)].reshape(rows, cols), want)
+    close(mem_tiles[("y", 0)], mem_ir[("y", 0)])
+    triton_parse(emit(rec, lower="cuda:90"))
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_gemm_epilogue_adds_once_before_a_sum_match_tiles(W):
+    """The adds that move before a reduction over the ranks: rank r adds its bias and residual to the rows it owns
+    (own_rows R: rows [r R, (r + 1) R), a residual [R, n] of its own) and rank 0 alone adds a replicated term
+    (first_rank); row tiles straddle the ranks' rows (R = 20, BLOCK_M 16); summed over the ranks, each row got its
+    owner's bias and residual and the replicated term once."""
+    R, n, k = 20, 44, 32
+    m = W * R
+    steps = [{"fn": "add", "arg": "bias", "operand": "bias", "dtype": "bf16", "own_rows": R},
+             {"fn": "add", "arg": "res", "operand": "full", "dtype": "bf16", "own_rows": R, "acc": 1},
+             {"fn": "add", "arg": "rep", "operand": "full", "dtype": "bf16", "first_rank": True}]
+    rec = gemm.make_record(m, n, k, loads="pointer", store="pointer", persistent=True, epilogue_split=1,
+                           flatten=False, out_dtype="fp32", epilogue=steps, **dict(SMALL, block_m=16))
+    rng = np.random.default_rng(RNG_SEED)
+    a, bs, _ = rank_products(W, m, n, k, rng)
+    rep = random("bf16", (m, n), rng)
+    biases = [random("bf16", (n,), rng) for _ in range(W)]
+    res = [random("bf16", (R, n), rng) for _ in range(W)]
+    mem = {}
+    for r in range(W):
+        mem[("a", r)], mem[("b", r)], mem[("c", r)] = a, bs[r], np.zeros(m * n, np.float32)
+        mem[("bias", r)], mem[("res", r)], mem[("rep", r)] = biases[r], res[r].ravel().copy(), rep.ravel().copy()
+    lds = gemm_lds(rec) | {"bias": None, "res": n, "rep": n}
+    mem_ir, mem_tiles = run_both(rec, mem, lds, ranks=range(W), num_ranks=W)
+    a32 = a.reshape(m, k).astype(np.float32)
+    total = np.zeros((m, n), np.float32)
+    for r in range(W):
+        want = a32 @ bs[r].reshape(k, n).astype(np.float32)
+        want[r * R:(r + 1) * R] += biases[r].astype(np.float32) + res[r].astype(np.float32)
+        if r == 0:
+            want += rep.astype(np.float32)
+        close(mem_ir[("c", r)].reshape(m, n), want)
+        close(mem_tiles[("c", r)], mem_ir[("c", r)])
+        total += mem_ir[("c", r)].reshape(m, n)
+    owner = np.repeat(np.arange(W), R)
+    expect = sum(a32 @ b.reshape(k, n).astype(np.float32) for b in bs) + rep.astype(np.float32) + \
+        np.stack([biases[q] for q in owner]).astype(np.float32) + np.concatenate(res).astype(np.float32)
+    close(total, expect, tol=3e-2)
+    triton_parse(emit(rec, lower="cuda:90"))

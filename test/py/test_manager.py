@@ -92,9 +92,9 @@ def test_the_record_lists_the_stages_in_order():
     assert ran == ["ditron-partition", "ditron-canonicalize"]
     assert f'{PIPELINE_ATTR} = "ditron-partition,ditron-canonicalize"' in text
     # the record travels with the text: the next run appends to it
-    text, ran, _ = run(text, "ditron-fuse-overlap,ditron-tile{num-sms=8}")
-    assert ran == DEFAULT[:4] and '"ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-tile{num-sms=8}"' \
-        in text
+    text, ran, _ = run(text, "ditron-fuse-overlap,ditron-fuse-epilogue,ditron-tile{num-sms=8}")
+    assert ran == DEFAULT[:5] and \
+        '"ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-fuse-epilogue,ditron-tile{num-sms=8}"' in text
     # a pass outside the staged pipeline is not recorded; record=False records nothing
     assert run(GLOBAL, "ditron-verify")[1] == []
     assert run(GLOBAL, "ditron-partition", record=False)[1] == []
@@ -122,8 +122,8 @@ def test_passes_left_reads_the_record():
         module = parse_module(GLOBAL)
         assert passes_left(module, DEFAULT) == DEFAULT
         module.operation.attributes[PIPELINE_ATTR] = ir.StringAttr.get(
-            "ditron-partition,ditron-canonicalize,ditron-fuse-overlap{x=1},ditron-tile")
-        assert passes_left(module, DEFAULT) == DEFAULT[4:]
+            "ditron-partition,ditron-canonicalize,ditron-fuse-overlap{x=1},ditron-fuse-epilogue,ditron-tile")
+        assert passes_left(module, DEFAULT) == DEFAULT[5:]
         # out of order: only the prefix that ran in order counts
         module.operation.attributes[PIPELINE_ATTR] = ir.StringAttr.get("ditron-canonicalize,ditron-partition")
         assert passes_left(module, DEFAULT) == DEFAULT[1:]
@@ -150,7 +150,7 @@ def test_compile_runs_the_stages_the_record_does_not_list(monkeypatch):
     from ditron.passes import manager as M
     source = (ROOT / "examples" / "gemm_rs.mlir").read_text()
     text, ran, _ = run(source, ",".join(DEFAULT[:DEFAULT.index("ditron-schedule-overlap") + 1]))
-    assert ran == DEFAULT[:6]
+    assert ran == DEFAULT[:7]
     pipelines = []
     real = M.PassManager.run
 

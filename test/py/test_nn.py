@@ -207,7 +207,7 @@ def test_layers_call_the_torch_operators_without_a_graph_break():
         graphs.append(gm)
         return gm.forward
     world = World(2, 0, torch.device("cpu"))
-    dt = torch.bfloat16  # the GEMM ops take bf16 / f16 (an dt one is refused at its signature)
+    dt = torch.bfloat16  # the GEMM ops take bf16 / f16 (an f32 one is refused at its signature)
     col = dnn.ColumnParallelLinear(_linear(8, 12, dtype=dt), world)
     row = dnn.RowParallelLinear(_linear(12, 8, dtype=dt), world)
     torch._dynamo.reset()

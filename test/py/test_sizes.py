@@ -55,7 +55,7 @@ LARGE = '''module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1
                 %w: tensor<64x65536xbf16> {ditron.sharding = {dims = [[], []]}})
       -> (tensor<65536x65536xbf16> {ditron.sharding = {dims = [[], []]}}) {
     %y = "ditron_task.matmul"(%x, %w) : (tensor<65536x64xbf16>, tensor<64x65536xbf16>) -> tensor<65536x65536xbf16>
-    %z = "ditron_task.elementwise"(%y) {fn = "relu"} : (tensor<65536x65536xbf16>) -> tensor<65536x65536xbf16>
+    %z = "ditron_task.elementwise"(%y, %y) {fn = "mul"} : (tensor<65536x65536xbf16>, tensor<65536x65536xbf16>) -> tensor<65536x65536xbf16>
     return %z : tensor<65536x65536xbf16>
   }
 }
@@ -63,7 +63,8 @@ LARGE = '''module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1
 
 
 def test_an_8_gb_activation_compiles_with_64_bit_offsets():
-    """C = A @ B into 65536 x 65536 bf16 (8 GB), then relu over it: Triton compiles both kernels for sm_90, and the
+    """C = A @ B into 65536 x 65536 bf16 (8 GB), then its square (C * C: no GEMM epilogue step, a kernel of its own;
+    a relu would join the GEMM, ditron-fuse-epilogue): Triton compiles both kernels for sm_90, and the
     elementwise kernel's offsets (row * 65536 + col) are i64 (the interpreter runs both at the far end of such
     tensors: test_kernels_large.py)."""
     exe = ditron.compile(LARGE, target="cuda:90", cache=False)

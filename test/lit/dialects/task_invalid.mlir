@@ -76,9 +76,9 @@ func.func @properties(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
 
 // -----
 
-// The operands of one elementwise op share one type (IRDL: one constraint for the variadic group).
+// The operands of one elementwise op share the result's element type (only a cast changes it).
 func.func @elementwise_mixed_operands(%x: tensor<8x8xf32>, %y: tensor<8x8xf16>) -> tensor<8x8xf32> {
-  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op expected 'tensor<8x8xf32>' but got 'tensor<8x8xf16>'
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op element types differ: operand f16, result f32
   %0 = "ditron_task.elementwise"(%x, %y) {fn = "add"} : (tensor<8x8xf32>, tensor<8x8xf16>) -> tensor<8x8xf32>
   return %0 : tensor<8x8xf32>
 }
@@ -584,4 +584,13 @@ func.func @elementwise_rows_2_31(%x: tensor<2147483648x2xbf16>) -> tensor<214748
   // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op result 0 (tensor<2147483648x2xbf16>) has size 2147483648 in dim 0; ditron's kernels index a dim in 32 bits: at most 1073741824 (2^30) per dim
   %0 = "ditron_task.elementwise"(%x) {fn = "relu"} : (tensor<2147483648x2xbf16>) -> tensor<2147483648x2xbf16>
   return %0 : tensor<2147483648x2xbf16>
+}
+
+// -----
+
+// A bias is a [N] second operand of an [M, N] result; any other shape is an error.
+func.func @elementwise_bias_of_rows(%x: tensor<8x4xf32>, %b: tensor<8xf32>) -> tensor<8x4xf32> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op operand shape tensor<8xf32> differs from result shape tensor<8x4xf32> (a second operand may be a [N] bias of an [M, N] result)
+  %0 = "ditron_task.elementwise"(%x, %b) {fn = "add"} : (tensor<8x4xf32>, tensor<8xf32>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
 }

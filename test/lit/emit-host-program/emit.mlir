@@ -34,7 +34,7 @@
 
 // AG: module attributes {ditron.host_program = "{
 // AG-SAME: \22kernels\22: {\22
-// AG-SAME: ditron.pipeline = "ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-tile,ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core,ditron-emit-host-program"
+// AG-SAME: ditron.pipeline = "ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-fuse-epilogue,ditron-tile,ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core,ditron-emit-host-program"
 // AG-NOT: ditron.level
 // AG-NOT: ditron_device.
 // AG: sym_name = "ditron_rt_wait"

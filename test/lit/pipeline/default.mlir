@@ -21,7 +21,7 @@
 // HOST-SAME: \22kernels\22: {\22gemm\22: {\22args\22: [\22a\22, \22b\22, \22c\22, \22counts\22, \22staged\22, \22own_value\22, \22stage\22, \22out\22], \22spins\22: true, \22template\22: \22gemm\22
 // HOST-SAME: \22name\22: \22gemm_rs\22
 // HOST-SAME: \22runtime\22: {\22barrier\22: \22ditron_rt_barrier\22, \22signal\22: {\22set:gpu\22: \22ditron_rt_signal_set_gpu\22, \22set:sys\22: \22ditron_rt_signal_set_sys\22}, \22wait\22: \22ditron_rt_wait\22
-// HOST-SAME: ditron.pipeline = "ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-tile,ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core,ditron-emit-host-program"
+// HOST-SAME: ditron.pipeline = "ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-fuse-epilogue,ditron-tile,ditron-lower-task-to-device,ditron-schedule-overlap,ditron-lower-device-to-core,ditron-emit-host-program"
 // HOST-NOT: func.func
 // HOST-NOT: "ditron_device.
 // HOST: sym_name = "gemm"
@@ -42,14 +42,15 @@
 
 // MLP-LABEL: func.func @mlp
 // MLP-SAME: ditron.level = "device"
+// The gelu after the AG+GEMM is the GEMM's epilogue (ditron-fuse-epilogue): no elementwise kernel.
 // MLP: "ditron_device.launch"({{.*}}ditron.role = "ag.gemm"{{.*}}kernel = @[[G1:[a-z_0-9]+]],{{.*}}tile_order = "rank_rotated"
-// MLP: "ditron_device.launch"({{.*}}ditron.role = "elementwise"{{.*}}kernel = @[[EW:[a-z_0-9]+]],
+// MLP-NOT: ditron.role = "elementwise"
 // MLP: "ditron_device.launch"({{.*}}ditron.role = "rs.gemm"{{.*}}kernel = @[[G2:[a-z_0-9]+]],
 // MLP: "ditron_device.copy"({{.*}}ditron.role = "rs.pull"
 // MLP: "ditron_device.barrier"
-// MLP-DAG: sym_name = "[[G1]]"
-// MLP-DAG: sym_name = "[[EW]]"
+// MLP-DAG: epilogue = [{fn = "gelu"}]{{.*}}sym_name = "[[G1]]"
 // MLP-DAG: sym_name = "[[G2]]"
+// MLP-NOT: template = "elementwise"
 // MLP-NOT: func.func private
 
 // AG-LABEL: func.func @ag_gemm(%arg0: memref<2048x4096xbf16> {{.*}}, %arg1: memref<4096x3584xbf16> {{.*}}, %arg2: memref<8192x3584xbf16> {ditron.io = "out", ditron.layout = {dims = {{\[}}[], ["tp"]]}}, %arg3: index {ditron.io = "epoch"})
