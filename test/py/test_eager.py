@@ -220,3 +220,28 @@ def test_bench_host_cpu_dry_run(monkeypatch, tmp_path):
         ("torch.ops.ditron.ag_gemm", False), ("torch.ops.ditron.ag_gemm", True)}
     assert all(r["host_us"] > 0 for r in rows)
     assert CompiledKernel._init_handles is init and torch.cuda.Event is not bench._DryEvent and eager.ENABLED
+
+
+def test_a_planned_call_checks_the_divisibility_a_kernel_was_specialized_on(monkeypatch, tmp_path_factory):
+    """A kernel compiled assuming 16-byte aligned pointers (a @ditron.jit kernel's tt.divisibility): a planned call
+    whose fresh input tensor is misaligned raises the executor's error before anything of the call is enqueued (the
+    next aligned call runs and is right)."""
+    case = small("ag_gemm", 2)
+    gpu, ex = fake_executor(monkeypatch, tmp_path_factory, case)
+    monkeypatch.setattr(X.Executor, "_divisible_args", lambda self, name: tuple(
+        (i, n) for i, (kind, _, n) in enumerate(self._plans[name]) if kind == "pointer"))
+    ex.run(EP.make_inputs(case, 1, device="cpu"))
+    ex.run(EP.make_inputs(case, 2, device="cpu"))
+    assert [type(p) for p in ex._eager_plans.values()] == [EagerPlan]
+    xs = EP.make_inputs(case, 3, device="cpu")
+    b = xs[1][1]
+    storage = torch.empty(b.numel() + 1, dtype=b.dtype)
+    storage[1:] = b.reshape(-1)
+    xs[1][1] = storage[1:].view(b.shape)  # contiguous, one element past a 16-byte boundary
+    epoch = ex.epoch
+    with pytest.raises(X.DitronRuntimeError, match="was compiled assuming .*multiples of 16"):
+        ex.run(xs)
+    assert ex.epoch == epoch, "the refused call enqueued nothing"
+    xs = EP.make_inputs(case, 4, device="cpu")
+    outs = ex.run(xs)
+    assert all(tolerance_equal(outs[r][0], EP.reference(case, xs)[r][0]) for r in range(2))
