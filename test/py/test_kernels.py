@@ -133,6 +133,10 @@ GEMM_CASES = {
                        store="tma", persistent=False, epilogue_split=1, flatten=False),
     "splitk3-pointer": dict(m=70, n=40, k=200, loads="pointer", store="pointer", persistent=False, split_k=3,
                             epilogue_split=1, flatten=False, num_sms=100),
+    # K a multiple of block_k, K tiles not a multiple of the splits (7 = 3 + 3 + 1): the last split stops at K
+    # (it read a whole K tile past it -- wrong sums on the GPU -- before)
+    "splitk3-pointer-uneven-splits": dict(m=70, n=40, k=112, loads="pointer", store="pointer", persistent=False,
+                                          split_k=3, epilogue_split=1, flatten=False, num_sms=100),
     "splitk2-tma": dict(m=64, n=64, k=96, loads="tma", store="pointer", persistent=False, split_k=2,
                         epilogue_split=1, flatten=False, num_sms=100),
     "streamk2-pointer": dict(m=70, n=50, k=200, loads="pointer", store="pointer", persistent=True, stream_k=2,
