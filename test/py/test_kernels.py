@@ -1168,6 +1168,22 @@ def test_gemm_fp8_and_split_k_compile_for_sm90():
         assert "atom.global" in asm["ptx"] or "red.global" in asm["ptx"]
 
 
+def test_a_full_operand_epilogue_leaves_room_in_shared_memory_on_sm90():
+    """Triton stages a fused epilogue's [m, n] operand through shared memory (to the accumulator's layout): the
+    default config's stages leave room for it, so the kernel fits one H200 SM (4 stages of 128x256 asked for 262 KB
+    beside a residual add before)."""
+    from ditron.backends import get_backend
+    from ditron.backends.facts import target_facts
+    plain = gemm.make_record(4096, 4096, 4096)
+    rec = gemm.make_record(4096, 4096, 4096, epilogue=[{"fn": "add", "arg": "res", "operand": "full",
+                                                        "dtype": "bf16", "acc": 1}])
+    assert rec["num_stages"] < plain["num_stages"]
+    be = get_backend("cuda:90")
+    kernel = be.compile(emit(rec, lower="cuda:90"), be.options(num_warps=rec["num_warps"],
+                                                               num_stages=rec["num_stages"]))
+    assert kernel.metadata["shared"] <= target_facts("cuda:90").smem_per_sm
+
+
 @pytest.mark.skipif(not _lower_available(), reason="ditron-lower-core-to-triton is not available yet")
 @pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
 def test_templates_with_primitives_compile(target):
