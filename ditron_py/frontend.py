@@ -404,12 +404,12 @@ def elementwise(fn: str, *xs: Value) -> Value:
     trace, xs_ = _values(fn, xs)
     first = xs_[0]
     for i, x in enumerate(xs_[1:], 1):
-        if i == 1 and first.ndim == 2 and x.shape == first.shape[1:]:
-            continue  # a [N] bias of an [M, N] operand, broadcast over the rows
+        if i == 1 and first.ndim == 2 and x.shape in (first.shape[1:], (first.shape[0], 1), (1,)):
+            continue  # a [N] bias (over the rows), an [M, 1] row vector (over the columns) or a [1] scalar
         if x.shape != first.shape:
             raise _trace_error(f"{fn}: operand shapes differ: {_shape(first.shape)} and {_shape(x.shape)} "
                                f"(operand {i}); elementwise ops do not broadcast, except a second operand [N] "
-                               f"against an [M, N] first one (a bias)")
+                               f"(a bias), [M, 1] (a row vector) or [1] (a scalar) against an [M, N] first one")
         if x.dtype != first.dtype:
             raise _trace_error(f"{fn}: operand element types differ: {first.dtype} and {x.dtype} (operand {i})")
     op = task.Elementwise.build(fn, *[x.ir for x in xs_], result_type=first.ir.type, loc=trace.location(),
