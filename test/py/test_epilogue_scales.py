@@ -178,3 +178,20 @@ def test_frontend_row_vector_of_the_wrong_length_is_a_located_trace_error():
             return dt.matmul(x, w, out_dtype="f32") * s
         bad.to_mlir()
     assert "test_epilogue_scales.py:" in str(err.value)
+
+
+def test_row_scale_gathered_after_an_ag_gemm_stays_a_kernel_and_is_right():
+    """AG+GEMM (A's rows gathered): the [M, 1] scale sharded like A's rows is all-gathered after the matmul, so it
+    is not an operand the GEMM can read when it runs; the scales and the cast stay kernels, and the result is right."""
+    W, M, K, N = 2, 50, 64, 48
+
+    @dt.program(dt.Mesh(tp=W))
+    def f(a: dt.Tensor[(M, K), "f8E4M3FN", dt.shard(0, "tp")], b: dt.Tensor[(K, N), "f8E4M3FN", dt.shard(1, "tp")],
+          sa: dt.Tensor[(M, 1), "f32", dt.shard(0, "tp")],
+          sb: dt.Tensor[(N,), "f32", dt.shard(0, "tp")]) -> dt.Sharded[dt.shard(1, "tp")]:
+        return dt.cast(dt.matmul(a, b, out_dtype="f32") * sa * sb, "bf16")
+    text = f.to_mlir()
+    device = lower(text, "ditron-device")
+    assert device.count('template = "elementwise"') == 3 and "row = true" in device
+    result = simulate(device, world_size=W, seed=1, calls=1, reference=task_reference(text))
+    assert result.ok, result.summary()
