@@ -195,3 +195,22 @@ def test_row_scale_gathered_after_an_ag_gemm_stays_a_kernel_and_is_right():
     assert device.count('template = "elementwise"') == 3 and "row = true" in device
     result = simulate(device, world_size=W, seed=1, calls=1, reference=task_reference(text))
     assert result.ok, result.summary()
+
+
+def test_row_parallel_fp8_scales_fuse_into_each_ranks_partial():
+    """A sharded over K: the matmul is a partial sum; partition keeps the scales' muls before the all-reduce (a
+    product by a replicated factor commutes with the sum), so the GEMM scales each rank's partial in its epilogue;
+    the cast after the sum stays a kernel. Simulated at W = 2 against the reference."""
+    W, M, K, N = 2, 45, 64, 48
+
+    @dt.program(dt.Mesh(tp=W))
+    def f(a: dt.Tensor[(M, K), "f8E4M3FN", dt.shard(1, "tp")], b: dt.Tensor[(K, N), "f8E4M3FN", dt.shard(0, "tp")],
+          sa: dt.Tensor[(M, 1), "f32"], sb: dt.Tensor[(N,), "f32"]) -> dt.Sharded[dt.replicated]:
+        return dt.cast(dt.matmul(a, b, out_dtype="f32") * sa * sb, "bf16")
+    text = f.to_mlir()
+    marked = f.to_mlir("ditron-partition,ditron-canonicalize,ditron-fuse-overlap,ditron-fuse-epilogue")
+    assert marked.count("ditron.epilogue") == 3  # the matmul and its two muls; the all_reduce, then the cast
+    device = lower(text, "ditron-device")
+    assert device.count('template = "elementwise"') == 1 and 'operand = "row"' in device
+    result = simulate(device, world_size=W, seed=1, calls=1, reference=task_reference(text))
+    assert result.ok, result.summary()
