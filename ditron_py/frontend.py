@@ -27,8 +27,8 @@ Shardings: ``dt.shard(dim, "tp")`` splits dim over a mesh axis (``("dp", "tp")``
 ``padded=True`` for sizes the mesh does not divide), ``dt.partial("tp")`` marks an unreduced sum; combine them
 with ``|``: ``dt.shard(0, "dp") | dt.shard(1, "tp")``. ``dt.replicated`` (or no sharding) replicates.
 
-Operators: ``a @ b`` (matmul), ``+ - * /`` and unary ``-`` (elementwise; a [N] right operand of an [M, N] left one
-is a bias, broadcast over the rows), ``dt.cast(x, dtype)``, and the functions below. Shapes, dtypes,
+Operators: ``a @ b`` (matmul), ``+ - * /`` and unary ``-`` (elementwise; the right operand of an [M, N] left one
+may be [N], [M, 1] or [1], broadcast), ``dt.cast(x, dtype)``, and the functions below. Shapes, dtypes,
 mesh axes and dims are checked while tracing; errors are TraceError, located at the line of the user's code and
 naming the op and the shapes. Element types: "bf16", "f16", "f32", "f64", "f8E4M3FN", "f8E5M2", "i8" ... "i64"
 (also "bfloat16", "float32", numpy dtypes).

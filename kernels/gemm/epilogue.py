@@ -196,11 +196,9 @@ def _read(s, m0: int, n0: int, rows: int, cols: int, rank: int):
         if own is None:
             return None
         (lo, hi), row = own, own[0] - rank * s["own_rows"]
-    kind = s["operand"]
-    region = Region(s["arg"], (n0,), (cols,)) if kind == "bias" else Region(s["arg"], (row, 0), (hi - lo, 1)) \
-        if kind == "row" else Region(s["arg"], (0,), (1,)) if kind == "scalar" else Region(s["arg"], (row, n0),
-                                                                                      (hi - lo, cols))
-    return region, lo, hi
+    start, size = {"bias": ((n0,), (cols,)), "row": ((row, 0), (hi - lo, 1)), "scalar": ((0,), (1,)),
+                   "full": ((row, n0), (hi - lo, cols))}[s["operand"]]
+    return Region(s["arg"], start, size), lo, hi
 
 
 def regions(rec, m0: int, n0: int, rows: int, cols: int, rank: int) -> list:
