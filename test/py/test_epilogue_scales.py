@@ -220,3 +220,40 @@ def test_row_parallel_fp8_scales_fuse_into_each_ranks_partial():
     assert device.count('template = "elementwise"') == 1 and 'operand = "row"' in device
     result = simulate(device, world_size=W, seed=1, calls=1, reference=task_reference(text))
     assert result.ok, result.summary()
+
+
+def _local(W: int, args: str, res: str, body: str) -> str:
+    return (f'module attributes {{ditron.mesh = {{axes = ["tp"], shape = array<i64: {W}>}}}} {{\n'
+            f'  func.func @f({args}) -> {res} attributes {{ditron.view = "local"}} {{\n{body}\n  }}\n}}\n')
+
+
+@pytest.mark.parametrize("coll, tile", [("reduce_scatter", "reduce-scatter=epilogue engine=sm"),
+                                        ("reduce_scatter", "reduce-scatter=reduce_kernel"),
+                                        ("reduce_scatter", "reduce-scatter=push_sum engine=sm"),
+                                        ("all_reduce", "all-reduce=one_shot"),
+                                        ("all_reduce", "all-reduce=push_sum engine=sm")])
+@pytest.mark.parametrize("W", [2, 3])
+def test_row_and_scalar_adds_after_a_reduction_fuse_and_simulate(coll, tile, W):
+    """After GEMM+RS rank r adds its own [R, 1] row vector and [1] scalar to its rows (own_rows); after GEMM+AR a
+    replicated [M, 1] and [1] are added by rank 0 (first_rank); the mul by a row vector after it stays a kernel."""
+    R, K, N = 64, 32, 48  # the epilogue reduction needs whole row tiles per shard
+    big, rows = W * R, (R if coll == "reduce_scatter" else W * R)
+    t = lambda *s, e="bf16": f"tensor<{'x'.join(map(str, s))}x{e}>"  # noqa: E731
+    out = t(rows, N)
+    dim = "dim = 0 : i64, " if coll == "reduce_scatter" else ""
+    rep = " {ditron.sharding = {dims = [[], []]}}"
+    text = _local(W, f"%x: {t(big, K)}, %w: {t(K, N)}, %v: {t(rows, 1)}{rep}, "
+                     f"%s: {t(1)} {{ditron.sharding = {{dims = [[]]}}}}", out, f'''
+    %p = "ditron_task.matmul"(%x, %w) : ({t(big, K)}, {t(K, N)}) -> {t(big, N)}
+    %y = "ditron_task.{coll}"(%p) {{axis = "tp", {dim}reduce = "sum"}} : ({t(big, N)}) -> {out}
+    %a = "ditron_task.elementwise"(%y, %v) {{fn = "add"}} : ({out}, {t(rows, 1)}) -> {out}
+    %b = "ditron_task.elementwise"(%a, %s) {{fn = "add"}} : ({out}, {t(1)}) -> {out}
+    %c = "ditron_task.elementwise"(%b, %v) {{fn = "mul"}} : ({out}, {t(rows, 1)}) -> {out}
+    return %c : {out}''')
+    marked = lower(text, "ditron-fuse-overlap,ditron-fuse-epilogue")
+    assert marked.count("step = ") == 2, marked
+    device = lower(marked, f"ditron-tile{{{tile}}},ditron-lower-task-to-device,ditron-schedule-overlap")
+    assert device.count("own_rows" if coll == "reduce_scatter" else "first_rank = true") == 2
+    assert device.count('template = "elementwise"') == 1
+    result = simulate(device, world_size=W, seed=4, calls=2, reference=task_reference(text))
+    assert result.ok, result.summary()
