@@ -166,15 +166,16 @@ class _FuncPartitioner:
             raise self.error(f"{what}: {problem}")
 
     # -------------------------------------------------------------------------------------- resharding
-    def convert(self, x: _Local, dims: Dims, partial: tuple[str, ...], what: str) -> _Local:
-        """x laid out as (dims, partial): all-gathers, all-to-alls, reduce-scatters, all-reduces as needed."""
+    def convert(self, x: _Local, dims: Dims, partial: tuple[str, ...], what: str, at: dict | None = None) -> _Local:
+        """x laid out as (dims, partial): all-gathers, all-to-alls, reduce-scatters, all-reduces as needed (built
+        before the op being partitioned, or where ``at`` says)."""
         dims, partial = tuple(tuple(d) for d in dims), tuple(partial)
         if (x.dims, x.partial) == (dims, partial):
             return x
         key = (x.value, dims, partial)
         if key in self.cache:
             return self.cache[key]
-        at = self.build_at()
+        at = at or self.build_at()
         cur, v, rank = [tuple(d) for d in x.dims], x.value, len(x.dims)
         # 1. undo splits the target does not have (minor axis first); an axis wanted on another dim moves there
         for d in range(rank):
@@ -282,7 +283,12 @@ class _FuncPartitioner:
                 "row": lambda x, d: [x.dims[0]] if d == 0 else [], "scalar": lambda x, d: []}
         dims = tuple(_common_prefix([s for x, r in zip(ins, roles) for s in seen[r](x, d)]) for d in range(rank))
         want = {"full": dims, "bias": dims[1:], "row": (dims[0], ()), "scalar": ((),)}
-        conv = [self.convert(x, want[r], k, f"operand {i}") for i, (x, k, r) in enumerate(zip(ins, keep, roles))]
+        # a broadcast vector that is an argument is resharded at the function's start: a GEMM epilogue after an
+        # earlier matmul can read it (ditron-fuse-epilogue takes only operands defined before the matmul)
+        entry = dict(loc=self.op.location, ip=ir.InsertionPoint(self.op.parent.regions[0].blocks[0].operations[0]))
+        conv = [self.convert(x, want[r], k, f"operand {i}",
+                             entry if r != "full" and isinstance(x.value, ir.BlockArgument) else None)
+                for i, (x, k, r) in enumerate(zip(ins, keep, roles))]
         lead = conv[0].local
         fits = {"full": lambda c: c.local == lead, "bias": lambda c: c.local == lead[1:],
                 "row": lambda c: c.local[0] == lead[0], "scalar": lambda c: True}
