@@ -32,7 +32,8 @@ Rules (per value: which mesh axes split each dim, which axes it is an unreduced 
   sum over K's axes. A mesh axis splitting both A's M and B's N is all-gathered out of A's rows (AG + GEMM). A
   partial operand stays partial (matmul is linear) unless the other operand uses that axis; then it is all-reduced.
 * elementwise: every dim keeps the longest split common to all operands (the rest is all-gathered; a [N] bias
-  operand shares the result's column dim, an [M, 1] row vector its row dim, a [1] scalar none). Partial sums
+  operand shares the result's column dim, an [M, 1] row vector its row dim, a [1] scalar none; such a vector that
+  is an argument is resharded at the function's start, before any matmul whose epilogue may read it). Partial sums
   flow through neg/copy, add/sub of operands partial over the same axes, mul (one partial factor), div (partial
   numerator), silu_mul (partial second operand); otherwise they are all-reduced first.
 * a value converted to another sharding (shard ops, uses, results): dims split further in the value than wanted
