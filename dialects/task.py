@@ -103,9 +103,15 @@ class GroupedMatmul(TaskOp):
 
 class Elementwise(TaskOp):
     NAME = "elementwise"
-    inputs = Operand(0, variadic=True)
+    input = Operand(0)
+    more = Operand(1, variadic=True)  # its own IRDL variable: a bias' type differs from the input's
     result = Result(0)
     fn = StrAttr("fn")
+
+    @property
+    def inputs(self) -> list[ir.Value]:
+        """Every operand, in order."""
+        return [self.input, *self.more]
 
     @classmethod
     def build(cls, fn: str, *inputs: ir.Value, result_type: ir.Type | None = None, loc=None,

@@ -11,10 +11,10 @@ from ...dialects import ttir as T
 
 def choose_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
                   lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
-                  num_sms: int | None = None, pushes: bool = False) -> dict:
+                  num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0) -> dict:
     """Tuning fields for a problem: the first of ``candidates``."""
     return candidates(m, n, k, dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc, out_dtype=out_dtype,
-                      fused=fused, num_sms=num_sms, pushes=pushes)[0]
+                      fused=fused, num_sms=num_sms, pushes=pushes, epilogue_bytes=epilogue_bytes)[0]
 
 
 def split_for(tiles: int, k_tiles: int, sms: int) -> int:
@@ -28,13 +28,15 @@ def split_for(tiles: int, k_tiles: int, sms: int) -> int:
 
 def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
                lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
-               num_sms: int | None = None, pushes: bool = False) -> list[dict]:
+               num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0) -> list[dict]:
     """Configs worth trying, best guess first. The rule: on a target with TMA (sm_90), TMA loads when rows are
     16-byte aligned; 128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least
     as many tiles as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs
     fills the SMs. ``fused`` (per-tile wait/notify, or a push) keeps the tile loop unflattened and stores through pointers;
     a GEMM that waits or notifies per tile neither splits K nor leaves TMA loads; ``pushes`` (GEMM+AR's push,
-    done by the last split) does both."""
+    done by the last split) does both. ``epilogue_bytes``: bytes per C element of a fused epilogue's widest [m, n]
+    operand, which Triton stages through shared memory to the accumulator's layout (the stages get what is left:
+    a residual add beside 4 stages of 128x256 tiles asked for 262 KB on an H200)."""
     out_dtype = out_dtype or ("bf16" if dtype.startswith("fp8") else dtype)
     facts = target_facts(target)
     sms = num_sms or facts.num_sms
@@ -66,7 +68,7 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
         if store != "tma":
             esplit = 1
         if stages is None:  # as many stages as shared memory holds, up to max_stages
-            epilogue = bm * bn // esplit * out_bytes if store == "tma" else 0
+            epilogue = (bm * bn // esplit * out_bytes if store == "tma" else 0) + bm * bn // esplit * epilogue_bytes
             stages = min(max_stages, (smem - epilogue) // ((bm + bn) * bk * in_bytes))
         flat = (not fused and persistent) if flatten is None else flatten
         return dict(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps, num_stages=stages,

@@ -234,7 +234,11 @@ class _Emitter(_GatherParts, _PushParts):
         lda = lda or rec["lda"]
         acc0 = T.zeros([self.bm, self.bn], "fp32")
         if n_k is None:
-            n_k = self.g.split_tiles if k_start is not None else self.g.k_tiles
+            g = self.g
+            n_k = g.k_tiles
+            if k_start is not None:  # a split's K tiles: the last split has fewer where they do not divide K's
+                n_k = g.split_tiles if g.split_tiles * rec["split_k"] == g.k_tiles else \
+                    T.min_(T.sub(T.c(g.k_tiles), k_start), g.split_tiles)
         fp8 = rec["in_dtype"].startswith("fp8")
         imprecise = rec.get("max_imprecise_acc", self.bk) if fp8 else None
         if rec["loads"] == "tma":
@@ -333,11 +337,14 @@ class _Emitter(_GatherParts, _PushParts):
             T.barrier()
             T.atomic_rmw("add", lock, T.c(1), T.c(True), sem="release", scope="gpu")
         with T.if_(last):
-            core.Wait.build(lock, T.c(S - 1), scope="gpu", semantic="acquire")  # bounded, like every wait
+            # bounded, like every wait; its token keeps the partials' loads after it (else they may be issued
+            # before the spin and read the workspace before the other splits wrote it: wrong sums on the GPU)
+            token = core.Wait.build(lock, T.c(S - 1), scope="gpu", semantic="acquire").token
             T.barrier()
+            workspace = core.ConsumeToken.build(self.arg["workspace"], token).result
             total = acc
             for j in range(S - 1):
-                ptrs, mask = self._tile_ptrs(self.arg["workspace"], m0, n0, self.n, j, self.m)
+                ptrs, mask = self._tile_ptrs(workspace, m0, n0, self.n, j, self.m)
                 total = T.add(total, T.load(ptrs, mask, 0.0 if mask is not None else None, cache="cg"))
             total = _epilogue.emit(self, total, m0, n0)
             if store:
@@ -368,9 +375,10 @@ class _Emitter(_GatherParts, _PushParts):
             first = T.div(T.sub(T.mul(T.add(T.mul(t, K), 1), G), 1), total)  # holds the tile's first K step
             with T.For(T.select(T.cmp("sgt", k0, 0), first, pid), pid, 1, [acc]) as qs:
                 lock = T.addptr(locks, qs.iv)
-                core.Wait.build(lock, T.c(1), scope="gpu", semantic="acquire")  # bounded, like every wait
+                token = core.Wait.build(lock, T.c(1), scope="gpu", semantic="acquire").token  # bounded
                 T.barrier()
-                part = T.load(self._ws_ptrs(qs.iv), cache="cg")
+                part = T.load(self._ws_ptrs(qs.iv, core.ConsumeToken.build(self.arg["workspace"], token).result),
+                              cache="cg")  # the token keeps the load after the wait
                 T.atomic_rmw("xchg", lock, T.c(0), T.c(True), sem="relaxed", scope="gpu")
                 qs.yield_(T.add(qs.args[0], part))
             self.store_c(_epilogue.emit(self, qs.results[0], m0, n0), m0, n0)
@@ -382,8 +390,9 @@ class _Emitter(_GatherParts, _PushParts):
         a_base, a_row, _ = self._a_after_wait(m0)
         return self.k_loop(a_base, a_row, n0, k0, n_k), m0, n0
 
-    def _ws_ptrs(self, slot):
-        """Pointers to stream-K workspace slot ``slot``: a whole [BM, BN] fp32 tile, rows BN apart."""
+    def _ws_ptrs(self, slot, workspace=None):
+        """Pointers to stream-K workspace slot ``slot``: a whole [BM, BN] fp32 tile, rows BN apart (of
+        ``workspace``: the argument, or the argument after a wait's consume_token)."""
         rows = T.add(T.mul(self._wide(slot), self.bm), self._wide(T.make_range(0, self.bm)))
         off = T.add(T.mul(T.expand_dims(rows, 1), self.bn), T.expand_dims(self._wide(T.make_range(0, self.bn)), 0))
-        return T.addptr(T.splat(self.arg["workspace"], [self.bm, self.bn]), off)
+        return T.addptr(T.splat(self.arg["workspace"] if workspace is None else workspace, [self.bm, self.bn]), off)

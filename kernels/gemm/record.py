@@ -50,7 +50,9 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                    "(fp8 GEMMs need cuda:90 or hip:gfx950; use bf16 or fp16 here)")
     chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
                            out_dtype=out_dtype, fused=bool(wait or notify or reduce_own or push),
-                           num_sms=config.get("num_sms"), pushes=bool(push))
+                           num_sms=config.get("num_sms"), pushes=bool(push),
+                           epilogue_bytes=max([T.DTYPE_BYTES[s["dtype"]] for s in epilogue or ()
+                                               if s.get("operand") == "full"], default=0))
     chosen.update(config)
     if gather and "loads" not in config:
         chosen["loads"] = "pointer"  # the gathered rows are SM stores (check_gather)

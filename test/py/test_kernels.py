@@ -133,6 +133,10 @@ GEMM_CASES = {
                        store="tma", persistent=False, epilogue_split=1, flatten=False),
     "splitk3-pointer": dict(m=70, n=40, k=200, loads="pointer", store="pointer", persistent=False, split_k=3,
                             epilogue_split=1, flatten=False, num_sms=100),
+    # K a multiple of block_k, K tiles not a multiple of the splits (7 = 3 + 3 + 1): the last split stops at K
+    # (it read a whole K tile past it -- wrong sums on the GPU -- before)
+    "splitk3-pointer-uneven-splits": dict(m=70, n=40, k=112, loads="pointer", store="pointer", persistent=False,
+                                          split_k=3, epilogue_split=1, flatten=False, num_sms=100),
     "splitk2-tma": dict(m=64, n=64, k=96, loads="tma", store="pointer", persistent=False, split_k=2,
                         epilogue_split=1, flatten=False, num_sms=100),
     "streamk2-pointer": dict(m=70, n=50, k=200, loads="pointer", store="pointer", persistent=True, stream_k=2,
@@ -1162,6 +1166,22 @@ def test_gemm_fp8_and_split_k_compile_for_sm90():
     assert "e4m3" in asm["ptx"] and "wgmma" in asm["ptx"]
     if rec["split_k"] > 1:
         assert "atom.global" in asm["ptx"] or "red.global" in asm["ptx"]
+
+
+def test_a_full_operand_epilogue_leaves_room_in_shared_memory_on_sm90():
+    """Triton stages a fused epilogue's [m, n] operand through shared memory (to the accumulator's layout): the
+    default config's stages leave room for it, so the kernel fits one H200 SM (4 stages of 128x256 asked for 262 KB
+    beside a residual add before)."""
+    from ditron.backends import get_backend
+    from ditron.backends.facts import target_facts
+    plain = gemm.make_record(4096, 4096, 4096)
+    rec = gemm.make_record(4096, 4096, 4096, epilogue=[{"fn": "add", "arg": "res", "operand": "full",
+                                                        "dtype": "bf16", "acc": 1}])
+    assert rec["num_stages"] < plain["num_stages"]
+    be = get_backend("cuda:90")
+    kernel = be.compile(emit(rec, lower="cuda:90"), be.options(num_warps=rec["num_warps"],
+                                                               num_stages=rec["num_stages"]))
+    assert kernel.metadata["shared"] <= target_facts("cuda:90").smem_per_sm
 
 
 @pytest.mark.skipif(not _lower_available(), reason="ditron-lower-core-to-triton is not available yet")
