@@ -273,8 +273,7 @@ class _Emitter(_GatherParts, _PushParts):
         with T.For(0, n_k, 1, [a_ptrs, b_ptrs, acc0]) as loop:
             ap, bp, acc = loop.args
             a_mask, b_mask = m_mask, n_mask
-            # a ragged K, or a last split running past K's tiles (split_tiles * split_k > k_tiles)
-            if self.k % self.bk or (k_start is not None and self.g.split_tiles * rec["split_k"] > self.g.k_tiles):
+            if self.k % self.bk:
                 kk = T.mul(T.add(loop.iv, k_start) if k_start is not None else loop.iv, self.bk)
                 k_ok = T.lt(T.add(rk, kk), self.k)
                 a_mask = _and(a_mask, T.expand_dims(k_ok, 0), [self.bm, self.bk])
