@@ -320,8 +320,12 @@ def _elementwise(c: _Checker, op: ir.Operation) -> None:
             return
         if i > 0 and t.rank == 1 and r.rank == 2 and _dims_agree(t.shape[0], r.shape[1]):
             continue  # a bias: a second operand [N] broadcast over the rows of an [M, N] result
+        if i > 0 and r.rank == 2 and (list(t.shape) == [1] or (t.rank == 2 and t.shape[1] == 1 and
+                                                               _dims_agree(t.shape[0], r.shape[0]))):
+            continue  # a [1] scalar, or an [M, 1] row vector broadcast over the columns (fp8 scales)
         if t.rank != r.rank or not all(_dims_agree(x, y) for x, y in zip(t.shape, r.shape)):
-            bias = " (a second operand may be a [N] bias of an [M, N] result)" if r.rank == 2 and i > 0 else ""
+            bias = (" (a second operand may be a [N] bias, an [M, 1] row vector or a [1] scalar of an [M, N] "
+                    "result)") if r.rank == 2 and i > 0 else ""
             c.error(op, f"operand shape {t} differs from result shape {r}{bias}")
             return
 

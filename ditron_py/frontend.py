@@ -27,8 +27,8 @@ Shardings: ``dt.shard(dim, "tp")`` splits dim over a mesh axis (``("dp", "tp")``
 ``padded=True`` for sizes the mesh does not divide), ``dt.partial("tp")`` marks an unreduced sum; combine them
 with ``|``: ``dt.shard(0, "dp") | dt.shard(1, "tp")``. ``dt.replicated`` (or no sharding) replicates.
 
-Operators: ``a @ b`` (matmul), ``+ - * /`` and unary ``-`` (elementwise; a [N] right operand of an [M, N] left one
-is a bias, broadcast over the rows), ``dt.cast(x, dtype)``, and the functions below. Shapes, dtypes,
+Operators: ``a @ b`` (matmul), ``+ - * /`` and unary ``-`` (elementwise; the right operand of an [M, N] left one
+may be [N], [M, 1] or [1], broadcast), ``dt.cast(x, dtype)``, and the functions below. Shapes, dtypes,
 mesh axes and dims are checked while tracing; errors are TraceError, located at the line of the user's code and
 naming the op and the shapes. Element types: "bf16", "f16", "f32", "f64", "f8E4M3FN", "f8E5M2", "i8" ... "i64"
 (also "bfloat16", "float32", numpy dtypes).
@@ -404,12 +404,12 @@ def elementwise(fn: str, *xs: Value) -> Value:
     trace, xs_ = _values(fn, xs)
     first = xs_[0]
     for i, x in enumerate(xs_[1:], 1):
-        if i == 1 and first.ndim == 2 and x.shape == first.shape[1:]:
-            continue  # a [N] bias of an [M, N] operand, broadcast over the rows
+        if i == 1 and first.ndim == 2 and x.shape in (first.shape[1:], (first.shape[0], 1), (1,)):
+            continue  # a [N] bias (over the rows), an [M, 1] row vector (over the columns) or a [1] scalar
         if x.shape != first.shape:
             raise _trace_error(f"{fn}: operand shapes differ: {_shape(first.shape)} and {_shape(x.shape)} "
                                f"(operand {i}); elementwise ops do not broadcast, except a second operand [N] "
-                               f"against an [M, N] first one (a bias)")
+                               f"(a bias), [M, 1] (a row vector) or [1] (a scalar) against an [M, N] first one")
         if x.dtype != first.dtype:
             raise _trace_error(f"{fn}: operand element types differ: {first.dtype} and {x.dtype} (operand {i})")
     op = task.Elementwise.build(fn, *[x.ir for x in xs_], result_type=first.ir.type, loc=trace.location(),

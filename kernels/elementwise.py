@@ -1,5 +1,6 @@
 """Elementwise template: ``y = fn(x0, x1, ...)`` over same-shaped rank-1 or rank-2 tensors, computed in fp32 (a
-rank-2 kernel's x1 may be a [cols] bias broadcast over the rows; ``cast`` stores x0 in out_dtype).
+rank-2 kernel's x1 may be a [cols] bias broadcast over the rows, a [rows, 1] column broadcast over the columns or a
+[1] scalar; ``cast`` stores x0 in out_dtype).
 
 Record fields (``make_record`` fills and checks them):
 
@@ -9,7 +10,8 @@ Record fields (``make_record`` fills and checks them):
     shape                   [n] or [rows, cols] (row-major, contiguous)
     dtype                   'bf16' | 'fp16' | 'fp32' (inputs and output)
     out_dtype               (cast only) the output's dtype
-    bias                    (rank 2, binary fns) x1 is a [cols] vector broadcast over the rows
+    bias | row | scalar     (rank 2, binary fns; at most one, true) x1 is a [cols] vector broadcast over the rows,
+                            a [rows, 1] column broadcast over the columns, or one element (a [1] tensor)
     block_m, block_n        tile shape (rank 1: block_m = 1)
     grid, num_warps         programs (program p: tiles p, p + grid, ...; tile t -> (t // tiles_n, t % tiles_n))
 
@@ -56,8 +58,9 @@ def _pow2_at_least(x: int, cap: int) -> int:
 
 def make_record(fn: str, arity: int, shape: list[int], dtype: str, *, name: str = "elementwise", block: int = 1024,
                 num_warps: int = 4, num_sms: int = 132, waves: int = 4, out_dtype: str | None = None,
-                bias: bool = False) -> KernelRecord:
-    """A checked record: tiles of about ``block`` elements, at most ``waves`` programs per SM."""
+                bias: bool = False, broadcast: str | None = None) -> KernelRecord:
+    """A checked record: tiles of about ``block`` elements, at most ``waves`` programs per SM; ``broadcast``: how x1
+    is broadcast ("bias", "row", "scalar"; ``bias=True`` is "bias")."""
     if len(shape) not in (1, 2) or any(s < 1 for s in shape):
         raise _err(f"shape {shape} must be rank 1 or 2 with positive sizes")
     rows, cols = (1, shape[0]) if len(shape) == 1 else shape
@@ -69,10 +72,15 @@ def make_record(fn: str, arity: int, shape: list[int], dtype: str, *, name: str 
                        num_warps=num_warps, args=[f"x{i}" for i in range(arity)] + ["y"])
     if out_dtype is not None and out_dtype != dtype:
         rec["out_dtype"] = out_dtype
-    if bias:
-        rec["bias"] = True
+    if bias or broadcast:
+        if broadcast not in (None, *BROADCASTS) or (bias and broadcast not in (None, "bias")):
+            raise _err(f"broadcast {broadcast!r} is none of {', '.join(BROADCASTS)}")
+        rec[broadcast or "bias"] = True
     check(rec)
     return rec
+
+
+BROADCASTS = ("bias", "row", "scalar")
 
 
 def check(rec) -> None:
@@ -85,8 +93,9 @@ def check(rec) -> None:
                    f"{', '.join(DTYPES)}")
     if "out_dtype" in rec and rec["fn"] != "cast":
         raise _err(f"only cast has an out_dtype, not '{rec['fn']}'")
-    if rec.get("bias") and (rec["arity"] != 2 or len(rec["shape"]) != 2):
-        raise _err("a bias operand needs a binary fn over a rank-2 shape")
+    kinds = [k for k in BROADCASTS if rec.get(k)]
+    if kinds and (rec["arity"] != 2 or len(rec["shape"]) != 2 or len(kinds) > 1):
+        raise _err(f"a broadcast operand ({', '.join(kinds)}) needs a binary fn over a rank-2 shape, and one kind")
     for key in ("block_m", "block_n", "grid", "num_warps"):
         v = rec.get(key)
         if not isinstance(v, int) or v < 1:
@@ -157,6 +166,10 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
             ins = [Region(a, *box) for a in rec["args"][:-1]]
             if rec.get("bias"):
                 ins[1] = Region(rec["args"][1], (c0,), (size[1],))
+            elif rec.get("row"):
+                ins[1] = Region(rec["args"][1], (r0, 0), (size[0], 1))
+            elif rec.get("scalar"):
+                ins[1] = Region(rec["args"][1], (0,), (1,))
             y = Region("y", *box)
             steps.append(TileStep(reads=ins, writes=[y], compute=_compute(rec, ins, y)))
         out.append(steps)
@@ -168,6 +181,8 @@ def _compute(rec, ins, y):
         args = [np.asarray(view(r), dtype=np.float32) for r in ins]
         if rec.get("bias"):
             args[1] = np.broadcast_to(args[1][None, :], args[0].shape)
+        elif rec.get("row") or rec.get("scalar"):
+            args[1] = np.broadcast_to(args[1].reshape(-1, 1), args[0].shape)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             result = NUMPY[rec["fn"]](*args)
         view(y)[...] = round_to(rec.get("out_dtype", rec["dtype"]), np.asarray(result, dtype=np.float32))
@@ -253,6 +268,9 @@ def _emit(rec):
             for i, a in enumerate(rec["args"][:-1]):
                 if i == 1 and rec.get("bias"):  # x1[c], the same for every row
                     x = T.broadcast(T.load(T.addptr(T.splat(ptrs[a], [1, bn]), c), col_ok), [bm, bn])
+                elif i == 1 and (rec.get("row") or rec.get("scalar")):  # x1[r] (or x1[0]), the same for every column
+                    p = T.splat(ptrs[a], [bm, 1])
+                    x = T.broadcast(T.load(T.addptr(p, r) if rec.get("row") else p, T.lt(r, rows)), [bm, bn])
                 else:
                     x = T.load(T.addptr(ptrs[a], offs), mask)
                 ins.append(T.cast(x, "fp32"))

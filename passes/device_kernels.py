@@ -110,13 +110,14 @@ def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_ty
 
 
 def elementwise_record(fn: str, arity: int, shape: Sequence[int], t_type: ir.Type, t: Tiling, *,
-                       in_type: ir.Type | None = None, bias: bool = False) -> KernelRecord:
-    """``t_type``: the result's type; ``in_type``: the operands' (a cast's differs); ``bias``: the second operand
-    is a [N] vector broadcast over the rows."""
+                       in_type: ir.Type | None = None, broadcast: str | None = None) -> KernelRecord:
+    """``t_type``: the result's type; ``in_type``: the operands' (a cast's differs); ``broadcast``: the second
+    operand is a [N] vector broadcast over the rows ("bias"), an [M, 1] one over the columns ("row") or [1]
+    ("scalar")."""
     from ..kernels import elementwise
     return elementwise.make_record(fn, arity, list(shape), dtype_name(in_type or t_type), block=t.block or 1024,
                                    num_warps=t.num_warps or 4, num_sms=t.sm_budget or _target_sms(t),
-                                   out_dtype=dtype_name(t_type), bias=bias)
+                                   out_dtype=dtype_name(t_type), broadcast=broadcast)
 
 
 # ------------------------------------------------------------------------------------------- launch geometry

@@ -11,18 +11,22 @@ value has exactly one use, that use is an ``elementwise`` op, and the op is a st
 * a unary fn (relu, silu, gelu, sigmoid, tanh, exp, neg, copy) or a ``cast`` to bf16 / fp16 / fp32;
 * a binary fn (add, sub, mul, div, max, min, silu_mul) of the value and one other operand defined before the
   matmul (an argument or an earlier op: the GEMM reads it when it runs), either a [N] bias (the second operand,
-  broadcast over rows) or a tensor of the value's shape (a residual; for a gated MLP ``silu_mul(gate, up)`` fused
-  into the later of the two matmuls, the other one's result being that operand).
+  broadcast over rows: a per-column scale of B), an [M, 1] row vector (broadcast over the columns: a per-row
+  scale of A), a [1] scalar (a per-tensor scale) or a tensor of the value's shape (a residual; for a gated MLP
+  ``silu_mul(gate, up)`` fused into the later of the two matmuls, the other one's result being that operand).
+  An fp8 matmul into f32 scaled by ``mul``s and then cast to bf16 is so one GEMM scaling its fp32 accumulator
+  before the store rounds it.
 
 After a reduction (GEMM+RS, GEMM+AR) the GEMM holds a partial sum: only an ``add`` can move before the sum, and
-only so that its term is added once, not W times. After a reduce-scatter of the rows each rank adds its own bias
-or [M/W, N] residual to the rows it owns (``own_rows``: rank r's operand is its own, as the program says); after
-an all-reduce, whose every rank's output gets the rank's own operand, only an operand known to be the same on
-every rank (an argument whose ``ditron.sharding`` is replicated) can be added, by rank 0 (``first_rank``).
-Activations, casts and products do not commute with the sum: the chain stops there and the op stays a kernel of
-its own (fusing them into the reduce / gather finalisation is not done). grouped_matmul, ops on a multi-use value and elementwise ops before a
-collective (e.g. ``gelu`` on a matmul feeding a reduce_scatter: the ``matmul_rs`` pair is the fusion there) are
-left alone.
+only so that its term is added once, not W times. After a reduce-scatter of the rows each rank adds its own bias,
+[M/W, 1] row vector, [1] scalar or [M/W, N] residual to the rows it owns (``own_rows``: rank r's operand is its
+own, as the program says); after an all-reduce, whose every rank's output gets the rank's own operand, only an
+operand known to be the same on every rank (an argument whose ``ditron.sharding`` is replicated) can be added, by
+rank 0 (``first_rank``). Activations, casts and products (a scale, too: a per-row scale after a reduce-scatter
+is not moved before it) do not commute with the sum: the chain stops there and the op stays a kernel of its own
+(fusing them into the reduce / gather finalisation is not done). grouped_matmul, ops on a multi-use value and
+elementwise ops before a collective (e.g. ``gelu`` on a matmul feeding a reduce_scatter: the ``matmul_rs`` pair
+is the fusion there) are left alone.
 
 Marks: the matmul gets ``ditron.epilogue = {group = G : i64, steps = S : i64}``, its i-th fused op ``ditron.epilogue
 = {group = G, step = i}`` (G unique per function). A second run keeps and checks existing marks::
@@ -141,13 +145,17 @@ def step_of(chain: Chain, op: ir.Operation, v: ir.Value, order: dict) -> tuple[d
     if not _defined_before(x, chain.matmul, order):
         return "its other operand is computed after the matmul"
     xs, rs = _shape(x), _shape(e.result)
-    if len(xs) == 1 and len(rs) == 2 and xs[0] == rs[1]:
-        kind = "bias"
-    elif xs == rs:
+    if xs == rs:
         kind = "full"
+    elif xs == [1]:
+        kind = "scalar"
+    elif len(xs) == 1 and len(rs) == 2 and xs[0] == rs[1]:
+        kind = "bias"
+    elif len(rs) == 2 and xs == [rs[0], 1]:
+        kind = "row"
     else:
-        return f"its operand shape {xs} fits neither a [N] bias nor the result's {rs}"
-    if xs[-1] != partial[1]:
+        return f"its operand shape {xs} fits none of a [N] bias, an [M, 1] row vector, a [1] scalar or {rs}"
+    if kind in ("full", "bias") and xs[-1] != partial[1]:
         return f"its operand's {xs[-1]} columns are not the GEMM's {partial[1]}"
     if not chain.reduced:
         return {"fn": fn, "operand": kind, "acc": pos}, x

@@ -393,9 +393,11 @@ class _FunctionLowering(LoweringContext):
     def elementwise(self, op: ir.Operation, t: Tiling) -> None:
         e = task.Elementwise(op)
         out = self.dest(e.result, "ew")
-        bias = len(e.inputs) == 2 and len(shape_of(e.inputs[1])) < len(shape_of(e.result))
-        rec = K.elementwise_record(e.fn, len(e.inputs), shape_of(e.result), e.result.type, t,
-                                   in_type=e.inputs[0].type, bias=bias)
+        rs, xs = shape_of(e.result), (shape_of(e.inputs[1]) if len(e.inputs) == 2 else None)
+        broadcast = None if xs is None or list(xs) == list(rs) else "scalar" if list(xs) == [1] else \
+            "row" if len(xs) == 2 else "bias"
+        rec = K.elementwise_record(e.fn, len(e.inputs), rs, e.result.type, t, in_type=e.inputs[0].type,
+                                   broadcast=broadcast)
         self.launch(rec, [self.buf(x) for x in e.inputs] + [out], lane="compute", role="elementwise")
 
     def custom(self, op: ir.Operation, t: Tiling) -> None:

@@ -32,7 +32,8 @@ Rules (per value: which mesh axes split each dim, which axes it is an unreduced 
   sum over K's axes. A mesh axis splitting both A's M and B's N is all-gathered out of A's rows (AG + GEMM). A
   partial operand stays partial (matmul is linear) unless the other operand uses that axis; then it is all-reduced.
 * elementwise: every dim keeps the longest split common to all operands (the rest is all-gathered; a [N] bias
-  operand shares the result's column dim). Partial sums
+  operand shares the result's column dim, an [M, 1] row vector its row dim, a [1] scalar none; such a vector that
+  is an argument is resharded at the function's start, before any matmul whose epilogue may read it). Partial sums
   flow through neg/copy, add/sub of operands partial over the same axes, mul (one partial factor), div (partial
   numerator), silu_mul (partial second operand); otherwise they are all-reduced first.
 * a value converted to another sharding (shard ops, uses, results): dims split further in the value than wanted
@@ -105,6 +106,18 @@ def _is_prefix(a: tuple, b: tuple) -> bool:
     return len(a) <= len(b) and tuple(b[:len(a)]) == tuple(a)
 
 
+def _operand_role(i: int, x, first) -> str | None:
+    """How elementwise operand i (a _Local) lines up with the result (first: operand 0): "full" (its shape), "bias"
+    ([N] over the columns), "row" ([M, 1] over the rows), "scalar" ([1]); None if it does not."""
+    rank = len(first.dims)
+    if i == 1 and rank == 2 and first.shape[1] != 1 and (x.shape == (1,) or
+                                                           (len(x.shape) == 2 and x.shape[1] == 1)):
+        return "scalar" if len(x.shape) == 1 else "row"
+    if len(x.dims) == rank:
+        return "full"
+    return "bias" if i == 1 and rank == 2 and len(x.dims) == 1 else None
+
+
 def _common_prefix(seqs: Sequence[tuple]) -> tuple:
     out = []
     for items in zip(*seqs):
@@ -154,15 +167,16 @@ class _FuncPartitioner:
             raise self.error(f"{what}: {problem}")
 
     # -------------------------------------------------------------------------------------- resharding
-    def convert(self, x: _Local, dims: Dims, partial: tuple[str, ...], what: str) -> _Local:
-        """x laid out as (dims, partial): all-gathers, all-to-alls, reduce-scatters, all-reduces as needed."""
+    def convert(self, x: _Local, dims: Dims, partial: tuple[str, ...], what: str, at: dict | None = None) -> _Local:
+        """x laid out as (dims, partial): all-gathers, all-to-alls, reduce-scatters, all-reduces as needed (built
+        before the op being partitioned, or where ``at`` says)."""
         dims, partial = tuple(tuple(d) for d in dims), tuple(partial)
         if (x.dims, x.partial) == (dims, partial):
             return x
         key = (x.value, dims, partial)
         if key in self.cache:
             return self.cache[key]
-        at = self.build_at()
+        at = at or self.build_at()
         cur, v, rank = [tuple(d) for d in x.dims], x.value, len(x.dims)
         # 1. undo splits the target does not have (minor axis first); an axis wanted on another dim moves there
         for d in range(rank):
@@ -261,14 +275,25 @@ class _FuncPartitioner:
         elif fn == "silu_mul" and len(ins) == 2 and not partials[0]:
             keep = partials
         rank = len(ins[0].dims)
-        bias = len(ins) == 2 and rank == 2 and len(ins[1].dims) == 1  # a [N] operand of the result's columns
-        if not bias and any(len(x.dims) != rank for x in ins):
+        roles = [_operand_role(i, x, ins[0]) for i, x in enumerate(ins)]
+        if None in roles:
             raise self.error("operands of different ranks")
-        dims = tuple(_common_prefix([x.dims[d] for x in ins if len(x.dims) == rank] +
-                                    ([ins[1].dims[0]] if bias and d == 1 else [])) for d in range(rank))
-        conv = [self.convert(x, dims if len(x.dims) == rank else dims[1:], k, f"operand {i}")
-                for i, (x, k) in enumerate(zip(ins, keep))]
-        if any(c.local != conv[0].local[-len(c.local):] for c in conv):
+        # the operands' splits of each result dim: a bias [N] shares the columns, a row vector [M, 1] the rows, a
+        # scalar [1] none (it stays whole on every rank)
+        seen = {"full": lambda x, d: [x.dims[d]], "bias": lambda x, d: [x.dims[0]] if d == 1 else [],
+                "row": lambda x, d: [x.dims[0]] if d == 0 else [], "scalar": lambda x, d: []}
+        dims = tuple(_common_prefix([s for x, r in zip(ins, roles) for s in seen[r](x, d)]) for d in range(rank))
+        want = {"full": dims, "bias": dims[1:], "row": (dims[0], ()), "scalar": ((),)}
+        # a broadcast vector that is an argument is resharded at the function's start: a GEMM epilogue after an
+        # earlier matmul can read it (ditron-fuse-epilogue takes only operands defined before the matmul)
+        entry = dict(loc=self.op.location, ip=ir.InsertionPoint(self.op.parent.regions[0].blocks[0].operations[0]))
+        conv = [self.convert(x, want[r], k, f"operand {i}",
+                             entry if r != "full" and isinstance(x.value, ir.BlockArgument) else None)
+                for i, (x, k, r) in enumerate(zip(ins, keep, roles))]
+        lead = conv[0].local
+        fits = {"full": lambda c: c.local == lead, "bias": lambda c: c.local == lead[1:],
+                "row": lambda c: c.local[0] == lead[0], "scalar": lambda c: True}
+        if not all(fits[r](c) for c, r in zip(conv, roles)):
             shapes = ", ".join("x".join(map(str, c.local)) for c in conv)
             raise self.error(f"operands have different local shapes after partitioning ({shapes}): their padded "
                              f"layouts do not line up; pad them the same way")

@@ -8,15 +8,22 @@ residual add or a dtype cast after a matmul costs no kernel and no round trip th
     {"fn": "cast", "dtype": d}             round to d (bf16 | fp16 | fp32) and go on in fp32 (the task
                                            program's cast; the last cast is the store's out_dtype itself)
     {"fn": <binary fn>, "arg": name,       add, sub, mul, div, max, min, silu_mul with a second operand, the
-     "operand": "bias" | "full",           kernel argument ``name`` of element type ``dtype``: "bias" a [n] vector
-     "dtype": d, "acc": 0 | 1,             over C's columns (broadcast over the rows), "full" an [m, n] tensor
-     "first_rank": bool,                   (rows n elements apart) at C's rows and columns; ``acc``: the
+     "operand": "bias" | "row" |           kernel argument ``name`` of element type ``dtype``: "bias" a [n] vector
+               "scalar" | "full",          over C's columns (broadcast over the rows: a per-column scale of B),
+     "dtype": d, "acc": 0 | 1,             "row" an [m, 1] column over C's rows (broadcast over the columns:
+     "first_rank": bool,                   a per-row scale of A), "scalar" a [1] tensor (a per-tensor scale),
+                                           "full" an [m, n] tensor
+                                           (rows n elements apart) at C's rows and columns; ``acc``: the
      "own_rows": R}                        accumulator's position among the fn's operands (silu_mul(x, acc) =
                                            silu(x) * acc). Adds before a reduction over the ranks, so that the
                                            term is added once, not W times: ``first_rank``, only rank 0 applies
                                            it (a term every rank holds alike); ``own_rows``, rank r applies it
                                            to rows [r R, (r + 1) R) alone, the rows it owns after a
-                                           reduce-scatter (a "full" operand is then [R, n], those rows' own)
+                                           reduce-scatter (a "full" operand is then [R, n], a "row" one [R, 1],
+                                           those rows' own; a "scalar" one the rank's own [1])
+
+An fp8 GEMM with scales is ``mul`` by a "row" (or "scalar") scale of A and a "bias" (or "scalar") scale of B on
+the fp32 accumulator, then the store's rounding to C's dtype: the scales apply before any rounding.
 
 The step arguments follow the template's other arguments, before a split-K / stream-K workspace. The template
 applies the steps once per output tile on its full K sum: after the K loop (plain, waiting, gathering, notifying,
@@ -34,7 +41,7 @@ from ...errors import VerificationError
 UNARY = ("relu", "silu", "gelu", "sigmoid", "tanh", "exp", "neg", "copy")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "silu_mul")
 DTYPES = ("bf16", "fp16", "fp32")
-OPERANDS = ("bias", "full")
+OPERANDS = ("bias", "row", "scalar", "full")
 
 
 def _err(message: str) -> VerificationError:
@@ -62,8 +69,8 @@ def check(rec) -> None:
         elif fn in BINARY:
             if not isinstance(s.get("arg"), str) or s.get("operand") not in OPERANDS or \
                     s.get("dtype") not in DTYPES or s.get("acc", 0) not in (0, 1):
-                raise _err(f"step {i}: '{fn}' needs arg (a name), operand ('bias' or 'full'), dtype (one of "
-                           f"{', '.join(DTYPES)}) and acc (0 or 1), got {s}")
+                raise _err(f"step {i}: '{fn}' needs arg (a name), operand (one of {', '.join(OPERANDS)}), dtype "
+                           f"(one of {', '.join(DTYPES)}) and acc (0 or 1), got {s}")
             once = [k for k in ("first_rank", "own_rows") if s.get(k)]
             if once and fn != "add":
                 raise _err(f"step {i}: only an add can be {once[0]} (applied once before a reduction)")
@@ -124,6 +131,17 @@ def emit(em, acc, m0, n0):
                 mask = _and1(mask, T.splat(touches, [em.bn]))
             x = T.load(ptrs, mask, 0.0 if mask is not None else None)
             x = T.broadcast(T.expand_dims(T.cast(x, "fp32"), 0), shape)
+        elif s["operand"] in ("row", "scalar"):  # x[row] (or x[0]) the same for every column
+            ptrs = T.splat(base, [em.bm])
+            mask = T.lt(rm, em.m) if em.m % em.bm else None
+            if s["operand"] == "row":
+                ptrs = T.addptr(ptrs, em._wide(T.sub(rm, row0) if own else rm))
+            if s.get("first_rank"):
+                mask = _and1(mask, T.splat(T.cmp("eq", em.rank, 0), [em.bm]))
+            if own:
+                mask = _and1(mask, row_ok)
+            x = T.load(ptrs, mask, 0.0 if mask is not None else None)
+            x = T.broadcast(T.expand_dims(T.cast(x, "fp32"), 1), shape)
         else:
             rows = T.sub(rm, row0) if own else rm
             off = T.add(T.mul(T.expand_dims(em._wide(rows), 1), em.n), T.expand_dims(em._wide(rn), 0))
@@ -178,9 +196,9 @@ def _read(s, m0: int, n0: int, rows: int, cols: int, rank: int):
         if own is None:
             return None
         (lo, hi), row = own, own[0] - rank * s["own_rows"]
-    region = Region(s["arg"], (n0,), (cols,)) if s["operand"] == "bias" else Region(s["arg"], (row, n0),
-                                                                                    (hi - lo, cols))
-    return region, lo, hi
+    start, size = {"bias": ((n0,), (cols,)), "row": ((row, 0), (hi - lo, 1)), "scalar": ((0,), (1,)),
+                   "full": ((row, n0), (hi - lo, cols))}[s["operand"]]
+    return Region(s["arg"], start, size), lo, hi
 
 
 def regions(rec, m0: int, n0: int, rows: int, cols: int, rank: int) -> list:
@@ -212,7 +230,9 @@ def apply(rec, acc: np.ndarray, view, m0: int, n0: int, rank: int) -> np.ndarray
                 continue
             region, lo, hi = read
             x = np.asarray(view(region), np.float32)
-            x = np.broadcast_to(x[None, :], (hi - lo, cols)) if s["operand"] == "bias" else x
+            kind = s["operand"]
+            x = np.broadcast_to(x[None, :] if kind == "bias" else x[:, None] if kind == "scalar" else x,
+                                (hi - lo, cols))
             part = acc[lo - m0:hi - m0]
             acc[lo - m0:hi - m0] = NUMPY[fn](*((part, x) if s.get("acc", 0) == 0 else (x, part)))
     return acc

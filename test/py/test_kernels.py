@@ -1423,7 +1423,7 @@ def test_gemm_epilogue_ir_matches_tiles_and_numpy(case):
 
 @pytest.mark.parametrize("steps, match", [
     ([{"fn": "erfc"}], "fn 'erfc' is unknown"),
-    ([{"fn": "add", "arg": "ep0", "operand": "row", "dtype": "bf16"}], "needs arg"),
+    ([{"fn": "add", "arg": "ep0", "operand": "column", "dtype": "bf16"}], "needs arg"),
     ([{"fn": "mul", "arg": "ep0", "operand": "bias", "dtype": "bf16", "first_rank": True}], "only an add"),
     ([{"fn": "cast", "dtype": "fp64"}], "cast needs dtype"),
     ([], "non-empty"),

@@ -588,9 +588,26 @@ func.func @elementwise_rows_2_31(%x: tensor<2147483648x2xbf16>) -> tensor<214748
 
 // -----
 
-// A bias is a [N] second operand of an [M, N] result; any other shape is an error.
+// A bias is a [N] second operand of an [M, N] result, a row vector [M, 1], a scalar [1]; any other shape is an
+// error (a per-row vector is [M, 1], not [M]: with M = N an [M] one would be ambiguous).
 func.func @elementwise_bias_of_rows(%x: tensor<8x4xf32>, %b: tensor<8xf32>) -> tensor<8x4xf32> {
-  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op operand shape tensor<8xf32> differs from result shape tensor<8x4xf32> (a second operand may be a [N] bias of an [M, N] result)
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op operand shape tensor<8xf32> differs from result shape tensor<8x4xf32> (a second operand may be a [N] bias, an [M, 1] row vector or a [1] scalar of an [M, N] result)
   %0 = "ditron_task.elementwise"(%x, %b) {fn = "add"} : (tensor<8x4xf32>, tensor<8xf32>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+
+// -----
+
+func.func @elementwise_row_vector_of_other_rows(%x: tensor<8x4xf32>, %s: tensor<4x1xf32>) -> tensor<8x4xf32> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op operand shape tensor<4x1xf32> differs from result shape tensor<8x4xf32>
+  %0 = "ditron_task.elementwise"(%x, %s) {fn = "mul"} : (tensor<8x4xf32>, tensor<4x1xf32>) -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+
+// -----
+
+func.func @elementwise_scalar_first(%x: tensor<8x4xf32>, %s: tensor<1xf32>) -> tensor<8x4xf32> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.elementwise' op operand shape tensor<1xf32> differs from result shape tensor<8x4xf32>
+  %0 = "ditron_task.elementwise"(%s, %x) {fn = "mul"} : (tensor<1xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   return %0 : tensor<8x4xf32>
 }

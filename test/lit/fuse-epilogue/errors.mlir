@@ -46,3 +46,28 @@ module {
     return %h, %y : tensor<64x32xbf16>, tensor<64x32xbf16>
   }
 }
+
+// -----
+
+// A hand-written mark on a scale that cannot be a step: a product after a reduce-scatter does not move before it.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
+  func.func @row_scale_after_rs(%x: tensor<128x64xbf16>, %w: tensor<64x32xbf16>, %s: tensor<64x1xbf16>) -> tensor<64x32xbf16> attributes {ditron.view = "local"} {
+    %p = "ditron_task.matmul"(%x, %w) {ditron.epilogue = {group = 0 : i64, steps = 1 : i64}, ditron.overlap = {group = 0 : i64, kind = "matmul_rs", role = "producer"}} : (tensor<128x64xbf16>, tensor<64x32xbf16>) -> tensor<128x32xbf16>
+    %y = "ditron_task.reduce_scatter"(%p) {axis = "tp", dim = 0 : i64, reduce = "sum", ditron.overlap = {group = 0 : i64, kind = "matmul_rs", role = "consumer"}} : (tensor<128x32xbf16>) -> tensor<64x32xbf16>
+    // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: ditron-fuse-epilogue: 'ditron_task.elementwise' op cannot be step 0 of the epilogue of the matmul at {{.*}}: 'mul' does not commute with the reduction before it
+    %z = "ditron_task.elementwise"(%y, %s) {fn = "mul", ditron.epilogue = {group = 0 : i64, step = 0 : i64}} : (tensor<64x32xbf16>, tensor<64x1xbf16>) -> tensor<64x32xbf16>
+    return %z : tensor<64x32xbf16>
+  }
+}
+
+// -----
+
+// A row vector of the wrong row count: the task verifier refuses it, located, before the pass reads the mark.
+module {
+  func.func @row_of_other_rows(%a: tensor<72x64xf8E4M3FN>, %b: tensor<64x40xf8E4M3FN>, %s: tensor<36x1xf32>) -> tensor<72x40xf32> {
+    %p = "ditron_task.matmul"(%a, %b) {ditron.epilogue = {group = 0 : i64, steps = 1 : i64}} : (tensor<72x64xf8E4M3FN>, tensor<64x40xf8E4M3FN>) -> tensor<72x40xf32>
+    // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: 'ditron_task.elementwise' op operand shape tensor<36x1xf32> differs from result shape tensor<72x40xf32> (a second operand may be a [N] bias, an [M, 1] row vector or a [1] scalar
+    %z = "ditron_task.elementwise"(%p, %s) {fn = "mul", ditron.epilogue = {group = 0 : i64, step = 0 : i64}} : (tensor<72x40xf32>, tensor<36x1xf32>) -> tensor<72x40xf32>
+    return %z : tensor<72x40xf32>
+  }
+}

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""fp8 (e4m3) GEMMs with scales, the GEMM template's fused epilogue against torch._scaled_mm, on one GPU.
+
+    python benchmarks/bench_fp8.py --build [DIR]   # CPU box with ditron + MLIR: per shape, the GEMM template's
+                                                   # kernel (make_record's own choice) with per-tensor and per-row
+                                                   # scales fused, as .ttir + manifest.json
+                                                   # (default DIR: build/fp8_kernels)
+    python benchmarks/bench_fp8.py --run [DIR]     # GPU box, torch + triton only: check every kernel against
+                                                   # float32 torch and torch._scaled_mm, and time it against
+                                                   # torch._scaled_mm (use_fast_accum off and on)
+
+Both take A [M, K] row-major and B in nn.Linear's [N, K] layout (``b_trans``; torch._scaled_mm's column-major
+second operand is that tensor's ``.t()``), fp8 e4m3, and store bf16:
+
+* per_tensor: C = bf16((A @ B^T) * sa * sb), sa and sb [1] fp32 -- two "scalar" epilogue steps;
+* per_row:    C = bf16((A @ B^T) * sa[:, None] * sb[None, :]), sa [M, 1] (per row of A) and sb [N] (per row of
+  B, a column of C) fp32 -- a "row" and a "bias" step.
+
+What ditron-fuse-epilogue makes of ``dt.cast(dt.matmul(a, b, out_dtype="f32", transpose_b=True) * sa * sb,
+"bf16")``: the scales multiply the fp32 accumulator before the one rounding to bf16.
+
+Output: a table on stdout and benchmarks/results/fp8.csv -- per case the fused kernel's time, torch._scaled_mm's
+(precise and fast accumulation) and the ratios, the issue's target being >= 0.95 of torch._scaled_mm. Timing:
+triton.testing.do_bench, median, L2 flushed before every repetition.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_DIR = HERE.parent / "build" / "fp8_kernels"
+RESULTS = HERE / "results"
+# LLaMA-3 8B's projections at 8192 / 2048 tokens, a square one, and a ragged M
+SHAPES = [(8192, 14336, 4096), (8192, 4096, 14336), (2048, 14336, 4096), (4096, 4096, 4096), (1000, 4096, 4096)]
+SCALES = {
+    "per_tensor": [{"fn": "mul", "arg": "sa", "operand": "scalar", "dtype": "fp32"},
+                   {"fn": "mul", "arg": "sb", "operand": "scalar", "dtype": "fp32"}],
+    "per_row": [{"fn": "mul", "arg": "sa", "operand": "row", "dtype": "fp32"},
+                {"fn": "mul", "arg": "sb", "operand": "bias", "dtype": "fp32"}],
+}
+
+
+def _bench_gemm():
+    spec = importlib.util.spec_from_file_location("bench_gemm", HERE / "bench_gemm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ================================================================================ build (CPU box, needs MLIR)
+
+def kernels(shapes=SHAPES) -> list[dict]:
+    return [{"name": f"{kind}_{m}x{n}x{k}", "group": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+             "fields": {"in_dtype": "fp8e4m3", "out_dtype": "bf16", "b_trans": True, "epilogue": steps}}
+            for m, n, k in shapes for kind, steps in SCALES.items()]
+
+
+def build(out_dir: Path, shapes=SHAPES) -> dict:
+    manifest = _bench_gemm().build_kernels(out_dir, kernels(shapes))
+    print(f"wrote {len(manifest['kernels'])} kernels to {out_dir}")
+    return manifest
+
+
+# ================================================================================ run (GPU box, torch + triton)
+
+def inputs(rec: dict, seed: int = 0) -> dict:
+    """A, B ([N, K]) in fp8 and the scales of the record's steps, O(1) products; and C (NaN: unwritten shows)."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    bg = _bench_gemm()
+    a, b, _ = bg.gemm_inputs(rec, seed=seed)
+    m, n = rec["m"], rec["n"]
+    sizes = {"scalar": (1,), "row": (m, 1), "bias": (n,)}
+    t = {"a": a, "b": b, "c": torch.full((m, rec["ldc"]), float("nan"), device="cuda", dtype=torch.bfloat16)}
+    for s in rec["epilogue"]:
+        t[s["arg"]] = torch.rand(*sizes[s["operand"]], device="cuda", generator=g) * 1.5 + 0.25
+    return t
+
+
+def reference(rec: dict, t: dict):
+    """float32 torch: (A @ B^T) * sa * sb, rounded once to bf16."""
+    import torch
+    acc = torch.matmul(t["a"].float(), t["b"].float().t())
+    return (acc * t["sa"] * t["sb"]).to(torch.bfloat16)  # sa [M, 1] or [1], sb [N] or [1]: broadcast
+
+
+def scaled_mm(t: dict, fast: bool):
+    """torch._scaled_mm on the same tensors: per-tensor scales as they are, per-row ones as [M, 1] and [1, N]."""
+    import torch
+    sa, sb = t["sa"], t["sb"]
+    if sa.numel() > 1 or sb.numel() > 1:
+        sa, sb = sa.reshape(-1, 1), sb.reshape(1, -1)
+    else:
+        sa, sb = sa.reshape(()), sb.reshape(())
+    return torch._scaled_mm(t["a"], t["b"].t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                            use_fast_accum=fast)
+
+
+def launch(bg, kernel, entry: dict, t: dict):
+    import torch
+    err = torch.zeros(4, device="cuda", dtype=torch.int32)
+    values = dict(t, wait_bound=bg.WAIT_BOUND, wait_err=err, wait_tag=1)
+    for name, (shape, dtype) in (entry.get("scratch") or {}).items():
+        values[name] = torch.zeros(shape, device="cuda", dtype=bg.torch_dtype(dtype))
+    args = [values[x] for x in list(entry["record"]["args"]) + [name for name, _ in entry.get("abi", [])]]
+    grid = tuple(entry["grid"])
+    return lambda: kernel[grid](*args)
+
+
+def check(bg, kernel_dir: Path, entry: dict, seed: int = 0) -> tuple[dict, object, dict]:
+    """Run the kernel once; its relative errors against float32 torch and torch._scaled_mm (precise)."""
+    import torch
+    rec = entry["record"]
+    t = inputs(rec, seed)
+    fn = launch(bg, bg.compile_entry(kernel_dir, entry), entry, t)
+    fn()
+    torch.cuda.synchronize()
+    c = t["c"][:, :rec["n"]]
+    if not bool(torch.isfinite(c).all()):
+        raise AssertionError(f"{entry['name']}: tiles left unwritten (NaN in C)")
+    errors = {"rel_error": bg.rel_error(c, reference(rec, t)),
+              "rel_error_vs_scaled_mm": bg.rel_error(c, scaled_mm(t, fast=False))}
+    return t, fn, errors
+
+
+def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
+    bg = _bench_gemm()
+    bg.set_scratch_allocator()
+    manifest = json.loads((kernel_dir / "manifest.json").read_text())
+    rows = []
+    for entry in manifest["kernels"]:
+        t, fn, errors = check(bg, kernel_dir, entry)
+        if not (errors["rel_error"] < 1e-2 and errors["rel_error_vs_scaled_mm"] < 1e-2):
+            raise SystemExit(f"{entry['name']}: off by {errors} (relative)")
+        ours = bg.bench_ms(fn, rep)
+        precise = bg.bench_ms(lambda: scaled_mm(t, fast=False), rep)
+        fast = bg.bench_ms(lambda: scaled_mm(t, fast=True), rep)
+        kind, shape = entry["name"].rsplit("_", 1)
+        rows.append({"shape": shape, "scales": kind, "ditron_ms": ours, "scaled_mm_ms": precise,
+                     "scaled_mm_fast_accum_ms": fast, "vs_scaled_mm": precise / ours,
+                     "vs_scaled_mm_fast_accum": fast / ours, **errors,
+                     "config": bg.describe(entry["record"])})
+        r = rows[-1]
+        print(f"{shape:>18} {kind:>10}  ditron {ours * 1e3:8.1f} us  _scaled_mm {precise * 1e3:8.1f} us "
+              f"x{r['vs_scaled_mm']:.3f}  fast_accum {fast * 1e3:8.1f} us x{r['vs_scaled_mm_fast_accum']:.3f}  "
+              f"err {errors['rel_error']:.1e}  [{r['config']}]", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "fp8.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    geo = math.exp(sum(math.log(r["vs_scaled_mm"]) for r in rows) / len(rows))
+    geo_f = math.exp(sum(math.log(r["vs_scaled_mm_fast_accum"]) for r in rows) / len(rows))
+    print(f"geomean: ditron / torch._scaled_mm x{geo:.3f} (fast accum x{geo_f:.3f}; target >= 0.95); "
+          f"{out / 'fp8.csv'}")
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", nargs="?", const=str(DEFAULT_DIR), metavar="DIR", help="write the kernels (CPU box)")
+    p.add_argument("--run", nargs="?", const=str(DEFAULT_DIR), metavar="DIR", help="time them (GPU box)")
+    p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per measurement")
+    p.add_argument("--out", default=str(RESULTS), help="where the CSV goes")
+    args = p.parse_args(argv)
+    if args.build is None and args.run is None:
+        p.error("give --build, --run or both")
+    if args.build is not None:
+        build(Path(args.build))
+    if args.run is not None:
+        run(Path(args.run), args.rep, Path(args.out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
