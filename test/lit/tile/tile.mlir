@@ -60,3 +60,22 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}, ditron.
     return %y : tensor<128x64xbf16>
   }
 }
+
+// -----
+
+// Beyond one wave of tiles a matmul is persistent when its rows are 16-byte aligned (TMA loads); with rows that
+// are not (K = 1111 bf16), one program per tile (the persistent loop with pointer loads ran 6x slower on an H200).
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
+  // CHECK-LABEL: func.func @aligned
+  // CHECK: "ditron_task.matmul"{{.*}}persistent = true
+  func.func @aligned(%a: tensor<6000x1112xbf16>, %b: tensor<1112x3336xbf16>) -> tensor<6000x3336xbf16> attributes {ditron.view = "local"} {
+    %c = "ditron_task.matmul"(%a, %b) : (tensor<6000x1112xbf16>, tensor<1112x3336xbf16>) -> tensor<6000x3336xbf16>
+    return %c : tensor<6000x3336xbf16>
+  }
+  // CHECK-LABEL: func.func @unaligned
+  // CHECK: "ditron_task.matmul"{{.*}}persistent = false
+  func.func @unaligned(%a: tensor<6000x1111xbf16>, %b: tensor<1111x3333xbf16>) -> tensor<6000x3333xbf16> attributes {ditron.view = "local"} {
+    %c = "ditron_task.matmul"(%a, %b) : (tensor<6000x1111xbf16>, tensor<1111x3333xbf16>) -> tensor<6000x3333xbf16>
+    return %c : tensor<6000x3333xbf16>
+  }
+}
