@@ -20,11 +20,8 @@ issue's target being >= 1.05. Timing: triton.testing.do_bench, median, L2 flushe
 """
 from __future__ import annotations
 
-import argparse
-import csv
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -88,18 +85,6 @@ def _torch_epilogue(kind: str, c, ops: dict):
     return c.float()
 
 
-def _launch(bg, kernel, entry: dict, tensors: dict):
-    names = list(entry["record"]["args"]) + [name for name, _ in entry.get("abi", [])]
-    import torch
-    err = torch.zeros(4, device="cuda", dtype=torch.int32)
-    values = dict(tensors, wait_bound=bg.WAIT_BOUND, wait_err=err, wait_tag=1)
-    for name, (shape, dtype) in (entry.get("scratch") or {}).items():
-        values[name] = torch.zeros(shape, device="cuda", dtype=bg.torch_dtype(dtype))
-    args = [values[x] for x in names]
-    grid = tuple(entry["grid"])
-    return lambda: kernel[grid](*args)
-
-
 def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
     import torch
     bg = _bench_gemm()
@@ -114,7 +99,7 @@ def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
         rec = plain["record"]
         m, n, k = rec["m"], rec["n"], rec["k"]
         a, b, c = bg.gemm_inputs(rec)
-        plain_fn = _launch(bg, bg.compile_entry(kernel_dir, plain), plain, {"a": a, "b": b, "c": c})
+        plain_fn = bg.GemmLaunch(bg.compile_entry(kernel_dir, plain), plain, a, b, c)
         g = torch.Generator(device="cuda").manual_seed(1)
         operands = {"bias": torch.randn(n, device="cuda", generator=g).to(torch.bfloat16),
                     "full": torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)}
@@ -125,7 +110,7 @@ def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
             frec = entry["record"]
             ops = {s["arg"]: operands[s["operand"]] for s in frec.get("epilogue", []) if "arg" in s}
             cf = torch.empty(m, n, device="cuda", dtype=bg.torch_dtype(frec["out_dtype"]))
-            fused_fn = _launch(bg, bg.compile_entry(kernel_dir, entry), entry, {"a": a, "b": b, "c": cf, **ops})
+            fused_fn = bg.GemmLaunch(bg.compile_entry(kernel_dir, entry), entry, a, b, cf, **ops)
             fused_fn()
             plain_fn()
             torch.cuda.synchronize()
@@ -145,31 +130,16 @@ def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
             print(f"{group:>18} {kind:>10}  fused {fused_ms * 1e3:8.1f} us  gemm+torch {ditron_then_torch * 1e3:8.1f}"
                   f"  x{r['speedup_vs_gemm_then_torch']:.3f}   torch.matmul+torch {torch_then_torch * 1e3:8.1f} "
                   f" x{r['speedup_vs_torch']:.3f}   (plain gemm {plain_ms * 1e3:.1f} us)", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "epilogue.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    geo = math.exp(sum(math.log(r["speedup_vs_gemm_then_torch"]) for r in rows) / len(rows))
-    geo_t = math.exp(sum(math.log(r["speedup_vs_torch"]) for r in rows) / len(rows))
+    bg.write_csv(out / "epilogue.csv", rows)
+    geo = bg.geomean(r["speedup_vs_gemm_then_torch"] for r in rows)
+    geo_t = bg.geomean(r["speedup_vs_torch"] for r in rows)
     print(f"geomean: fused / (GEMM + torch ops) x{geo:.3f}, fused / (torch.matmul + torch ops) x{geo_t:.3f} "
           f"(target >= 1.05); {out / 'epilogue.csv'}")
     return rows
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build", nargs="?", const=str(DEFAULT_DIR), metavar="DIR", help="write the kernels (CPU box)")
-    p.add_argument("--run", nargs="?", const=str(DEFAULT_DIR), metavar="DIR", help="time them (GPU box)")
-    p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per measurement")
-    p.add_argument("--out", default=str(RESULTS), help="where the CSV goes")
-    args = p.parse_args(argv)
-    if args.build is None and args.run is None:
-        p.error("give --build, --run or both")
-    if args.build is not None:
-        build(Path(args.build))
-    if args.run is not None:
-        run(Path(args.run), args.rep, Path(args.out))
+    _bench_gemm().build_run_main(__doc__, DEFAULT_DIR, RESULTS, build, run, argv)
 
 
 if __name__ == "__main__":

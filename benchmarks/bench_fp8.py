@@ -25,11 +25,8 @@ triton.testing.do_bench, median, L2 flushed before every repetition.
 """
 from __future__ import annotations
 
-import argparse
-import csv
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -102,23 +99,12 @@ def scaled_mm(t: dict, fast: bool):
                             use_fast_accum=fast)
 
 
-def launch(bg, kernel, entry: dict, t: dict):
-    import torch
-    err = torch.zeros(4, device="cuda", dtype=torch.int32)
-    values = dict(t, wait_bound=bg.WAIT_BOUND, wait_err=err, wait_tag=1)
-    for name, (shape, dtype) in (entry.get("scratch") or {}).items():
-        values[name] = torch.zeros(shape, device="cuda", dtype=bg.torch_dtype(dtype))
-    args = [values[x] for x in list(entry["record"]["args"]) + [name for name, _ in entry.get("abi", [])]]
-    grid = tuple(entry["grid"])
-    return lambda: kernel[grid](*args)
-
-
 def check(bg, kernel_dir: Path, entry: dict, seed: int = 0) -> tuple[dict, object, dict]:
     """Run the kernel once; its relative errors against float32 torch and torch._scaled_mm (precise)."""
     import torch
     rec = entry["record"]
     t = inputs(rec, seed)
-    fn = launch(bg, bg.compile_entry(kernel_dir, entry), entry, t)
+    fn = bg.GemmLaunch(bg.compile_entry(kernel_dir, entry), entry, **t)
     fn()
     torch.cuda.synchronize()
     c = t["c"][:, :rec["n"]]
@@ -150,31 +136,16 @@ def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
         print(f"{shape:>18} {kind:>10}  ditron {ours * 1e3:8.1f} us  _scaled_mm {precise * 1e3:8.1f} us "
               f"x{r['vs_scaled_mm']:.3f}  fast_accum {fast * 1e3:8.1f} us x{r['vs_scaled_mm_fast_accum']:.3f}  "
               f"err {errors['rel_error']:.1e}  [{r['config']}]", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "fp8.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    geo = math.exp(sum(math.log(r["vs_scaled_mm"]) for r in rows) / len(rows))
-    geo_f = math.exp(sum(math.log(r["vs_scaled_mm_fast_accum"]) for r in rows) / len(rows))
+    bg.write_csv(out / "fp8.csv", rows)
+    geo = bg.geomean(r["vs_scaled_mm"] for r in rows)
+    geo_f = bg.geomean(r["vs_scaled_mm_fast_accum"] for r in rows)
     print(f"geomean: ditron / torch._scaled_mm x{geo:.3f} (fast accum x{geo_f:.3f}; target >= 0.95); "
           f"{out / 'fp8.csv'}")
     return rows
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build", nargs="?", const=str(DEFAULT_DIR), metavar="DIR", help="write the kernels (CPU box)")
-    p.add_argument("--run", nargs="?", const=str(DEFAULT_DIR), metavar="DIR", help="time them (GPU box)")
-    p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per measurement")
-    p.add_argument("--out", default=str(RESULTS), help="where the CSV goes")
-    args = p.parse_args(argv)
-    if args.build is None and args.run is None:
-        p.error("give --build, --run or both")
-    if args.build is not None:
-        build(Path(args.build))
-    if args.run is not None:
-        run(Path(args.run), args.rep, Path(args.out))
+    _bench_gemm().build_run_main(__doc__, DEFAULT_DIR, RESULTS, build, run, argv)
 
 
 if __name__ == "__main__":

@@ -262,15 +262,17 @@ WAIT_BOUND = 100_000_000
 
 
 class GemmLaunch:
-    """One launch of a compiled GEMM template on torch tensors a, b, c (row-major, as the record describes), with
-    the arguments its lowering appended (entry["abi"]). ``gave_up()``: waits that gave up so far."""
+    """One launch of a compiled GEMM template on torch tensors a, b, c (row-major, as the record describes) and
+    the ``operands`` its other arguments name (a fused epilogue's), with the arguments its lowering appended
+    (entry["abi"]). ``gave_up()``: waits that gave up so far."""
 
-    def __init__(self, kernel, entry: dict, a, b, c):
+    def __init__(self, kernel, entry: dict, a, b, c, **operands):
         import torch
         rec = entry["record"]
         self.kernel, self.grid = kernel, tuple(entry["grid"])
         self.err = torch.zeros(4, device=a.device, dtype=torch.int32)  # [gave up, tag, value seen, unused]
-        buffers = {"a": a, "b": b, "c": c, "wait_bound": WAIT_BOUND, "wait_err": self.err, "wait_tag": 1}
+        buffers = {"a": a, "b": b, "c": c, **operands, "wait_bound": WAIT_BOUND, "wait_err": self.err,
+                   "wait_tag": 1}
         for name, (shape, dtype) in (entry.get("scratch") or {}).items():  # split-K / stream-K (locks zeroed)
             buffers[name] = torch.zeros(shape, device=a.device, dtype=torch_dtype(dtype))
         names = list(rec["args"]) + [name for name, _ in entry.get("abi", [])]
@@ -600,6 +602,31 @@ def triton_reference_speed(entry: dict, rep: int) -> dict:
 def geomean(xs) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def build_run_main(doc: str, default_dir: Path, results: Path, build, run, argv=None) -> None:
+    """The command line of a kernel benchmark in two steps: ``--build [DIR]`` (CPU box: build(DIR)), ``--run
+    [DIR]`` (GPU box: run(DIR, rep, out)), or both."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--build", nargs="?", const=str(default_dir), metavar="DIR", help="write the kernels (CPU box)")
+    p.add_argument("--run", nargs="?", const=str(default_dir), metavar="DIR", help="time them (GPU box)")
+    p.add_argument("--rep", type=int, default=200, help="do_bench milliseconds per measurement")
+    p.add_argument("--out", default=str(results), help="where the CSV goes")
+    args = p.parse_args(argv)
+    if args.build is None and args.run is None:
+        p.error("give --build, --run or both")
+    if args.build is not None:
+        build(Path(args.build))
+    if args.run is not None:
+        run(Path(args.run), args.rep, Path(args.out))
 
 
 def report(rows: list[dict], compile_rows: list[dict], ref_speed: dict | None, out_dir: Path,

@@ -58,7 +58,7 @@ def test_fused_epilogue_matches_torch(entry):
                 "full": torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)}
     ops = {s["arg"]: operands[s["operand"]] for s in rec.get("epilogue", []) if "arg" in s}
     c = torch.full((m, n), float("nan"), device="cuda", dtype=bg.torch_dtype(rec["out_dtype"]))
-    be._launch(bg, bg.compile_entry(KERNEL_DIR, entry), entry, {"a": a, "b": b, "c": c, **ops})()
+    bg.GemmLaunch(bg.compile_entry(KERNEL_DIR, entry), entry, a, b, c, **ops)()
     torch.cuda.synchronize()
     kind = entry["name"].rsplit("_", 1)[0]
     want = be._torch_epilogue(kind, torch.matmul(a.float(), b.float()).to(torch.bfloat16), ops)
