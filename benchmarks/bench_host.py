@@ -305,6 +305,19 @@ def _dry_launch(*args) -> None:
     pass
 
 
+def _dry_timed(call, warmup: int = 0) -> float:
+    """Host us per call on the CPU (no device to wait for): the median of REPEATS runs of DRY_CALLS calls."""
+    for _ in range(warmup):
+        call()
+    runs = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(DRY_CALLS):
+            call()
+        runs.append((time.perf_counter() - start) * 1e6 / DRY_CALLS)
+    return statistics.median(runs)
+
+
 def dry_rows(directory: Path) -> list[dict]:
     import contextlib
     import itertools
@@ -336,15 +349,7 @@ def dry_rows(directory: Path) -> list[dict]:
                     rows.append((f"torch.ops.ditron.{op}, fresh x",
                                  lambda: opfn(nxt()[0], *[r[0] for r in rest], handle, *extra)))
                 for name, call in rows:
-                    for _ in range(50):
-                        call()
-                    runs = []
-                    for _ in range(REPEATS):
-                        start = time.perf_counter()
-                        for _ in range(DRY_CALLS):
-                            call()
-                        runs.append((time.perf_counter() - start) * 1e6 / DRY_CALLS)
-                    us = statistics.median(runs)
+                    us = _dry_timed(call, warmup=50)
                     row = {"call": name, "W": W, "signature": s.key, "plans": plans, "host_us": round(us, 2)}
                     out.append(row)
                     print(f"  W={W} {name:42s} {'plan' if plans else 'interpreted':12s} {us:8.2f} us", flush=True)
@@ -355,13 +360,7 @@ def dry_rows(directory: Path) -> list[dict]:
         x = torch.zeros(SHAPE, dtype=torch.bfloat16)
         for name, call in (("torch.empty of x's shape (for scale)", lambda: torch.empty(SHAPE, dtype=torch.bfloat16)),
                            ("torch x.add_(x) (for scale)", lambda: x.add_(x))):
-            runs = []
-            for _ in range(REPEATS):
-                start = time.perf_counter()
-                for _ in range(DRY_CALLS):
-                    call()
-                runs.append((time.perf_counter() - start) * 1e6 / DRY_CALLS)
-            us = statistics.median(runs)
+            us = _dry_timed(call)
             out.append({"call": name, "W": 0, "signature": "", "plans": "", "host_us": round(us, 2)})
             print(f"  {name:46s} {'':12s} {us:8.2f} us", flush=True)
         lib.close()
