@@ -18,9 +18,8 @@ from ..dialects import task
 from ..errors import TargetError
 from ..dialects.sharding import Mesh
 from ..kernels.copy import sm_copy_refusal
+from ..kernels.gemm.configs import tma_loads
 from .tiling import OverlapGroup, Tiling, axis_size, elem_bytes, op_error, shape_of
-
-TMA_ALIGN = 16  # bytes: rows a TMA descriptor loads (kernels/gemm/configs.py's rule for TMA loads)
 
 ENGINES = ("copy_engine", "sm")
 # push: one-shot by SM stores into the peers' inboxes (engine sm only)
@@ -470,8 +469,7 @@ class OpPlanner(PlannerBase):
         n = shape_of(mm.rhs)[mm.b_dims[1]]
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
         cfg, t = self.timed_gemm(op, m, n, k, sms, eb, split=True)
-        b_row = k if mm.transpose_b else n  # B's row length as stored
-        aligned = (k * eb) % TMA_ALIGN == 0 and (b_row * eb) % TMA_ALIGN == 0
+        aligned = tma_loads(k, k if mm.transpose_b else n, eb)  # the template's rule (rows as stored)
         return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
                       **self.gemm_fields(cfg, m, n, sms, waits=False, k=k, aligned=aligned))
 

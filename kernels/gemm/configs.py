@@ -17,6 +17,11 @@ def choose_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cu
                       fused=fused, num_sms=num_sms, pushes=pushes, epilogue_bytes=epilogue_bytes)[0]
 
 
+def tma_loads(lda: int, ldb: int, elem_bytes: int) -> bool:
+    """Whether A and B (rows lda / ldb elements apart) can be loaded by TMA: their rows 16-byte aligned."""
+    return lda * elem_bytes % 16 == 0 and ldb * elem_bytes % 16 == 0
+
+
 def split_for(tiles: int, k_tiles: int, sms: int) -> int:
     """Split-K for a grid of ``tiles`` tiles of ``k_tiles`` K steps on ``sms`` SMs: as many K slices as fill the
     SMs with one wave of tiles * split programs, each slice at least 8 K steps long and none empty (1: no split)."""
@@ -57,7 +62,7 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
         return [dict(base, block_m=128, block_n=256, block_k=bk // 2, num_warps=8, num_stages=3),
                 dict(base, block_m=128, block_n=128, block_k=bk // 2, num_warps=4, num_stages=4)]
     smem = facts.smem_per_sm - facts.barrier_smem  # shared memory per block, less room for barriers
-    tma = lda * in_bytes % 16 == 0 and ldb * in_bytes % 16 == 0
+    tma = tma_loads(lda, ldb, in_bytes)
     tma_store = tma and ldc * out_bytes % 16 == 0 and not fused
     loads = "tma" if tma else "pointer"
 
