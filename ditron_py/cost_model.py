@@ -38,6 +38,7 @@ class TargetPeaks:
     signal_latency: float = 1e-6   # a stream signal/wait pair
     hop_latency: float = 10e-6     # one chunk handed between GPUs by streams: a wait, a copy and a signal
     launch_latency: float = 4e-6   # a kernel launch
+    fp8_gemm_flops: float = 0.0    # dense fp8 GEMM FLOP/s (0: no fp8 tensor cores; the model uses gemm_flops)
     source: str = ""
 
     @classmethod
@@ -45,7 +46,13 @@ class TargetPeaks:
         return cls(f.name, gemm_flops=f.gemm_flops, link_bw=f.link_bw, hbm_copy_bw=f.hbm_copy_bw, num_sms=f.num_sms,
                    smem_per_sm=f.smem_per_sm, sm_copy_bw_per_sm=f.sm_copy_bw_per_sm, link_topology=f.link_topology,
                    links=f.links, copy_latency=f.copy_latency, signal_latency=f.signal_latency,
-                   hop_latency=f.hop_latency, launch_latency=f.launch_latency, source=f.source)
+                   hop_latency=f.hop_latency, launch_latency=f.launch_latency, fp8_gemm_flops=f.fp8_gemm_flops,
+                   source=f.source)
+
+    def gemm_rate(self, elem_bytes: int) -> float:
+        """The dense GEMM FLOP/s of operands of elem_bytes bytes: fp8's own rate for 1-byte ones where the target
+        has fp8 tensor cores, else the bf16 rate."""
+        return self.fp8_gemm_flops if elem_bytes == 1 and self.fp8_gemm_flops else self.gemm_flops
 
     def peer_bw(self, peers: int) -> float:
         """Aggregate one-direction bandwidth when pulling from ``peers`` ranks at once."""
@@ -86,11 +93,13 @@ _L2_REUSE = 6.0
 
 
 def gemm_candidates(peaks: TargetPeaks, elem_bytes: int = 2) -> list[GemmConfig]:
-    """The target's GEMM candidates (its vendor facts) whose stages fit its shared memory."""
+    """The target's GEMM candidates (its vendor facts) whose stages fit its shared memory: for 1-byte (fp8)
+    operands its fp8 candidates where it lists them."""
     facts = lookup(peaks.target)
     if facts is None:
         raise TargetError(f"no GEMM candidates for target '{peaks.target}'")
-    return [c for c in facts.gemm_candidates if c.smem_bytes(elem_bytes, facts.vendor) <= peaks.smem_per_sm]
+    pool = facts.fp8_gemm_candidates if elem_bytes == 1 and facts.fp8_gemm_candidates else facts.gemm_candidates
+    return [c for c in pool if c.smem_bytes(elem_bytes, facts.vendor) <= peaks.smem_per_sm]
 
 
 def gemm_tiles(m: int, n: int, cfg: GemmConfig) -> int:
@@ -124,7 +133,7 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     if stream_k and stream_k_tiles(tiles, math.ceil(k / cfg.block_k), sms):
         waves = tiles / sms + STREAM_K_OVERHEAD_WAVES
     k_part = math.ceil(k / split)
-    flops_per_sm = peaks.gemm_flops / peaks.num_sms * cfg.efficiency
+    flops_per_sm = peaks.gemm_rate(elem_bytes) / peaks.num_sms * cfg.efficiency
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
     t_math = 2.0 * cfg.block_m * cfg.block_n * k_part / flops_per_sm
     t_load = (cfg.block_m + cfg.block_n) * k_part * elem_bytes / load_bw_per_sm
@@ -179,7 +188,7 @@ def grouped_gemm_time(t: int, k: int, n: int, e: int, cfg: GemmConfig, peaks: Ta
     slots = hit * math.ceil(t / hit / cfg.block_m)
     tiles = slots * math.ceil(n / cfg.block_n)
     waves = math.ceil(tiles / peaks.num_sms)
-    flops_per_sm = peaks.gemm_flops / peaks.num_sms * cfg.efficiency
+    flops_per_sm = peaks.gemm_rate(elem_bytes) / peaks.num_sms * cfg.efficiency
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
     t_math = 2.0 * cfg.block_m * cfg.block_n * k / flops_per_sm
     t_load = (cfg.block_m + cfg.block_n) * k * elem_bytes / load_bw_per_sm

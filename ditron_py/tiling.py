@@ -16,7 +16,8 @@ from .errors import TargetError
 
 # element sizes of the dtypes a GEMM's operands may have (ditron's and Triton's spellings)
 _ELEM_BYTES = {"bf16": 2, "f16": 2, "fp16": 2, "float16": 2, "bfloat16": 2, "f32": 4, "fp32": 4, "float32": 4,
-               "fp8e4m3": 1, "f8E4M3FN": 1, "fp8e4nv": 1, "int8": 1, "i8": 1}
+               "fp8e4m3": 1, "f8E4M3FN": 1, "fp8e4nv": 1, "fp8e5m2": 1, "f8E5M2": 1, "fp8e5": 1,
+               "int8": 1, "i8": 1}
 
 
 def gemm_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *,

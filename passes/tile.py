@@ -39,7 +39,7 @@ from .tiling import (DEFAULT_TARGET, DEFERRED_KINDS, LEVEL_ATTR, OVERLAP_ATTR, O
 
 
 # the element types the GEMM templates take as operands (kernels/gemm's IN_DTYPES, kernels/grouped_gemm's DTYPES)
-GEMM_ELEMENT_TYPES = ("bf16", "f16", "f8E4M3FN")
+GEMM_ELEMENT_TYPES = ("bf16", "f16", "f8E4M3FN", "f8E5M2")
 GROUPED_GEMM_ELEMENT_TYPES = ("bf16", "f16")  # f32: no grouped tile of the targets fits its stages
 
 # ---------------------------------------------------------------------------------------------- the pass
@@ -147,8 +147,8 @@ class TilePass(Pass):
                     op.attributes[TILING_ATTR] = tiling.to_attr()
 
     def _check_gemm_types(self, op: ir.Operation, peaks: TargetPeaks) -> None:
-        """A GEMM's element type must be one its template takes, on a target that runs it: f32 (and f8E5M2)
-        matmuls are refused here, where the task program meets the kernels, at the op (the frontend's Python line);
+        """A GEMM's element type must be one its template takes, on a target that runs it: f32 matmuls (and
+        fp8 grouped ones) are refused here, where the task program meets the kernels, at the op (the frontend's Python line);
         fp8 on a target without fp8 tensor cores (its vendor facts) too, not in the backend's LLVM."""
         if op.name not in ("ditron_task.matmul", "ditron_task.grouped_matmul"):
             return

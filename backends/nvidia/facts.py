@@ -34,12 +34,24 @@ GROUPED_GEMM_CANDIDATES = (
     GemmConfig(64, 128, 128, 4, 4, 8, 0.80),
 )
 
+# fp8 GEMM candidates (BLOCK_K 128, twice bf16's bytes per K element), precise accumulation (torch._scaled_mm's
+# default): one 64-row wgmma block per warpgroup and block_n <= 128 (kernels/gemm/configs.py fp8_tile_fits: a
+# second, partial accumulator per wgmma block; 128x256 spills). Efficiencies are estimates relative to the lead
+# (128x128 tiles load 1.5x the operand bytes per FLOP of 128x256 ones), not yet measured per tile.
+FP8_GEMM_CANDIDATES = (
+    GemmConfig(128, 128, 128, 8, 4, 8, 1.00),
+    GemmConfig(64, 128, 128, 4, 6, 8, 0.80),
+    GemmConfig(128, 64, 128, 8, 6, 8, 0.75),
+    GemmConfig(64, 64, 128, 4, 6, 8, 0.60),
+)
+
 CUDA_90 = TargetFacts(
     "cuda", 90, warp_size=32, num_sms=132, smem_per_sm=232448, gemm_flops=790e12, link_bw=371e9,
     hbm_copy_bw=4.25e12, sm_copy_bw_per_sm=24e9, gemm_candidates=GEMM_CANDIDATES, link_topology="switch", links=18,
     tma=True, barrier_smem=1024, fp8=True, grouped_gemm_candidates=GROUPED_GEMM_CANDIDATES,
-    source="H200: GEMM 790 TFLOP/s bf16, copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; per-SM copy "
-           "rate estimate")
+    fp8_gemm_flops=1.22e15, fp8_gemm_candidates=FP8_GEMM_CANDIDATES,
+    source="H200: GEMM 790 TFLOP/s bf16, 1.22 PFLOP/s fp8 (torch._scaled_mm precise, results/fp8.csv: 1.21-1.24), "
+           "copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; per-SM copy rate estimate")
 
 CUDA_80 = TargetFacts(
     "cuda", 80, warp_size=32, num_sms=108, smem_per_sm=166912, gemm_flops=280e12, link_bw=230e9, hbm_copy_bw=1.6e12,

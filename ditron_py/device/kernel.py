@@ -174,7 +174,7 @@ def _find_function(name: str, source: dict[str, Any]) -> Any:
 
 
 def _template_dtype(name: str, what: str) -> str:
-    if name in ("fp8e4m3",):
+    if name in ("fp8e4m3", "fp8e5m2"):
         return name
     if name not in DTYPES:
         raise _error(f"{what}: element type {name!r} is not supported; use one of {', '.join(DTYPES)}")

@@ -9,7 +9,7 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
 
     m, n, k                 problem size (static)
     lda, ldb, ldc           row strides in elements (default: contiguous; ldb is K when b_trans)
-    in_dtype, out_dtype     'bf16' | 'fp16' | 'fp8e4m3' inputs; 'bf16' | 'fp16' | 'fp32' output
+    in_dtype, out_dtype     'bf16' | 'fp16' | 'fp8e4m3' | 'fp8e5m2' inputs; 'bf16' | 'fp16' | 'fp32' output
     b_trans                 B given as [N, K] row-major
     block_m/n/k, group_m    tile shape; GROUP_M swizzle height
     num_warps, num_stages   compile options the config was chosen with
@@ -21,9 +21,13 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     split_k                 S > 1: S programs per tile over K slices (see below)
     stream_k                T > 0: the last T tiles of the order are shared out by K steps (stream-K, see below);
                             absent or 0: none
-    max_imprecise_acc       fp8 only: K elements the tensor cores may accumulate in their reduced precision
-                            before adding into the fp32 accumulator (default block_k: fp32 accumulation per K
-                            step; 2**30 is Triton's fast default)
+    fast_accum (optional)   fp8 only, torch._scaled_mm's use_fast_accum: True lets the tensor cores accumulate
+                            all of K in their reduced precision (tt.dot maxNumImpreciseAcc 2**30, Triton's own
+                            fp8 default); absent or False (the default, as torch's): each K step's products
+                            (BLOCK_K = 128: four k32 wgmmas, cuBLAS's promotion interval) are added into the fp32
+                            accumulator. Precise accumulation keeps a second (partial) accumulator per wgmma: its
+                            tiles are those ``configs.fp8_tile_fits`` passes (else spills, or ptxas serializes the
+                            wgmmas)
     tile_order              'row_major' | 'grouped' | 'rank_rotated' (+ rows_per_rank, rank_shift)
     wait    (optional)      {arg, value_arg, rows_per_slot, scope}: before a tile's A loads, wait until every
                             slot of signal pad ``arg`` covering the tile's rows [m0, m0+BM) is >= the scalar

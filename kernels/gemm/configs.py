@@ -11,15 +11,36 @@ from ...dialects import ttir as T
 
 def choose_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
                   lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
-                  num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0) -> dict:
+                  num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0,
+                  fast_accum: bool = False) -> dict:
     """Tuning fields for a problem: the first of ``candidates``."""
     return candidates(m, n, k, dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc, out_dtype=out_dtype,
-                      fused=fused, num_sms=num_sms, pushes=pushes, epilogue_bytes=epilogue_bytes)[0]
+                      fused=fused, num_sms=num_sms, pushes=pushes, epilogue_bytes=epilogue_bytes,
+                      fast_accum=fast_accum)[0]
 
 
 def tma_loads(lda: int, ldb: int, elem_bytes: int) -> bool:
     """Whether A and B (rows lda / ldb elements apart) can be loaded by TMA: their rows 16-byte aligned."""
     return lda * elem_bytes % 16 == 0 and ldb * elem_bytes % 16 == 0
+
+
+# The fp32 accumulator registers a thread may hold and still leave room for addresses, indices and the epilogue
+# (a 128x256 tile on 8 warps holds 128 and compiles to 255 registers without spills; 256 spill).
+ACC_REGS = 128
+
+
+def fp8_tile_fits(bm: int, bn: int, warps: int, fast_accum: bool) -> bool:
+    """Whether an fp8 tile on ``warps`` warps (sm_90 wgmma: a warpgroup of 4 warps per 64-row instruction) compiles
+    without register spills or serialized wgmmas. Its accumulator takes bm * bn / (32 * warps) registers a thread;
+    precise accumulation (not ``fast_accum``) adds a partial one for each 64-row wgmma block, read by the fp32 add
+    while the next block's wgmmas would run: so one 64-row block per warpgroup (bm = 16 * warps), and the two within
+    ACC_REGS (bn <= 128). Triton 3.6 / ptxas for sm_90a, 4096^3 e4m3 (test_fp8_speed.py checks the choices):
+    precise 128x256 w8 and 64x256 w4 spill 192 bytes; 256x128 w8 and 128x128 w4 compile to 252 registers but ptxas
+    serializes every wgmma (C7514); 128x128 w8 142 registers, 64x128 w4 148; fast 128x256 w8 255, no spill."""
+    acc = bm * bn // (32 * warps)
+    if fast_accum:
+        return acc <= ACC_REGS
+    return bm == 16 * warps and 2 * acc <= ACC_REGS
 
 
 def split_for(tiles: int, k_tiles: int, sms: int) -> int:
@@ -33,7 +54,8 @@ def split_for(tiles: int, k_tiles: int, sms: int) -> int:
 
 def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *, b_trans: bool = False,
                lda=None, ldb=None, ldc=None, out_dtype: str | None = None, fused: bool = False,
-               num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0) -> list[dict]:
+               num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0,
+               fast_accum: bool = False) -> list[dict]:
     """Configs worth trying, best guess first. The rule: on a target with TMA (sm_90), TMA loads when rows are
     16-byte aligned; 128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least
     as many tiles as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs
@@ -41,7 +63,11 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     a GEMM that waits or notifies per tile neither splits K nor leaves TMA loads; ``pushes`` (GEMM+AR's push,
     done by the last split) does both. ``epilogue_bytes``: bytes per C element of a fused epilogue's widest [m, n]
     operand, which Triton stages through shared memory to the accumulator's layout (the stages get what is left:
-    a residual add beside 4 stages of 128x256 tiles asked for 262 KB on an H200)."""
+    a residual add beside 4 stages of 128x256 tiles asked for 262 KB on an H200). fp8 (BLOCK_K 128) takes only
+    the tiles ``fp8_tile_fits`` passes for its accumulation (``fast_accum``): precise accumulation leads with
+    128x128 on 8 warps, and its lead tile (not 128x256) sets the one-wave threshold: at 1000x4096x4096 there are 128
+    tiles of 128x256 (fewer than the SMs: the small-tile rule ran pointer loads at 0.45x torch._scaled_mm) but 256
+    of 128x128 (a compute-bound GEMM, persistent with TMA)."""
     out_dtype = out_dtype or ("bf16" if dtype.startswith("fp8") else dtype)
     facts = target_facts(target)
     sms = num_sms or facts.num_sms
@@ -84,26 +110,41 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
         return math.ceil(m / bm) * math.ceil(n / bn)
 
     k_tiles = math.ceil(k / bk)
-    big = [cfg(128, 256), cfg(256, 128), cfg(128, 256, esplit=1), cfg(128, 256, flatten=False),
-           cfg(128, 256, persistent=False), cfg(128, 128, warps=4, group=16)]
-    if fused:
-        big = [cfg(128, 256), cfg(128, 128, warps=4)]
-    if tiles(128, 256) >= sms:
+    fp8 = dtype.startswith("fp8")
+    if fp8 and not fast_accum:  # one 64-row wgmma block per warpgroup (fp8_tile_fits)
+        big = [cfg(128, 128), cfg(128, 128, flatten=False), cfg(128, 128, esplit=1), cfg(128, 128, persistent=False),
+               cfg(64, 128, warps=4)]
+        if fused:
+            big = [cfg(128, 128), cfg(64, 128, warps=4)]
+    else:
+        big = [cfg(128, 256), cfg(256, 128), cfg(128, 256, esplit=1), cfg(128, 256, flatten=False),
+               cfg(128, 256, persistent=False), cfg(128, 128, warps=4, group=16)]
+        if fused:
+            big = [cfg(128, 256), cfg(128, 128, warps=4)]
+    if fp8:
+        big = [c for c in big if fp8_tile_fits(c["block_m"], c["block_n"], c["num_warps"], fast_accum)]
+    if tiles(big[0]["block_m"], big[0]["block_n"]) >= sms:
         return big
     # fewer tiles than SMs: memory-bound; smaller tiles, deeper pipelines, then split-K, aiming at one full wave
     small: list[dict] = []
     for bm, bn, warps in ((128, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4), (128, 256, 8), (64, 256, 4)):
+        if fp8 and not fast_accum:
+            warps = bm // 16  # one 64-row wgmma block per warpgroup
+        if fp8 and not fp8_tile_fits(bm, bn, warps, fast_accum):
+            continue
         t = tiles(bm, bn)
         if m <= 64 and bm > 64:
             continue
         split = 1 if fused and not pushes else split_for(t, k_tiles, sms)
         small.append(cfg(bm, bn, warps=warps, persistent=split == 1 and t > sms, split=split, max_stages=6,
-                         pointers=not fused or pushes))
+                         pointers=pushes or not (fused or fp8)))
     # rank: programs close to one wave first. Pointer loads and stores: one wave of short programs pays for
     # creating TMA descriptors at every program's start (H200, warm L2, M = 128: 64x64 s6 25.1 us with pointers
     # against 27.1 with TMA at N, K = 4096, 7168; 64x128 s6 62.4 against 64.1 at 8192, 14336); beside the two
     # best, their twins with the other loads (for the tuner). A GEMM that waits per tile keeps TMA: AG+GEMM 70B
-    # M = 128 (128x128 tiles, 128 K steps) ran 91.5-92.7 us with pointers against 90.1-90.9 with TMA.
+    # M = 128 (128x128 tiles, 128 K steps) ran 91.5-92.7 us with pointers against 90.1-90.9 with TMA. fp8 keeps
+    # TMA first too: its one pointer-load grid (1000x4096x4096, 128x256 tiles) ran 0.45x torch._scaled_mm where
+    # the TMA kernels of the same tiles ran 0.69-0.71x (H200, results/fp8.csv before fp8_tile_fits).
     small.sort(key=lambda c: abs(1 - tiles(c["block_m"], c["block_n"]) * c["split_k"] / sms))
     twins = [dict(c, loads="tma" if c["loads"] == "pointer" else "pointer", store="pointer", epilogue_split=1)
              for c in small[:2] if tma]

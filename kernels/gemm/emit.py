@@ -13,7 +13,7 @@ from . import epilogue as _epilogue
 from .emit_gather import _GatherParts
 from .emit_push import _PushParts
 from .geometry import ORDERS_USING_RANK, TILE_ORDER_FNS, IrOps, _and, _rank_shift, geometry
-from .record import check, deferred_push, deferred_sum, offset_type
+from .record import check, deferred_push, deferred_sum, imprecise_acc, offset_type
 
 
 def build(record, *, ip, loc=None):
@@ -239,8 +239,7 @@ class _Emitter(_GatherParts, _PushParts):
             if k_start is not None:  # a split's K tiles: the last split has fewer where they do not divide K's
                 n_k = g.split_tiles if g.split_tiles * rec["split_k"] == g.k_tiles else \
                     T.min_(T.sub(T.c(g.k_tiles), k_start), g.split_tiles)
-        fp8 = rec["in_dtype"].startswith("fp8")
-        imprecise = rec.get("max_imprecise_acc", self.bk) if fp8 else None
+        imprecise = imprecise_acc(rec)
         if rec["loads"] == "tma":
             with T.For(0, n_k, 1, [acc0]) as loop:
                 ki = T.add(loop.iv, k_start) if k_start is not None else loop.iv

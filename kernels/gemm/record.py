@@ -16,7 +16,7 @@ from .geometry import TILE_ORDER_FNS, _rank_shift, geometry
 
 name = "gemm"
 
-IN_DTYPES = ("bf16", "fp16", "fp8e4m3")
+IN_DTYPES = ("bf16", "fp16", "fp8e4m3", "fp8e5m2")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "persistent", "num_sms",
@@ -38,11 +38,12 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                 tile_order: str = "grouped", rows_per_rank: int = 0, rank_shift: int = 0, wait: dict | None = None,
                 notify: dict | None = None, reduce_own: dict | None = None, push: dict | None = None,
                 gather: dict | None = None, epilogue: list | None = None, target: str = "cuda:90",
-                **config) -> KernelRecord:
+                fast_accum: bool = False, **config) -> KernelRecord:
     """A checked GEMM record. Tuning fields not given come from ``choose_config(m, n, k, in_dtype, target)``;
-    ``epilogue``: the fused pointwise steps (kernels/gemm/epilogue.py)."""
+    ``epilogue``: the fused pointwise steps (kernels/gemm/epilogue.py); ``fast_accum`` (fp8 only):
+    torch._scaled_mm's use_fast_accum (see the package docstring)."""
     out_dtype = out_dtype or ("bf16" if in_dtype.startswith("fp8") else in_dtype)
-    unknown = set(config) - set(CONFIG_FIELDS) - {"max_imprecise_acc"}
+    unknown = set(config) - set(CONFIG_FIELDS)
     if unknown:
         raise _err(f"unknown field(s) {sorted(unknown)}; known tuning fields: {', '.join(CONFIG_FIELDS)}")
     if in_dtype.startswith("fp8") and not target_facts(target).fp8:
@@ -50,7 +51,7 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                    "(fp8 GEMMs need cuda:90 or hip:gfx950; use bf16 or fp16 here)")
     chosen = choose_config(m, n, k, in_dtype, target, b_trans=b_trans, lda=lda, ldb=ldb, ldc=ldc,
                            out_dtype=out_dtype, fused=bool(wait or notify or reduce_own or push),
-                           num_sms=config.get("num_sms"), pushes=bool(push),
+                           num_sms=config.get("num_sms"), pushes=bool(push), fast_accum=fast_accum,
                            epilogue_bytes=max([T.DTYPE_BYTES[s["dtype"]] for s in epilogue or ()
                                                if s.get("operand") == "full"], default=0))
     chosen.update(config)
@@ -61,6 +62,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                        rows_per_rank=rows_per_rank, **chosen)
     if rank_shift:
         rec["rank_shift"] = rank_shift
+    if fast_accum:
+        rec["fast_accum"] = True
     if wait:
         rec["wait"] = {"value_arg": "wait_value", "scope": "sys", **wait}
     if notify:
@@ -118,6 +121,19 @@ def scratch(rec) -> dict[str, tuple[list[int], str]] | None:
     return None
 
 
+# Triton's "no promotion" value of maxNumImpreciseAcc (its own default for fp8 dots on sm_90)
+FAST_ACCUM_K = 1 << 30
+
+
+def imprecise_acc(rec) -> int | None:
+    """The K elements an fp8 GEMM's tensor cores accumulate in their reduced precision before each add into the
+    fp32 accumulator (tt.dot's maxNumImpreciseAcc): one K step (BLOCK_K: 128, cuBLAS's promotion interval of four
+    k32 wgmmas) unless ``fast_accum``; None for 16-bit inputs (always fp32)."""
+    if not rec["in_dtype"].startswith("fp8"):
+        return None
+    return FAST_ACCUM_K if rec.get("fast_accum") else rec["block_k"]
+
+
 def check(rec) -> None:
     """Raise VerificationError naming the field if the record cannot be built."""
     for key in ("m", "n", "k", "lda", "ldb", "ldc", "block_m", "block_n", "block_k", "group_m", "num_sms",
@@ -126,6 +142,8 @@ def check(rec) -> None:
             raise _err(f"field '{key}' must be a positive integer, got {rec.get(key)!r}")
     if rec["in_dtype"] not in IN_DTYPES:
         raise _err(f"in_dtype '{rec['in_dtype']}' is not supported; use one of {', '.join(IN_DTYPES)}")
+    if rec.get("fast_accum") and not rec["in_dtype"].startswith("fp8"):
+        raise _err(f"fast_accum is an fp8 accumulation mode; in_dtype '{rec['in_dtype']}' accumulates in fp32")
     if rec["out_dtype"] not in OUT_DTYPES:
         raise _err(f"out_dtype '{rec['out_dtype']}' is not supported; use one of {', '.join(OUT_DTYPES)}")
     for key in ("block_m", "block_n", "block_k"):
