@@ -197,7 +197,7 @@ def build(out_dir: Path, skinny: bool = False, stages: bool = False, stream_k: b
 # ================================================================================ run (GPU box: torch + triton)
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8e4m3": "float8_e4m3fn",
-                "i32": "int32"}
+                "fp8e5m2": "float8_e5m2", "i32": "int32"}
 
 
 def torch_dtype(name: str):
@@ -334,6 +334,8 @@ def describe(rec: dict) -> str:
         parts.append("epi/2")
     if rec.get("flatten"):
         parts.append("flat")
+    if rec.get("fast_accum"):
+        parts.append("fast_accum")
     return " ".join(parts)
 
 

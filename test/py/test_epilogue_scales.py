@@ -40,11 +40,22 @@ def _broadcast(kind: str, x: np.ndarray) -> np.ndarray:
 def test_fp8_gemm_scales_ir_matches_tiles_and_numpy(config, scales):
     """C = bf16((A @ B) * sa * sb): the scales multiply the fp32 accumulator (its full K sum, under split-K and
     stream-K too) before the one rounding to bf16; ragged rows and columns (70 x 50, tiles of 32)."""
+    _check_scaled(config, scales, "fp8e4m3")
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("fast_accum", [False, True])
+def test_e5m2_gemm_scales_ir_matches_tiles_and_numpy(config, fast_accum):
+    """The same with e5m2 operands (per-row scales), in either accumulation mode."""
+    _check_scaled(config, "per-row", "fp8e5m2", fast_accum)
+
+
+def _check_scaled(config, scales, dtype, fast_accum=False):
     m, n, k = 70, 48 if config == "tma-persistent-split" else 50, 208  # TMA: 16-byte rows
     kinds = SCALES[scales]
     steps = [{"fn": "mul", "arg": f"s{i}", "operand": kind, "dtype": "fp32"} for i, kind in enumerate(kinds)]
-    rec = gemm.make_record(m, n, k, name=f"gemm_fp8_{config}_{scales}".replace("-", "_"), in_dtype="fp8e4m3",
-                           out_dtype="bf16", epilogue=steps, **dict(SMALL, **CONFIGS[config]))
+    rec = gemm.make_record(m, n, k, name=f"gemm_{dtype}_{config}_{scales}".replace("-", "_"), in_dtype=dtype,
+                           out_dtype="bf16", epilogue=steps, fast_accum=fast_accum, **dict(SMALL, **CONFIGS[config]))
     rng = np.random.default_rng(RNG_SEED)
     mem, ref = gemm_memory(rec, rng)
     lds = gemm_lds(rec)

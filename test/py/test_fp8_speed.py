@@ -1,0 +1,87 @@
+"""fp8 GEMM kernels as ptxas compiles them for sm_90a (on this CPU box: Triton's own ptxas -v, backends/nvidia/
+ptxas.py): the template's own choices for e4m3 and e5m2, precise and fast accumulation, compile without register
+spills and without serialized wgmmas -- the property the 128x256 tiles of the bf16 rule lacked under precise
+accumulation (192 bytes of spills: 0.645x torch._scaled_mm on an H200, results/fp8.csv). Also: the fast_accum
+field reaches tt.dot, e5m2 reaches the wgmma, the fp8 tile rule (configs.fp8_tile_fits) holds for the target's
+fp8 candidates, the cost model ranks fp8 by fp8's numbers, and the refusals."""
+import re
+
+import pytest
+
+from ditron.backends.facts import target_facts
+from ditron.cost_model import gemm_candidates, gemm_time, peaks_for
+from ditron.errors import VerificationError
+from ditron.kernels import gemm
+from ditron.kernels.gemm.configs import fp8_tile_fits
+from test_kernels import compile_text, emit
+
+SCALES = [{"fn": "mul", "arg": "sa", "operand": "scalar", "dtype": "fp32"},
+          {"fn": "mul", "arg": "sb", "operand": "scalar", "dtype": "fp32"}]
+
+
+def _record(m, n, k, dtype="fp8e4m3", fast_accum=False, **fields):
+    return gemm.make_record(m, n, k, name="fp8_gemm", in_dtype=dtype, out_dtype="bf16", b_trans=True,
+                            epilogue=SCALES, fast_accum=fast_accum, target="cuda:90", **fields)
+
+
+def _ptxas(rec):
+    from ditron.backends.nvidia.ptxas import ptxas_info
+    asm, _ = compile_text(emit(rec, lower="cuda:90"), "cuda:90", rec["num_warps"], rec["num_stages"])
+    return ptxas_info(asm["ptx"], 90), asm["ptx"]
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1000, 4096, 4096), (96, 8192, 8192)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype,fast", [("fp8e4m3", False), ("fp8e4m3", True), ("fp8e5m2", False)])
+def test_chosen_fp8_kernels_compile_without_spills(shape, dtype, fast):
+    rec = _record(*shape, dtype=dtype, fast_accum=fast)
+    info, ptx = _ptxas(rec)
+    assert info.spill_stores == 0 and info.spill_loads == 0, (gemm.name, dict(rec), info.log)
+    assert not info.serialized_wgmma, info.log
+    kind = "e5m2.e5m2" if dtype == "fp8e5m2" else "e4m3.e4m3"
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.{kind}", ptx)
+
+
+def test_the_old_choice_spills_under_precise_accumulation():
+    """The check means something: the bf16 rule's 128x256 tile on 8 warps, precise, spills (fast does not)."""
+    fields = dict(block_m=128, block_n=256, block_k=128, num_warps=8, num_stages=4, persistent=True, loads="tma",
+                  store="tma", epilogue_split=2, flatten=True)
+    assert not fp8_tile_fits(128, 256, 8, fast_accum=False) and fp8_tile_fits(128, 256, 8, fast_accum=True)
+    precise, _ = _ptxas(_record(4096, 4096, 4096, **fields))
+    fast, _ = _ptxas(_record(4096, 4096, 4096, fast_accum=True, **fields))
+    assert precise.spill_stores > 0 and fast.spill_stores == 0
+
+
+def test_fast_accum_reaches_the_dot_and_is_fp8_only():
+    precise = emit(_record(256, 256, 512))
+    fast = emit(_record(256, 256, 512, fast_accum=True))
+    assert "maxNumImpreciseAcc = 128 : i32" in precise and f"maxNumImpreciseAcc = {1 << 30} : i32" in fast
+    with pytest.raises(VerificationError, match="fast_accum is an fp8 accumulation mode"):
+        gemm.make_record(256, 256, 512, in_dtype="bf16", fast_accum=True)
+
+
+def test_e5m2_is_refused_on_a_target_without_fp8():
+    with pytest.raises(VerificationError, match="fp8e5m2' needs tensor cores that take fp8 operands"):
+        gemm.make_record(256, 256, 512, in_dtype="fp8e5m2", target="cuda:80")
+
+
+def test_template_choices_follow_the_fp8_tile_rule():
+    for shape in [(8192, 14336, 4096), (4096, 4096, 4096), (1000, 4096, 4096), (96, 8192, 8192), (64, 4096, 4096)]:
+        for fast in (False, True):
+            for c in gemm.candidates(*shape, "fp8e4m3", "cuda:90", b_trans=True, fast_accum=fast):
+                assert c["block_k"] == 128 and fp8_tile_fits(c["block_m"], c["block_n"], c["num_warps"], fast), c
+    # 1000 rows: 256 tiles of 128x128, a compute-bound GEMM: persistent with TMA (was a pointer grid at 0.45x)
+    lead = gemm.choose_config(1000, 4096, 4096, "fp8e4m3", "cuda:90", b_trans=True)
+    assert (lead["block_m"], lead["block_n"], lead["loads"], lead["persistent"]) == (128, 128, "tma", True)
+
+
+def test_cost_model_ranks_fp8_by_its_own_candidates_and_rate():
+    peaks = peaks_for("cuda:90")
+    fp8 = gemm_candidates(peaks, 1)
+    assert fp8 and all(c.block_k == 128 and fp8_tile_fits(c.block_m, c.block_n, c.num_warps, False) for c in fp8)
+    assert gemm_candidates(peaks, 2) == [c for c in target_facts("cuda:90").gemm_candidates
+                                         if c.smem_bytes(2, "cuda") <= peaks.smem_per_sm]
+    cfg = fp8[0]
+    t8 = gemm_time(8192, 8192, 8192, cfg, peaks, elem_bytes=1)
+    t16 = gemm_time(8192, 8192, 8192, cfg, peaks, elem_bytes=2)
+    assert t8 < t16 * 0.7  # fp8's rate (1.22 PFLOP/s on an H200) against bf16's 790 TFLOP/s
