@@ -76,6 +76,7 @@ class TargetFacts:
     fp8: bool = False             # fp8 (f8E4M3FN / f8E5M2) tensor-core GEMMs: the GEMM template's fp8 inputs
     fp8_gemm_flops: float = 0.0   # dense fp8 GEMM FLOP/s a good kernel reaches (precise accumulation)
     fp8_gemm_candidates: tuple[GemmConfig, ...] = ()  # the fp8 GEMM's tiles (BLOCK_K 128; empty: gemm_candidates)
+    fp8_fast_gemm_candidates: tuple[GemmConfig, ...] = ()  # those of an fp8 GEMM with fast_accum (empty: the above)
     grouped_gemm_candidates: tuple[GemmConfig, ...] = ()  # the grouped GEMM's tiles (empty: gemm_candidates)
     source: str = ""
 

@@ -10,7 +10,8 @@ irdl.dialect @ditron_task {
     %sh = irdl.base "#builtin.dictionary"
     irdl.attributes { "sharding" = %sh }
   }
-  // C[M, N] = A[M, K] @ B[K, N]; optional transpose_b = true: B given as [N, K] (nn.Linear's layout), read in place
+  // C[M, N] = A[M, K] @ B[K, N]; optional transpose_b = true: B given as [N, K] (nn.Linear's layout), read in place;
+  // optional fast_accum = true (fp8 operands): the tensor cores accumulate all of K (torch's use_fast_accum)
   irdl.operation @matmul {
     %a = irdl.base "!builtin.tensor"
     %b = irdl.base "!builtin.tensor"

@@ -50,14 +50,17 @@ class Shard(TaskOp):
         return cls.create(operands=[x], results=[x.type], sharding=sharding.to_attr(), loc=loc, ip=ip)
 
 
-# matmul's optional transpose_b: not an IRDL-declared attribute (IRDL's attributes are required), read by
-# Matmul.transpose_b and checked by the verifier (dialects/verify.py)
+# matmul's optional transpose_b and fast_accum: not IRDL-declared attributes (IRDL's attributes are required), read
+# by Matmul.transpose_b / fast_accum and checked by the verifier (dialects/verify.py)
 _TRANSPOSE_B = BoolAttr("transpose_b")
+_FAST_ACCUM = BoolAttr("fast_accum")
 
 
 class Matmul(TaskOp):
     """C[M, N] = A[M, K] @ B[K, N]; with ``transpose_b``, B is given as [N, K] (nn.Linear's weight layout), which
-    the GEMM template reads in place (no transposed copy)."""
+    the GEMM template reads in place (no transposed copy). ``fast_accum`` (fp8 operands only; torch._scaled_mm's
+    use_fast_accum): the tensor cores accumulate all of K in their reduced precision (default: each K step's sum
+    is added into fp32, kernels/gemm's fast_accum)."""
     NAME = "matmul"
     lhs = Operand(0)
     rhs = Operand(1)
@@ -69,19 +72,27 @@ class Matmul(TaskOp):
         return "transpose_b" in attrs and _TRANSPOSE_B.to_py(attrs["transpose_b"])
 
     @property
+    def fast_accum(self) -> bool:
+        """Raises ValueError when the attribute is there but not a boolean."""
+        attrs = self.op.attributes
+        return "fast_accum" in attrs and _FAST_ACCUM.to_py(attrs["fast_accum"])
+
+    @property
     def b_dims(self) -> tuple[int, int]:
         """(K dim, N dim) of the rhs: (0, 1), or (1, 0) with transpose_b."""
         return (1, 0) if self.transpose_b else (0, 1)
 
     @classmethod
     def build(cls, a: ir.Value, b: ir.Value, *, result_type: ir.Type | None = None, transpose_b: bool = False,
-              loc=None, ip=None) -> "Matmul":
+              fast_accum: bool = False, loc=None, ip=None) -> "Matmul":
         if result_type is None:
             at, bt = ir.RankedTensorType(a.type), ir.RankedTensorType(b.type)
             result_type = tensor_type([at.shape[0], bt.shape[0 if transpose_b else 1]], at.element_type)
         mm = cls.create(operands=[a, b], results=[result_type], loc=loc, ip=ip)
         if transpose_b:
             mm.op.attributes["transpose_b"] = ir.BoolAttr.get(True)
+        if fast_accum:
+            mm.op.attributes["fast_accum"] = ir.BoolAttr.get(True)
         return mm
 
 

@@ -269,6 +269,13 @@ def _matmul(c: _Checker, op: ir.Operation) -> None:
     if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], b.shape[nd])):
         c.error(op, f"result {r} should be {a.shape[0]}x{b.shape[nd]}")
     _check_matmul_types(c, op, a, b, r)
+    try:
+        fast = m.fast_accum
+    except ValueError as err:
+        c.error(op, f"attribute 'fast_accum' must be a boolean: {err}")
+        return
+    if fast and not (isinstance(a.element_type, ir.FloatType) and ir.FloatType(a.element_type).width == 8):
+        c.error(op, f"fast_accum is an fp8 accumulation mode; {a.element_type} operands accumulate in f32")
 
 
 def _check_matmul_types(c, op, a, b, r) -> None:

@@ -92,13 +92,15 @@ def peaks_for(target: str, *, num_sms: int | None = None) -> TargetPeaks:
 _L2_REUSE = 6.0
 
 
-def gemm_candidates(peaks: TargetPeaks, elem_bytes: int = 2) -> list[GemmConfig]:
+def gemm_candidates(peaks: TargetPeaks, elem_bytes: int = 2, fast_accum: bool = False) -> list[GemmConfig]:
     """The target's GEMM candidates (its vendor facts) whose stages fit its shared memory: for 1-byte (fp8)
-    operands its fp8 candidates where it lists them."""
+    operands its fp8 candidates where it lists them (``fast_accum``: those of fast accumulation)."""
     facts = lookup(peaks.target)
     if facts is None:
         raise TargetError(f"no GEMM candidates for target '{peaks.target}'")
-    pool = facts.fp8_gemm_candidates if elem_bytes == 1 and facts.fp8_gemm_candidates else facts.gemm_candidates
+    pool = facts.gemm_candidates
+    if elem_bytes == 1:
+        pool = (fast_accum and facts.fp8_fast_gemm_candidates) or facts.fp8_gemm_candidates or pool
     return [c for c in pool if c.smem_bytes(elem_bytes, facts.vendor) <= peaks.smem_per_sm]
 
 

@@ -181,9 +181,12 @@ def _wrap(trace: _Trace, op: task.TaskOp, result: ir.Value, dtype: str | None = 
 
 # -------------------------------------------------------------------------------------------------- ops
 
-def matmul(a: Value, b: Value, *, out_dtype: str | None = None, transpose_b: bool = False) -> Value:
+def matmul(a: Value, b: Value, *, out_dtype: str | None = None, transpose_b: bool = False,
+           fast_accum: bool = False) -> Value:
     """a[M, K] @ b[K, N] -> [M, N]. out_dtype: the result type for 8-bit float operands (default: the operands').
-    transpose_b: b is given as [N, K] (nn.Linear's weight layout): a @ b.T, read in place by the GEMM."""
+    transpose_b: b is given as [N, K] (nn.Linear's weight layout): a @ b.T, read in place by the GEMM.
+    fast_accum (8-bit float operands; torch._scaled_mm's use_fast_accum): the tensor cores accumulate all of K in
+    their reduced precision (default: each K step of the GEMM is added into an fp32 accumulator)."""
     trace, (a, b) = _values("matmul", (a, b))
     if a.ndim != 2 or b.ndim != 2:
         raise _trace_error(f"matmul: expects 2-d operands, got lhs {_shape(a.shape)} and rhs {_shape(b.shape)}")
@@ -198,8 +201,11 @@ def matmul(a: Value, b: Value, *, out_dtype: str | None = None, transpose_b: boo
     if out != a.dtype and not a.dtype.startswith("f8"):
         raise _trace_error(f"matmul: out_dtype {out} differs from the operands' {a.dtype}; only 8-bit float "
                            f"operands may produce a wider result")
+    if fast_accum and not a.dtype.startswith("f8"):
+        raise _trace_error(f"matmul: fast_accum is an fp8 accumulation mode; {a.dtype} operands accumulate in f32")
     op = task.Matmul.build(a.ir, b.ir, result_type=_ir_type((a.shape[0], b.shape[nd]), out),
-                           transpose_b=bool(transpose_b), loc=trace.location(), ip=trace.ip())
+                           transpose_b=bool(transpose_b), fast_accum=bool(fast_accum), loc=trace.location(),
+                           ip=trace.ip())
     return _wrap(trace, op, op.result, out)
 
 

@@ -380,7 +380,7 @@ class _FunctionLowering(LoweringContext):
         c = dst if dst is not None else self.dest(mm.result, "mm")
         steps, ep_args, c_type = self.epilogue(op)
         rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
-                            epilogue=steps)
+                            epilogue=steps, fast_accum=mm.fast_accum)
         self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c, *ep_args], lane="compute", role="gemm")
 
     def grouped_matmul(self, op: ir.Operation, t: Tiling) -> None:

@@ -254,7 +254,7 @@ class _FuncPartitioner:
         result_type = ir.RankedTensorType(mm.result.type)
         local_type = task.tensor_type([a2.local[0], b2.local[nd]], result_type.element_type)
         new = task.Matmul.build(a2.value, b2.value, result_type=local_type, transpose_b=mm.transpose_b,
-                                **self.build_at())
+                                fast_accum=mm.fast_accum, **self.build_at())
         _copy_discardable(op, new)
         self.env[mm.result] = _Local(new.result, (a2.dims[0], b2.dims[nd]), a_keep + b_keep + common,
                                      tuple(result_type.shape), a2.pad_zero and b2.pad_zero)

@@ -97,13 +97,16 @@ class PlannerBase:
         forced = {f: getattr(o, f) for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages", "group_m")
                   if getattr(o, f) is not None}
         self.pin = None
+        # an fp8 matmul with fast_accum ranks the tiles of fast accumulation (no partial accumulator)
+        fast = op.name == task.Matmul.op_name() and task.Matmul(op).fast_accum
+        pool = gemm_candidates(self.peaks, eb, fast)
         pin = None if forced else self.gemm_pin(op, m, n, k, eb)
         if pin is not None:
             fits = pin.config.smem_bytes(eb, self.vendor) <= self.peaks.smem_per_sm
             whole = not rows_per_tile_of or rows_per_tile_of % pin.config.block_m == 0
             if fits and whole:
                 # the target's own candidate of the same fields (its efficiency feeds the model's estimate)
-                same = [c for c in gemm_candidates(self.peaks, eb) if dataclasses.replace(c, efficiency=1.0) ==
+                same = [c for c in pool if dataclasses.replace(c, efficiency=1.0) ==
                         dataclasses.replace(pin.config, efficiency=1.0)]
                 self.pin = dataclasses.replace(pin, config=same[0]) if same else pin
                 return self.pin.config
@@ -113,8 +116,7 @@ class PlannerBase:
                     f"BLOCK_M {pin.config.block_m} does not divide the {rows_per_tile_of} rows of a shard"
                 raise op_error(o.name, op, f"gemm-config={o.gemm_config} {why}")
             # a tuned winner that does not fit this plan (another chunking of the same GEMM): the model's choice
-        candidates = [dataclasses.replace(c, **forced) for c in gemm_candidates(self.peaks, eb)] if forced else \
-            gemm_candidates(self.peaks, eb)
+        candidates = [dataclasses.replace(c, **forced) for c in pool] if forced else pool
         if forced and not candidates:
             candidates = [dataclasses.replace(gemm_candidates(self.peaks, 2)[0], **forced)]
         fits = [c for c in candidates if c.smem_bytes(eb, self.vendor) <= self.peaks.smem_per_sm]

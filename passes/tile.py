@@ -148,7 +148,8 @@ class TilePass(Pass):
 
     def _check_gemm_types(self, op: ir.Operation, peaks: TargetPeaks) -> None:
         """A GEMM's element type must be one its template takes, on a target that runs it: f32 matmuls (and
-        fp8 grouped ones) are refused here, where the task program meets the kernels, at the op (the frontend's Python line);
+        fp8 grouped ones) are refused here, where the task program meets the kernels, at the op (the frontend's
+        Python line);
         fp8 on a target without fp8 tensor cores (its vendor facts) too, not in the backend's LLVM."""
         if op.name not in ("ditron_task.matmul", "ditron_task.grouped_matmul"):
             return

@@ -34,7 +34,8 @@ def _waiting_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, gathered: ir.
     c = lw.dest(mm.result, "mm")
     steps, ep_args, c_type = lw.epilogue(g.consumer)
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
-                        wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard, epilogue=steps)
+                        wait={"arg": "ready", "rows_per_slot": ch.rows}, rows_per_rank=ch.shard, epilogue=steps,
+                        fast_accum=mm.fast_accum)
     lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ga.ready, lw.b.epoch, *ep_args], lane="compute", role="ag.gemm",
               group=g.group)
 
@@ -73,7 +74,7 @@ def ag_gemm_one_launch(lw: LoweringContext, g: OverlapGroup, t: Tiling) -> None:
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
                         wait={"arg": "ready", "rows_per_slot": ch.shard},
                         gather={"arg": "x", "own_first": t.own_first is not False}, rows_per_rank=ch.shard,
-                        tile_order="rank_rotated", epilogue=steps)
+                        tile_order="rank_rotated", epilogue=steps, fast_accum=mm.fast_accum)
     lw.crosses(inbox=gathered)
     lw.launch(rec, [gathered, lw.buf(mm.rhs), c, ready, b.c(gemm.gather_blocks(rec)), x, *ep_args],
               lane="compute", role="ag.gemm", group=g.group)

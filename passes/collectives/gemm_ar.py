@@ -105,7 +105,7 @@ def gemm_ar_push_sum(lw: LoweringContext, g: OverlapGroup, t: Tiling) -> None:
     steps, ep_args, c_type = lw.epilogue(g.producer)
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
                         push={"arg": "inbox", "pad": "pushed", "slabs": slabs, "sum": True, "value_arg": "epoch"},
-                        epilogue=steps)
+                        epilogue=steps, fast_accum=mm.fast_accum)
     pad = b.pad(gemm.geometry(rec).tiles * slabs, "ar_pushed", consumed=True)
     lw.launch(rec, [lw.buf(mm.lhs), lw.buf(mm.rhs), out, box, pad, b.v(b.epoch), *ep_args], lane="compute",
               role="ar.gemm_push_sum", group=g.group)

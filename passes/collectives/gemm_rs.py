@@ -31,7 +31,7 @@ def fused_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, *, 
         notify = {"arg": "counts", "rows_per_slot": notify_rows, "peer": "slot_owner"}
     steps, ep_args, c_type = lw.epilogue(g.producer)
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
-                        notify=notify, rows_per_rank=rows_per_rank, epilogue=steps)
+                        notify=notify, rows_per_rank=rows_per_rank, epilogue=steps, fast_accum=mm.fast_accum)
     args = [lw.buf(mm.lhs), lw.buf(mm.rhs), p] + ([counts] if notify is not None else []) + ep_args
     lw.launch(rec, args, lane="compute", role="rs.gemm", group=g.group)
     if notify is None:
@@ -86,7 +86,7 @@ def epilogue_rs(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, ch
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
                         notify={"arg": "counts", "rows_per_slot": ch.rows, "peer": "slot_owner"},
                         reduce_own=reduce_own, rows_per_rank=ch.shard, tile_order="rank_rotated", rank_shift=1,
-                        epilogue=steps)
+                        epilogue=steps, fast_accum=mm.fast_accum)
     per_slot = gemm.notify_count_values(rec)
     if len(per_slot) != 1:
         raise lw.error(g.consumer, "the GEMM's tiles do not count every chunk the same; use chunk rows that are a "
@@ -145,7 +145,7 @@ def pushing_gemm(lw: LoweringContext, g: OverlapGroup, t: Tiling, p: ir.Value, o
         push.update(sum_own=True, value_arg="expect")
     steps, ep_args, c_type = lw.epilogue(g.producer)
     rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
-                        push=push, epilogue=steps, **order)
+                        push=push, epilogue=steps, **order, fast_accum=mm.fast_accum)
     tiles_m, tiles_n = math.ceil(rows / rec["block_m"]), math.ceil(n / rec["block_n"])
     if out is None:  # a slot per own tile and slab, set to the epoch by its pusher, cleared by its one waiter
         pad = b.pad(slabs * tiles_m * tiles_n, f"{prefix}_pushed", consumed=True)

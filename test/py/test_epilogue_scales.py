@@ -141,18 +141,19 @@ def test_elementwise_row_and_scalar_operands_match_tiles_and_numpy(broadcast):
 
 # ------------------------------------------------------------------------------ the task level, end to end
 
-def _scaled(Wn: int, M: int, K: int, N: int, per_row: bool) -> dt.Program:
+def _scaled(Wn: int, M: int, K: int, N: int, per_row: bool, dtype: str = "f8E4M3FN",
+            fast_accum: bool = False) -> dt.Program:
     """An fp8 GEMM of rows sharded over tp (B replicated), scaled per row and per column (or per tensor)."""
     sa_shape = (M, 1) if per_row else (1,)
     sb_shape = (N,) if per_row else (1,)
     sa_sharding = dt.shard(0, "tp", padded=True) if per_row else dt.replicated
 
     @dt.program(dt.Mesh(tp=Wn))
-    def fp8_linear(a: dt.Tensor[(M, K), "f8E4M3FN", dt.shard(0, "tp", padded=True)],
-                   b: dt.Tensor[(K, N), "f8E4M3FN", dt.replicated],
+    def fp8_linear(a: dt.Tensor[(M, K), dtype, dt.shard(0, "tp", padded=True)],
+                   b: dt.Tensor[(K, N), dtype, dt.replicated],
                    sa: dt.Tensor[sa_shape, "f32", sa_sharding],
                    sb: dt.Tensor[sb_shape, "f32", dt.replicated]) -> dt.Sharded[dt.shard(0, "tp", padded=True)]:
-        return dt.cast(dt.matmul(a, b, out_dtype="f32") * sa * sb, "bf16")
+        return dt.cast(dt.matmul(a, b, out_dtype="f32", fast_accum=fast_accum) * sa * sb, "bf16")
     return fp8_linear
 
 
@@ -166,6 +167,26 @@ def test_fp8_scaled_gemm_fuses_and_simulates_at_uneven_shapes(Wn, per_row):
     assert device.count('fn = "mul"') == 2 and ('operand = "row"' in device) == per_row
     result = simulate(device, world_size=Wn, seed=2, calls=2, reference=task_reference(text))
     assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize("fast_accum", [False, True], ids=["precise", "fast-accum"])
+def test_e5m2_and_fast_accum_reach_the_gemm_record_and_simulate(fast_accum):
+    """e5m2 operands at the task level, and matmul's fast_accum: kept by partition, it reaches the GEMM record
+    (and its tt.dot: kernels/gemm's imprecise_acc) through the device lowering."""
+    text = _scaled(2, 27, 64, 40, True, dtype="f8E5M2", fast_accum=fast_accum).to_mlir()
+    assert ("fast_accum = true" in text) == fast_accum
+    device = lower(text, "ditron-device")
+    assert 'in_dtype = "fp8e5m2"' in device and ("fast_accum = true" in device) == fast_accum, device
+    result = simulate(device, world_size=2, seed=4, calls=1, reference=task_reference(text))
+    assert result.ok, result.summary()
+
+
+def test_fast_accum_of_a_bf16_matmul_is_a_trace_error():
+    @dt.program(dt.Mesh(tp=1))
+    def bad(a: dt.Tensor[(16, 32), "bf16", dt.replicated], b: dt.Tensor[(32, 8), "bf16", dt.replicated]):
+        return dt.matmul(a, b, fast_accum=True)
+    with pytest.raises(dt.TraceError, match="fast_accum is an fp8 accumulation mode; bf16 operands"):
+        bad.to_mlir()
 
 
 @pytest.mark.parametrize("per_row", [True, False], ids=["per-row", "per-tensor"])

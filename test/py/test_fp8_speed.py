@@ -85,3 +85,11 @@ def test_cost_model_ranks_fp8_by_its_own_candidates_and_rate():
     t8 = gemm_time(8192, 8192, 8192, cfg, peaks, elem_bytes=1)
     t16 = gemm_time(8192, 8192, 8192, cfg, peaks, elem_bytes=2)
     assert t8 < t16 * 0.7  # fp8's rate (1.22 PFLOP/s on an H200) against bf16's 790 TFLOP/s
+
+
+def test_fast_accum_ranks_fast_accumulations_tiles():
+    peaks = peaks_for("cuda:90")
+    fast = gemm_candidates(peaks, 1, fast_accum=True)
+    assert all(c.block_k == 128 and fp8_tile_fits(c.block_m, c.block_n, c.num_warps, True) for c in fast)
+    assert (fast[0].block_m, fast[0].block_n) == (128, 256) and gemm_candidates(peaks, 2, fast_accum=True) == \
+        gemm_candidates(peaks, 2)

@@ -165,6 +165,22 @@ func.func @matmul_result_shape(%x: tensor<16x32xbf16>, %y: tensor<32x8xbf16>) ->
 
 // -----
 
+func.func @matmul_fast_accum_of_bf16(%x: tensor<16x32xbf16>, %y: tensor<32x8xbf16>) -> tensor<16x8xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.matmul' op fast_accum is an fp8 accumulation mode; bf16 operands accumulate in f32
+  %0 = "ditron_task.matmul"(%x, %y) {fast_accum = true} : (tensor<16x32xbf16>, tensor<32x8xbf16>) -> tensor<16x8xbf16>
+  return %0 : tensor<16x8xbf16>
+}
+
+// -----
+
+func.func @matmul_fast_accum_not_bool(%x: tensor<16x32xf8E4M3FN>, %y: tensor<32x8xf8E4M3FN>) -> tensor<16x8xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.matmul' op attribute 'fast_accum' must be a boolean: expected a boolean, got 1 : i64
+  %0 = "ditron_task.matmul"(%x, %y) {fast_accum = 1} : (tensor<16x32xf8E4M3FN>, tensor<32x8xf8E4M3FN>) -> tensor<16x8xbf16>
+  return %0 : tensor<16x8xbf16>
+}
+
+// -----
+
 func.func @matmul_operand_types(%x: tensor<16x32xbf16>, %y: tensor<32x8xf16>) -> tensor<16x8xbf16> {
   // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.matmul' op operand element types differ: bf16 and f16
   %0 = "ditron_task.matmul"(%x, %y) : (tensor<16x32xbf16>, tensor<32x8xf16>) -> tensor<16x8xbf16>

@@ -37,6 +37,19 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
 
 // -----
 
+// fast_accum (torch's use_fast_accum): no partial accumulator, so the model may take 128x256 (fast accumulation's
+// own candidates)
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
+  func.func @fast_accum(%a: tensor<4096x4096xf8E4M3FN>, %b: tensor<4096x4096xf8E4M3FN>) -> tensor<4096x4096xbf16> attributes {ditron.view = "local"} {
+    // OK: "ditron_task.matmul"{{.*}}block_k = 128 : i64, block_m = 128 : i64, block_n = 256 : i64{{.*}}fast_accum = true{{.*}}f8E4M3FN
+    // A100: dtypes.mlir:[[# @LINE + 1]]:10: error: ditron-tile: 'ditron_task.matmul' op has f8E4M3FN operands, which need tensor cores
+    %c = "ditron_task.matmul"(%a, %b) {fast_accum = true} : (tensor<4096x4096xf8E4M3FN>, tensor<4096x4096xf8E4M3FN>) -> tensor<4096x4096xbf16>
+    return %c : tensor<4096x4096xbf16>
+  }
+}
+
+// -----
+
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
   func.func @grouped(%a: tensor<64x32xbf16>, %b: tensor<4x32x16xbf16>, %g: tensor<4xi32>) -> tensor<64x16xbf16> attributes {ditron.view = "local"} {
     // OK: "ditron_task.grouped_matmul"{{.*}}kind = "grouped_matmul"
