@@ -112,8 +112,8 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     k_tiles = math.ceil(k / bk)
     fp8 = dtype.startswith("fp8")
     if fp8 and not fast_accum:  # one 64-row wgmma block per warpgroup (fp8_tile_fits)
-        big = [cfg(128, 128), cfg(128, 128, flatten=False), cfg(128, 128, esplit=1), cfg(128, 128, persistent=False),
-               cfg(64, 128, warps=4)]
+        big = [cfg(128, 128), cfg(128, 128, max_stages=6), cfg(128, 128, flatten=False), cfg(128, 128, esplit=1),
+               cfg(128, 128, persistent=False), cfg(64, 128, warps=4)]
         if fused:
             big = [cfg(128, 128), cfg(64, 128, warps=4)]
     else:
