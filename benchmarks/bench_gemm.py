@@ -332,6 +332,8 @@ def describe(rec: dict) -> str:
         parts.append(f"streamk{rec['stream_k']}")
     if rec.get("epilogue_split", 1) > 1:
         parts.append("epi/2")
+    if rec.get("m_split", 1) > 1:
+        parts.append(f"msplit{rec['m_split']}")
     if rec.get("flatten"):
         parts.append("flat")
     if rec.get("fast_accum"):

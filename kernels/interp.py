@@ -255,6 +255,8 @@ class Program:
             return [self._map(x[0], lambda a: np.ascontiguousarray(np.transpose(a, order)))]
         if name == "tt.split":
             return [x[0][..., 0].copy(), x[0][..., 1].copy()]
+        if name == "tt.join":
+            return [np.stack([x[0], x[1]], axis=-1)]
         if name == "tt.addptr":
             p = x[0]
             return [Ptr(p.key, np.asarray(p.off, np.int64) + np.asarray(x[1], np.int64), p.dtype)]

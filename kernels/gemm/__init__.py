@@ -19,6 +19,10 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     epilogue_split          1 | 2: store the C tile in two column halves (less shared memory, a 4th stage fits)
     flatten                 let Triton flatten the persistent tile loop with the K loop (tt.flatten)
     split_k                 S > 1: S programs per tile over K slices (see below)
+    m_split (optional)      2: the K loop runs the tile's rows as two dots of block_m / 2 rows sharing B's tile
+                            (TMA loads), stacked into one [BM, BN] accumulator for the epilogue: a 256-row fp8
+                            tile under precise accumulation without serialized wgmmas (configs.fp8_tile_fits);
+                            absent or 1: one dot
     stream_k                T > 0: the last T tiles of the order are shared out by K steps (stream-K, see below);
                             absent or 0: none
     fast_accum (optional)   fp8 only, torch._scaled_mm's use_fast_accum: True lets the tensor cores accumulate

@@ -29,18 +29,20 @@ def tma_loads(lda: int, ldb: int, elem_bytes: int) -> bool:
 ACC_REGS = 128
 
 
-def fp8_tile_fits(bm: int, bn: int, warps: int, fast_accum: bool) -> bool:
+def fp8_tile_fits(bm: int, bn: int, warps: int, fast_accum: bool, m_split: int = 1) -> bool:
     """Whether an fp8 tile on ``warps`` warps (sm_90 wgmma: a warpgroup of 4 warps per 64-row instruction) compiles
     without register spills or serialized wgmmas. Its accumulator takes bm * bn / (32 * warps) registers a thread;
-    precise accumulation (not ``fast_accum``) adds a partial one for each 64-row wgmma block, read by the fp32 add
-    while the next block's wgmmas would run: so one 64-row block per warpgroup (bm = 16 * warps), and the two within
-    ACC_REGS (bn <= 128). Triton 3.6 / ptxas for sm_90a, 4096^3 e4m3 (test_fp8_speed.py checks the choices):
-    precise 128x256 w8 and 64x256 w4 spill 192 bytes; 256x128 w8 and 128x128 w4 compile to 252 registers but ptxas
-    serializes every wgmma (C7514); 128x128 w8 142 registers, 64x128 w4 148; fast 128x256 w8 255, no spill."""
+    precise accumulation (not ``fast_accum``) adds a partial one for each 64-row wgmma block of a dot, read by the
+    fp32 add while the dot's next block's wgmmas would run: so one 64-row block per warpgroup in each of the
+    ``m_split`` dots (bm / m_split = 16 * warps), its partial (bn / 2 registers) and the accumulators within
+    ACC_REGS + 64. Triton 3.6 / ptxas for sm_90a, 4096^3 e4m3 (test_fp8_speed.py checks the choices): precise
+    128x256 w8 and 64x256 w4 spill 192 bytes; 256x128 w8 and 128x128 w4 in one dot compile to 252 registers but
+    ptxas serializes every wgmma (C7514); 128x128 w8 142 registers, 64x128 w4 148, 256x128 w8 as two dots
+    (m_split 2) 252 without serializing; fast 128x256 w8 255, no spill."""
     acc = bm * bn // (32 * warps)
     if fast_accum:
         return acc <= ACC_REGS
-    return bm == 16 * warps and 2 * acc <= ACC_REGS
+    return bm == 16 * warps * m_split and acc + bn // 2 <= ACC_REGS + 64
 
 
 def split_for(tiles: int, k_tiles: int, sms: int) -> int:
@@ -93,7 +95,7 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     loads = "tma" if tma else "pointer"
 
     def cfg(bm, bn, stages=None, warps=8, persistent=True, split=1, esplit=None, flatten=None, group=8,
-            max_stages=4, pointers=False):
+            max_stages=4, pointers=False, m_split=1):
         store = "tma" if tma_store and split == 1 and not pointers else "pointer"
         esplit = esplit if esplit is not None else (2 if store == "tma" and bn >= 128 else 1)
         if store != "tma":
@@ -102,9 +104,12 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
             epilogue = (bm * bn // esplit * out_bytes if store == "tma" else 0) + bm * bn // esplit * epilogue_bytes
             stages = min(max_stages, (smem - epilogue) // ((bm + bn) * bk * in_bytes))
         flat = (not fused and persistent) if flatten is None else flatten
-        return dict(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps, num_stages=stages,
-                    persistent=persistent, num_sms=sms, loads="pointer" if pointers else loads, store=store,
-                    epilogue_split=esplit, flatten=flat and persistent, split_k=split)
+        out = dict(block_m=bm, block_n=bn, block_k=bk, group_m=group, num_warps=warps, num_stages=stages,
+                   persistent=persistent, num_sms=sms, loads="pointer" if pointers else loads, store=store,
+                   epilogue_split=esplit, flatten=flat and persistent, split_k=split)
+        if m_split > 1:
+            out["m_split"] = m_split
+        return out
 
     def tiles(bm, bn):
         return math.ceil(m / bm) * math.ceil(n / bn)
@@ -112,8 +117,10 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     k_tiles = math.ceil(k / bk)
     fp8 = dtype.startswith("fp8")
     if fp8 and not fast_accum:  # one 64-row wgmma block per warpgroup (fp8_tile_fits)
-        big = [cfg(128, 128), cfg(128, 128, max_stages=6), cfg(128, 128, flatten=False), cfg(128, 128, esplit=1),
-               cfg(128, 128, persistent=False), cfg(64, 128, warps=4)]
+        big = [cfg(128, 128), cfg(256, 128, m_split=2), cfg(128, 128, max_stages=6), cfg(128, 128, flatten=False),
+               cfg(128, 128, esplit=1), cfg(128, 128, persistent=False), cfg(64, 128, warps=4)]
+        if not tma:
+            big = [c for c in big if c.get("m_split", 1) == 1]
         if fused:
             big = [cfg(128, 128), cfg(64, 128, warps=4)]
     else:
@@ -122,7 +129,8 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
         if fused:
             big = [cfg(128, 256), cfg(128, 128, warps=4)]
     if fp8:
-        big = [c for c in big if fp8_tile_fits(c["block_m"], c["block_n"], c["num_warps"], fast_accum)]
+        big = [c for c in big if fp8_tile_fits(c["block_m"], c["block_n"], c["num_warps"], fast_accum,
+                                               c.get("m_split", 1))]
     if tiles(big[0]["block_m"], big[0]["block_n"]) >= sms:
         return big
     # fewer tiles than SMs: memory-bound; smaller tiles, deeper pipelines, then split-K, aiming at one full wave

@@ -108,7 +108,8 @@ class _Emitter(_GatherParts, _PushParts):
         m, n, k = (T.c(v) for v in (self.m, self.n, self.k))
         one = T.c(1, T.i64())
         if rec["loads"] == "tma":
-            self.a_desc = T.make_desc(self.arg["a"], [m, k], [T.c(rec["lda"], T.i64()), one], [self.bm, self.bk])
+            self.a_desc = T.make_desc(self.arg["a"], [m, k], [T.c(rec["lda"], T.i64()), one],
+                                      [self.bm // rec.get("m_split", 1), self.bk])
             if rec["b_trans"]:
                 self.b_desc = T.make_desc(self.arg["b"], [n, k], [T.c(rec["ldb"], T.i64()), one],
                                           [self.bn, self.bk])
@@ -241,16 +242,18 @@ class _Emitter(_GatherParts, _PushParts):
                     T.min_(T.sub(T.c(g.k_tiles), k_start), g.split_tiles)
         imprecise = imprecise_acc(rec)
         if rec["loads"] == "tma":
-            with T.For(0, n_k, 1, [acc0]) as loop:
+            parts = rec.get("m_split", 1)  # the tile's rows as `parts` dots sharing B's tile
+            rows = self.bm // parts
+            with T.For(0, n_k, 1, [T.zeros([rows, self.bn], "fp32") for _ in range(parts)]) as loop:
                 ki = T.add(loop.iv, k_start) if k_start is not None else loop.iv
                 kk = T.mul(ki, self.bk)
-                a = T.desc_load(self.a_desc, [a_row, kk])
                 if rec["b_trans"]:
                     b = T.trans(T.desc_load(self.b_desc, [n0, kk]), [1, 0])
                 else:
                     b = T.desc_load(self.b_desc, [kk, n0])
-                loop.yield_(T.dot(a, b, loop.args[0], max_imprecise_acc=imprecise))
-            return loop.results[0]
+                loop.yield_(*[T.dot(T.desc_load(self.a_desc, [T.add(a_row, i * rows) if i else a_row, kk]), b,
+                                    loop.args[i], max_imprecise_acc=imprecise) for i in range(parts)])
+            return loop.results[0] if parts == 1 else self._stack_rows(*loop.results)
         # pointer loads: a_ptrs[BM, BK], b_ptrs[BK, BN], advanced by BK each step
         rm = T.add(a_row, T.make_range(0, self.bm))
         rn = T.add(n0, T.make_range(0, self.bn))
@@ -283,6 +286,11 @@ class _Emitter(_GatherParts, _PushParts):
             loop.yield_(T.addptr(ap, T.c(self.bk, T.tensor([self.bm, self.bk], idx))),
                         T.addptr(bp, T.c(b_step, T.tensor([self.bk, self.bn], idx))), acc)
         return loop.results[2]
+
+    def _stack_rows(self, top, bottom):
+        """[BM, BN] from two [BM / 2, BN] accumulators, top's rows first (tt.join, then rows outermost)."""
+        pair = T.op("tt.join", [top, bottom], [T.tensor([self.bm // 2, self.bn, 2], T.elem(top))]).results[0]
+        return T.reshape(T.trans(pair, [2, 0, 1]), [self.bm, self.bn])
 
     def _wide(self, x):
         return T.int_cast(x, self.idx_t)

@@ -20,7 +20,7 @@ IN_DTYPES = ("bf16", "fp16", "fp8e4m3", "fp8e5m2")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "persistent", "num_sms",
-                 "loads", "store", "epilogue_split", "flatten", "split_k", "stream_k")
+                 "loads", "store", "epilogue_split", "flatten", "split_k", "stream_k", "m_split")
 
 
 def _err(message: str) -> VerificationError:
@@ -54,6 +54,8 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                            num_sms=config.get("num_sms"), pushes=bool(push), fast_accum=fast_accum,
                            epilogue_bytes=max([T.DTYPE_BYTES[s["dtype"]] for s in epilogue or ()
                                                if s.get("operand") == "full"], default=0))
+    if "m_split" not in config and any(f in config for f in ("block_m", "block_n", "num_warps")):
+        chosen.pop("m_split", None)  # the default's split belongs to the default's tile, not to the one given
     chosen.update(config)
     if gather and "loads" not in config:
         chosen["loads"] = "pointer"  # the gathered rows are SM stores (check_gather)
@@ -162,6 +164,8 @@ def check(rec) -> None:
                    "store='pointer'")
     if rec["epilogue_split"] not in (1, 2) or (rec["epilogue_split"] == 2 and rec["store"] != "tma"):
         raise _err("epilogue_split must be 1, or 2 with store='tma'")
+    if rec.get("m_split", 1) not in (1, 2) or (rec.get("m_split", 1) == 2 and rec["loads"] != "tma"):
+        raise _err(f"m_split must be 1, or 2 with loads='tma' (got {rec.get('m_split')!r}, loads={rec['loads']!r})")
     in_bytes = T.DTYPE_BYTES[rec["in_dtype"]]
     if rec["loads"] == "tma" and (rec["lda"] * in_bytes % 16 or rec["ldb"] * in_bytes % 16):
         raise _err(f"loads='tma' needs 16-byte aligned rows (lda={rec['lda']}, ldb={rec['ldb']} of "

@@ -22,6 +22,10 @@ CONFIGS = {
                     flatten=False, num_sms=100),
     "streamk2": dict(loads="pointer", store="pointer", persistent=True, stream_k=2, epilogue_split=1,
                      flatten=False, num_sms=4),
+    # the tile's rows as two dots (m_split: precise fp8's 256-row tiles), persistent and under split-K
+    "tma-msplit": dict(loads="tma", store="tma", persistent=True, epilogue_split=2, flatten=True, m_split=2),
+    "tma-msplit-splitk3": dict(loads="tma", store="pointer", persistent=False, split_k=3, epilogue_split=1,
+                               flatten=False, num_sms=100, m_split=2),
 }
 SCALES = {"per-row": ("row", "bias"), "per-tensor": ("scalar", "scalar"), "row-then-scalar": ("row", "scalar")}
 
@@ -51,7 +55,7 @@ def test_e5m2_gemm_scales_ir_matches_tiles_and_numpy(config, fast_accum):
 
 
 def _check_scaled(config, scales, dtype, fast_accum=False):
-    m, n, k = 70, 48 if config == "tma-persistent-split" else 50, 208  # TMA: 16-byte rows
+    m, n, k = 70, 48 if config.startswith("tma") else 50, 208  # TMA: 16-byte rows
     kinds = SCALES[scales]
     steps = [{"fn": "mul", "arg": f"s{i}", "operand": kind, "dtype": "fp32"} for i, kind in enumerate(kinds)]
     rec = gemm.make_record(m, n, k, name=f"gemm_{dtype}_{config}_{scales}".replace("-", "_"), in_dtype=dtype,

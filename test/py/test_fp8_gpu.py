@@ -39,6 +39,12 @@ def build(out_dir: Path = KERNEL_DIR) -> dict:
                                block_n=128, block_k=128, num_stages=4)  # 128 KiB of stages + a 32 KiB C tile
         if (s["m"], s["n"], s["k"]) == SHAPES[-1]:
             s["fields"].update(loads="pointer", store="pointer", persistent=False, epilogue_split=1, flatten=False)
+    # precise fp8's 256-row tile as two dots (m_split), ragged rows and columns, per-row scales, e4m3 and e5m2
+    for s in [s for s in specs if (s["m"], s["n"], s["k"]) == SHAPES[0] and "per_row" in s["name"]
+              and not s["fields"].get("fast_accum")]:
+        specs.append(dict(s, name="msplit_" + s["name"], fields=dict(
+            s["fields"], block_m=256, block_n=128, block_k=128, num_warps=8, num_stages=4, m_split=2, loads="tma",
+            store="tma", persistent=True, epilogue_split=2, flatten=True)))
     return be._bench_gemm().build_kernels(out_dir, specs)
 
 

@@ -69,7 +69,8 @@ def test_template_choices_follow_the_fp8_tile_rule():
     for shape in [(8192, 14336, 4096), (4096, 4096, 4096), (1000, 4096, 4096), (96, 8192, 8192), (64, 4096, 4096)]:
         for fast in (False, True):
             for c in gemm.candidates(*shape, "fp8e4m3", "cuda:90", b_trans=True, fast_accum=fast):
-                assert c["block_k"] == 128 and fp8_tile_fits(c["block_m"], c["block_n"], c["num_warps"], fast), c
+                assert c["block_k"] == 128 and fp8_tile_fits(c["block_m"], c["block_n"], c["num_warps"], fast,
+                                                             c.get("m_split", 1)), c
     # 1000 rows: 256 tiles of 128x128, a compute-bound GEMM: persistent with TMA (was a pointer grid at 0.45x)
     lead = gemm.choose_config(1000, 4096, 4096, "fp8e4m3", "cuda:90", b_trans=True)
     assert (lead["block_m"], lead["block_n"], lead["loads"], lead["persistent"]) == (128, 128, "tma", True)
@@ -93,3 +94,13 @@ def test_fast_accum_ranks_fast_accumulations_tiles():
     assert all(c.block_k == 128 and fp8_tile_fits(c.block_m, c.block_n, c.num_warps, True) for c in fast)
     assert (fast[0].block_m, fast[0].block_n) == (128, 256) and gemm_candidates(peaks, 2, fast_accum=True) == \
         gemm_candidates(peaks, 2)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["precise", "fast-accum"])
+def test_every_fp8_candidate_compiles_without_spills(fast):
+    """The tuner's and the bench's alternatives too: 256x128 as two dots (m_split) among the precise ones."""
+    cands = gemm.candidates(4096, 4096, 4096, "fp8e4m3", "cuda:90", b_trans=True, fast_accum=fast)
+    assert fast or any(c.get("m_split") == 2 for c in cands)
+    for c in cands:
+        info, _ = _ptxas(_record(4096, 4096, 4096, fast_accum=fast, **c))
+        assert info.spill_stores == 0 and not info.serialized_wgmma, (c, info.log)
