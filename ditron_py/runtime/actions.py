@@ -225,14 +225,14 @@ class Actions:
         remembered."""
         tag = self._next_tag
         self._next_tag = self._next_tag % INT32_MAX + 1
+        # the tag issued TAGS_KEPT before this one is forgotten (tags count up, wrapping at INT32_MAX); popping the
+        # dict's first key instead costs ~2 us per call once deletions pile up at its front
+        old = tag - TAGS_KEPT
+        self._tags.pop(old if old > 0 else old + INT32_MAX, None)
         if self._capturing:  # baked into a CUDA graph: kept while the executor lives; the call is the latest one
             self._pinned_tags[tag] = (rank, a, slots, value, -1)
             return tag
         self._tags[tag] = (rank, a, slots, value, self.epoch)
-        # the tag issued 4096 before this one is forgotten (tags count up, wrapping at INT32_MAX); popping the
-        # dict's first key instead costs ~2 us per call once deletions pile up at its front
-        old = tag - TAGS_KEPT
-        self._tags.pop(old if old > 0 else old + INT32_MAX, None)
         return tag
 
     def _milestone(self, rank: int, a, stream) -> None:
