@@ -114,7 +114,7 @@ def remember(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any]
 
 # ------------------------------------------------------------------------------------------ torch operators
 
-_ops: dict[tuple, tuple[Any, tuple, Any, Any, FastCall]] = {}   # key -> (world entry, shape, dtype, device, fast)
+_ops: dict[tuple, tuple[Any, Any, FastCall]] = {}   # key -> (world entry, eager.output_maker of the output, fast)
 
 
 def op_key(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any]) -> tuple:
@@ -129,13 +129,12 @@ def op_call(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any]
         found = _ops.get(op_key(op, handle, params, tensors))
     except (AttributeError, TypeError):
         return MISS
-    if found is None or found[0] is not entry or not found[4].live:
+    if found is None or found[0] is not entry or not found[2].live:
         return MISS
-    torch = eager.torch_module()
-    if torch.cuda.is_current_stream_capturing():  # (asked only now: the tensors are on the GPU) the capture path
-        return MISS
-    _, shape, dtype, device, fast = found
-    out = torch.empty(shape, dtype=dtype, device=device)
+    if eager.torch_module().cuda.is_current_stream_capturing():  # (asked only now: the tensors are on the GPU)
+        return MISS                                                 # the capture path
+    _, make, fast = found
+    out = make()
     fast.one(tensors, out)
     return out
 
@@ -155,7 +154,7 @@ def op_remember(op: str, handle: str, params: dict[str, Any], tensors: Sequence[
     except (AttributeError, TypeError):
         return
     if fast is not None:
-        _ops[k] = (entry, tuple(out.shape), out.dtype, out.device, fast)
+        _ops[k] = (entry, eager.output_maker(tuple(out.shape), out.dtype, out.device), fast)
 
 
 def forget_world(world=None) -> None:
@@ -168,7 +167,7 @@ def forget(exe=None, lib=None) -> None:
     """Drop the fast calls of ``exe`` (else all), the library's and the operators': its executors are closed."""
     if lib is not None:
         lib._eager = {k: v for k, v in lib._eager.items() if exe is not None and v.exe is not exe}
-    for k in [k for k, v in _ops.items() if exe is None or v[4].exe is exe]:
+    for k in [k for k, v in _ops.items() if exe is None or v[2].exe is exe]:
         del _ops[k]
 
 

@@ -193,29 +193,13 @@ class EagerPlan:
         self.outputs = [(spec.index, tuple(spec.shape), X.torch_dtype(spec.dtype)) for spec in ex.program.outputs]
         self.dynamic_outputs = any(-1 in shape for _, shape, _ in self.outputs)
         self.output_slots = [index for index, _, _ in self.outputs]
-        self.protos = None if self.dynamic_outputs else [self._proto(shape, dtype) for _, shape, dtype in self.outputs]
+        self.makers = None if self.dynamic_outputs else [output_maker(shape, dtype, ex.device)
+                                                         for _, shape, dtype in self.outputs]
         self.inputs = [spec.index for spec in ex.program.inputs]
         self.n_args = len(ex.program.args) - 1
         self.rows = list(enumerate(ex.ranks))
 
     # ------------------------------------------------------------------------------------------ building
-    def _proto(self, shape: tuple[int, ...], dtype):
-        """What an output is allocated from each call: ``torch.empty_like(proto)`` parses one argument where
-        ``torch.empty(shape, dtype=, device=)`` parses three (~2 us less per output on a slow host). The proto is
-        one element expanded to the shape (no memory held), so empty_like makes a new contiguous tensor; checked
-        once here, else (an empty shape, a layout that empty_like would not make contiguous) None: torch.empty."""
-        torch = self._torch
-        device = self.ex.device
-        if 0 in shape:
-            return None
-        proto = torch.empty((), dtype=dtype, device=device).expand(shape)
-        made = torch.empty_like(proto)
-        want = torch.empty(shape, dtype=dtype, device=device)
-        if made.shape != want.shape or made.stride() != want.stride() or made.dtype != dtype or \
-                made.device != want.device:
-            return None
-        return proto
-
     def _events(self, n: int) -> list[tuple[Any, int]]:
         """n torch events, each recorded once now so that it has a raw handle: (event, handle)."""
         torch = self._torch
@@ -636,9 +620,7 @@ class EagerPlan:
 
     def new_outputs(self) -> list[Any]:
         """One call's output tensors (static shapes), allocated on the executor's device."""
-        empty_like, empty, device = self._torch.empty_like, self._torch.empty, self.ex.device
-        return [empty(shape, dtype=dtype, device=device) if proto is None else empty_like(proto)
-                for proto, (_, shape, dtype) in zip(self.protos, self.outputs)]
+        return [make() for make in self.makers]
 
     def enqueue(self, tensors: dict[int, list[Any]], sync: bool) -> None:
         """One call with the given argument slots per rank (see the module doc), on the caller's current stream."""
@@ -726,10 +708,30 @@ class EagerPlan:
         return results
 
 
+def output_maker(shape: tuple[int, ...], dtype, device) -> Callable[[], Any]:
+    """What makes a fresh contiguous output tensor each call: ``torch.empty_like(proto)``, which parses one
+    argument where ``torch.empty(shape, dtype=, device=)`` parses three (~2 us less per output on a slow host).
+    The proto is one element expanded to the shape (no memory held beside it), so empty_like makes a new
+    contiguous tensor; checked once here, else (an empty shape, a layout empty_like would not make contiguous)
+    torch.empty."""
+    import functools
+    torch = torch_module()
+    plain = functools.partial(torch.empty, shape, dtype=dtype, device=device)
+    if 0 in shape:
+        return plain
+    proto = torch.empty((), dtype=dtype, device=device).expand(shape)
+    made, want = torch.empty_like(proto), plain()
+    if made.shape != want.shape or made.stride() != want.stride() or made.dtype != dtype or \
+            made.device != want.device:
+        return plain
+    return functools.partial(torch.empty_like, proto)
+
+
 def shapes_key(tensors: dict[int, list[Any]]) -> tuple:
     """What a plan is built for: every local rank's argument shapes."""
     return tuple(tuple(tuple(x.shape) for x in row) for row in tensors.values())
 
 
-__all__ = ["ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "resolve", "shapes_key",
+__all__ = ["C_PATH", "ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "output_maker", "resolve",
+           "shapes_key",
            "torch_module"]

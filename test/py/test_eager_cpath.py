@@ -218,10 +218,10 @@ def test_executor_tags_keep_the_last_ones_issued_in_constant_time():
 
 
 def test_outputs_come_from_an_expanded_prototype():
-    plan = SimpleNamespace(_torch=torch, ex=SimpleNamespace(device=torch.device("cpu")))
-    proto = eager.EagerPlan._proto(plan, (3, 5, 7), torch.bfloat16)
-    assert proto.untyped_storage().nbytes() == 2  # one element, whatever the shape
-    made = [torch.empty_like(proto) for _ in range(2)]
+    make = eager.output_maker((3, 5, 7), torch.bfloat16, torch.device("cpu"))
+    assert make.func is torch.empty_like and make.args[0].untyped_storage().nbytes() == 2  # one element
+    made = [make() for _ in range(2)]
     assert all(m.shape == (3, 5, 7) and m.is_contiguous() and m.dtype == torch.bfloat16 for m in made)
     assert made[0].data_ptr() != made[1].data_ptr()
-    assert eager.EagerPlan._proto(plan, (0, 4), torch.bfloat16) is None  # torch.empty makes those
+    empty = eager.output_maker((0, 4), torch.bfloat16, torch.device("cpu"))
+    assert empty.func is torch.empty and empty().shape == (0, 4) and empty().stride() == (4, 1)
