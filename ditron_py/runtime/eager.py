@@ -18,7 +18,17 @@ What a plan does instead (``EagerPlan.call``):
   launch's argument list), the values affine in the epoch (``base + slope * (epoch - 1)``, from EpochTraces' probe
   templates: signal and wait values, in-kernel wait operands, barrier counts), one fresh tag per launch that
   names it in an error record, and the slices of the call's tensors that copies read or write.
-* **Launches** go to Triton's launcher directly (``CompiledKernel.run`` with the grid, the function handle, the
+* **The C path** (``C_PATH``, where ``memops.PlanEntries`` has the compiled helper runtime/hotpath.c): each launch
+  is packed once per step (``make_launch``: every argument at its ABI width, Triton's two scratch pointers last)
+  and a call writes only the call's pointers, the epoch's values and the tag before ``cuLaunchKernel`` -- one C
+  call per launch, without Triton's launcher frames or its parsing of every argument. The fork, the join, a
+  milestone's record and each signal / wait / barrier's stream memops are one C call each too. A kernel it does
+  not cover (cluster, cooperative or PDL launches, profile scratch, global scratch the executor does not own, an
+  argument type it does not pack), a call while a Triton launch hook is registered and one with no current
+  context (``launch`` returns -1) go through Triton's launcher as below; without the helper, the ctypes calls.
+* **Outputs** are ``torch.empty_like`` of a one-element prototype expanded to the shape (``output_maker``): one
+  argument for torch to parse instead of three.
+* **Launches** otherwise go to Triton's launcher directly (``CompiledKernel.run`` with the grid, the function handle, the
   packed metadata and pointers as ints: no launch-metadata frame, no pointer query; Triton's launch hooks passed
   only when a hook is registered -- an empty ``HookChain`` is still a Python call per launch, and building the
   launch metadata for it cost ~13 us here), and through ``kernel[grid]`` only for launchers that are not Triton's
