@@ -493,8 +493,10 @@ class EagerPlan:
         self.c_launches += 1
 
         def launch(epoch, t):
-            if getattr(hooks.launch_enter_hook, "calls", None) or getattr(hooks.launch_exit_hook, "calls", None):
-                return triton_launch(epoch, t)  # a hook wants its launch metadata: Triton's launcher
+            enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+            if (enter is not None and getattr(enter, "calls", True)) or \
+                    (leave is not None and getattr(leave, "calls", True)):
+                return triton_launch(epoch, t)  # a hook (a HookChain with calls, or a function): Triton's launcher
             vals = [t[index].data_ptr() for index in ptrs]
             if affine:
                 vals += [base + slope * (epoch - 1) for base, slope in affine]

@@ -175,7 +175,16 @@ def test_a_planned_ops_call_launches_what_tritons_launcher_is_given(monkeypatch,
         del d.log[:], triton[:]
         more = [[torch.randn(64, 32).to(torch.bfloat16)] for _ in range(2)]
         got = [ops.ag_gemm(x, b, world, sync=False, library=lib) for x in more]
+        log, through_triton = list(d.log), list(triton)
+        from triton import knobs
+        hook = lambda metadata: None  # noqa: E731 - a plain function as a launch hook
+        del triton[:]
+        with monkeypatch.context() as m:
+            m.setattr(knobs.runtime, "launch_enter_hook", hook)
+            ops.ag_gemm(more[0], b, world, sync=False, library=lib)
+        assert len(triton) == 1 and triton[0][11] is hook  # a registered hook: Triton's launcher, given the hook
         lib.close()
+    d.log, triton = log, through_triton
     assert all(o[0].shape == (64, 16) and o[0].is_contiguous() for o in outs + got)
     assert len({o[0].data_ptr() for o in got}) == 2  # fresh outputs
     (a,) = plan.ex._eager_traces[0]._fixed
