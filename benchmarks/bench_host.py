@@ -23,9 +23,11 @@ plans (runtime/eager.py) and interpreted (``eager.ENABLED = False``), and ``grap
 each new input set is captured against copying it into one captured set (``graph="copy"``).
 
 ``--cpu-dry DIR`` needs no GPU: the same eager calls (W = 1 and virtual W = 2, DRY_CASES, built into DIR where the
-compiler is) with every device call replaced by a no-op -- Triton's launcher (its Python frames run, the C launch
-does not), torch's events and streams, the driver's memops, record and stream waits -- so what is timed is the
-Python host path alone, with the call plans and interpreted (written to host_dry.csv). The driver calls and
+compiler is) with every device call replaced by a no-op -- Triton's launcher (CompiledKernel.run and the
+CudaLauncher's frame run, its C launch does not), torch's events and streams, and the CUDA driver: ditron's
+DriverMemops binds C functions that do nothing (hotpath.c's dry_entry_points) in place of libcuda's, so its
+ctypes calls (memops, event record, stream waits) and the call plans' C path (hotpath.c's launch, fork, join and
+memops) run up to the driver -- so what is timed is the host path alone, with the call plans and interpreted (written to host_dry.csv). The driver calls and
 torch's allocator cost a few microseconds more per call on a GPU host; ``--run`` measures them.
 """
 from __future__ import annotations
@@ -238,24 +240,25 @@ class _DryEvent:
         pass
 
 
-class _DryDriver:
-    """The driver's memops, event record and stream wait as no-ops."""
-    wait_name, write_name = "cuStreamWaitValue32_v2", "cuStreamWriteValue32_v2"
+class _DryLib:
+    """libcuda.so.1 as ditron's DriverMemops binds it (ctypes), every entry point a C function that does nothing
+    and succeeds (hotpath.c's dry_entry_points): the Python and ctypes frames of every driver call run, the driver
+    does not."""
 
-    def can_fork(self) -> bool:
-        return True
+    def __init__(self, hot):
+        import ctypes
+        names = {"cuStreamWriteValue32": "cuStreamWriteValue32_v2", "cuStreamWaitValue32": "cuStreamWaitValue32_v2"}
+        for name, address in hot.dry_entry_points().items():
+            setattr(self, names.get(name, name), ctypes.CFUNCTYPE(ctypes.c_int)(address))
 
-    def record(self, event, stream) -> bool:
-        return True
 
-    def wait_event(self, stream, event) -> None:
-        pass
-
-    def write(self, stream, addr, value) -> None:
-        pass
-
-    def wait_geq(self, stream, addr, value) -> None:
-        pass
+def _dry_driver():
+    from ditron.runtime import memops
+    hot = memops.hotpath()
+    if hot is None:
+        sys.exit("bench_host --cpu-dry needs ditron's C helper (runtime/hotpath.c, built through Triton's helper "
+                 "builder: a C compiler and the Python headers)")
+    return memops.DriverMemops(_DryLib(hot))
 
 
 def dry_gpu(stack) -> None:
@@ -287,7 +290,8 @@ def dry_gpu(stack) -> None:
     patch(X, "_device_of", lambda world: torch.device("cpu"))
     patch(X, "_new_stream", lambda device: (_DryStream(), None))
     patch(X, "stream_write_value32", lambda: None)
-    patch(X, "driver_memops", lambda: _DryDriver())
+    drv = _dry_driver()
+    patch(X, "driver_memops", lambda: drv)
     patch(X.Executor, "_calibrate", lambda ex: 10 ** 9)
     patch(X.Executor, "_probe_memops", lambda ex, drv: None)
     patch(loader.Kernel, "loaded", property(lambda self: True))
@@ -295,14 +299,30 @@ def dry_gpu(stack) -> None:
     patch(X.Executor, "_copy", staticmethod(lambda stream, src, dst: None))
     patch(eager, "current_raw_stream", lambda: (lambda index: user.cuda_stream))
     patch(torch_ops, "DEVICE_TYPE", "cpu")
-    # Triton's kernels: loaded (no module load), their C launch a no-op; kernel[grid](...) runs Triton's frames
-    patch(CompiledKernel, "_init_handles", lambda self: None)
-    patch(CompiledKernel, "run", property(lambda self: _dry_launch))
+    # Triton's kernels: loaded (no module load), their launcher Triton's CudaLauncher whose C launch is a no-op:
+    # CompiledKernel.run, the launcher's frame and kernel[grid](...) run as Triton's
+    patch(CompiledKernel, "_init_handles", _dry_init_handles)
     stack.callback(lambda: [setattr(o, n, v) for o, n, v in reversed(saved)])
 
 
 def _dry_launch(*args) -> None:
     pass
+
+
+def _dry_init_handles(ck) -> None:
+    """A kernel "loaded" without a GPU: function handle 1, Triton's own CudaLauncher (made without compiling its
+    C module) whose C launch is a no-op."""
+    if ck._run is not None:
+        return
+    from triton.backends.nvidia.driver import CudaLauncher
+    md = ck.metadata
+    launcher = object.__new__(CudaLauncher)
+    launcher.num_ctas = getattr(md, "num_ctas", 1)
+    for name in ("global_scratch_size", "global_scratch_align", "profile_scratch_size", "profile_scratch_align",
+                 "launch_cooperative_grid", "launch_pdl"):
+        setattr(launcher, name, getattr(md, name, 0))
+    launcher.launch = _dry_launch
+    ck._run, ck.function = launcher, 1
 
 
 def _dry_timed(call, warmup: int = 0) -> float:

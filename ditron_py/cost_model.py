@@ -139,11 +139,13 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
     t_math = 2.0 * cfg.block_m * cfg.block_n * k_part / flops_per_sm
     t_load = (cfg.block_m + cfg.block_n) * k_part * elem_bytes / load_bw_per_sm
-    # the others' fp32 partials, written and read back, and the lock the last split waits on: one round trip
-    # through memory (H200, GEMM+AR 8B M = 128, benchmarks/results/ablation_skinny_tiles.csv: 64x128 tiles split
-    # in two 30.9-32.3 us, 64x64x128 whole 30.0-30.2 in the same device call, though they load a third more)
-    t_split = (split - 1) * cfg.block_m * cfg.block_n * 4 * 2 / load_bw_per_sm + (peaks.signal_latency
-                                                                                   if split > 1 else 0.0)
+    # split-K: every split but the last writes its fp32 partial tile and the last reads them all back before its
+    # store, at one SM's share of HBM (no L2 reuse: each partial is read once, by one program), plus the lock the
+    # last split waits on. H200, warm L2 (benchmarks/results/tune_candidates.csv): 128x256 tiles split in 5 at
+    # 257x2048x7168 57.3 us against 30.3 for 64x128 tiles whole (the partials' 640 KB per tile at ~36 GB/s is
+    # the difference); 128x128 split in 2 at 256x4096x4096 21.5 against 17.0 for 64x128 whole
+    t_split = split * cfg.block_m * cfg.block_n * 4 / (peaks.hbm_copy_bw / peaks.num_sms) + (
+        peaks.signal_latency if split > 1 else 0.0) if split > 1 else 0.0
     # every operand byte crosses HBM once at least: what bounds a skinny GEMM (M = 128: B is read once, whatever
     # the tile; H200 warm L2, 128 x 8192 x 14336: 64x128 tiles 62.4 us, 128x128 split in two 65.7)
     floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw

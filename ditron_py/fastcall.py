@@ -26,18 +26,24 @@ from .runtime import eager
 MISS = object()   # what ``call`` returns when the call must take the whole way
 
 
+def tensor_sigs(ts) -> tuple:
+    """What a checked call depended on about each tensor of ``ts``: its shape, element type, device and whether it
+    is contiguous (raises AttributeError / TypeError for a non-tensor). One comprehension, no call per tensor."""
+    return tuple([(t.shape, t.dtype, t.device, t.is_contiguous()) for t in ts])
+
+
 def tensor_sig(t) -> tuple:
-    """What a checked call depended on about one tensor (raises AttributeError / TypeError for a non-tensor)."""
-    return (t.shape, t.dtype, t.device, t.is_contiguous())
+    """``tensor_sigs`` of one tensor."""
+    return tensor_sigs((t,))[0]
 
 
 def key(op: str, world, params: dict[str, Any], tensors: Sequence[Any], out) -> tuple:
     """The fast-path key of an ops call (virtual world: each argument a list of one tensor per rank)."""
     if world.is_virtual:
-        sig = tuple(tensor_sig(t) for arg in tensors for t in arg)
-        outs = None if out is None else tuple(tensor_sig(o) for o in out)
+        sig = tensor_sigs([t for arg in tensors for t in arg])
+        outs = None if out is None else tensor_sigs(out)
     else:
-        sig = tuple(tensor_sig(t) for t in tensors)
+        sig = tensor_sigs(tensors)
         outs = None if out is None else tensor_sig(out)
     return (op, id(world), tuple(params.items()) if params else (), len(tensors), sig, outs)
 
@@ -58,16 +64,15 @@ class FastCall:
 
     def __call__(self, tensors: Sequence[Any], out, sync: bool):
         """ops' call with these tensors (checked by the key): results as ``ops._call`` returns them."""
-        if self.virtual:
-            rows = [list(r) for r in zip(*tensors)]
+        if self.virtual:  # per argument a tensor per rank -> per rank its tensors (bind reads them in order)
             outs = None if out is None else [[o] for o in out]
-            return [r[0] for r in self.plan.call(rows, outs, sync)]
-        return self.plan.call([list(tensors)], None if out is None else [[out]], sync)[0][0]
+            return [r[0] for r in self.plan.call(list(zip(*tensors)), outs, sync)]
+        return self.plan.call([tensors], None if out is None else [[out]], sync)[0][0]
 
     def one(self, tensors: Sequence[Any], out) -> None:
         """A torch operator's call: this rank's tensors (a real world, or a virtual world of one rank) into ``out``,
         enqueued without host synchronisation."""
-        self.plan.call([list(tensors)], [[out]], False)
+        self.plan.call([tensors], [[out]], False)
 
 
 def call(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, sync: bool):
@@ -109,11 +114,11 @@ def remember(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any]
 
 # ------------------------------------------------------------------------------------------ torch operators
 
-_ops: dict[tuple, tuple[Any, tuple, Any, Any, FastCall]] = {}   # key -> (world entry, shape, dtype, device, fast)
+_ops: dict[tuple, tuple[Any, Any, FastCall]] = {}   # key -> (world entry, eager.output_maker of the output, fast)
 
 
 def op_key(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any]) -> tuple:
-    return (op, handle, tuple(params.items()), tuple(tensor_sig(t) for t in tensors))
+    return (op, handle, tuple(params.items()), tensor_sigs(tensors))
 
 
 def op_call(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any], entry):
@@ -124,13 +129,12 @@ def op_call(op: str, handle: str, params: dict[str, Any], tensors: Sequence[Any]
         found = _ops.get(op_key(op, handle, params, tensors))
     except (AttributeError, TypeError):
         return MISS
-    if found is None or found[0] is not entry or not found[4].live:
+    if found is None or found[0] is not entry or not found[2].live:
         return MISS
-    torch = eager.torch_module()
-    if torch.cuda.is_current_stream_capturing():  # (asked only now: the tensors are on the GPU) the capture path
-        return MISS
-    _, shape, dtype, device, fast = found
-    out = torch.empty(shape, dtype=dtype, device=device)
+    if eager.torch_module().cuda.is_current_stream_capturing():  # (asked only now: the tensors are on the GPU)
+        return MISS                                                 # the capture path
+    _, make, fast = found
+    out = make()
     fast.one(tensors, out)
     return out
 
@@ -150,7 +154,7 @@ def op_remember(op: str, handle: str, params: dict[str, Any], tensors: Sequence[
     except (AttributeError, TypeError):
         return
     if fast is not None:
-        _ops[k] = (entry, tuple(out.shape), out.dtype, out.device, fast)
+        _ops[k] = (entry, eager.output_maker(tuple(out.shape), out.dtype, out.device), fast)
 
 
 def forget_world(world=None) -> None:
@@ -163,7 +167,7 @@ def forget(exe=None, lib=None) -> None:
     """Drop the fast calls of ``exe`` (else all), the library's and the operators': its executors are closed."""
     if lib is not None:
         lib._eager = {k: v for k, v in lib._eager.items() if exe is not None and v.exe is not exe}
-    for k in [k for k, v in _ops.items() if exe is None or v[4].exe is exe]:
+    for k in [k for k, v in _ops.items() if exe is None or v[2].exe is exe]:
         del _ops[k]
 
 

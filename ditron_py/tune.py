@@ -308,7 +308,9 @@ def sm_budget(case: Case) -> int:
 
 def candidates(case: Case, top: int = DEFAULT_TOP) -> list[str]:
     """The gemm-config texts worth timing, best modelled first: the ``top`` configs the cost model ranks best for
-    the case's GEMM, and for a GEMM alone whose tiles exceed a wave the best one without a persistent grid."""
+    the case's GEMM; then, around the best, the template's shapes the model's table leaves out and so cannot
+    rank (``variants``); and for a GEMM alone whose tiles exceed a wave the best one without a persistent grid."""
+    from .backends.facts import lookup
     from .cost_model import gemm_candidates, gemm_split, gemm_tiles, gemm_time, peaks_for
     sms = sm_budget(case)
     peaks = peaks_for(case.target, num_sms=sms)
@@ -322,8 +324,27 @@ def candidates(case: Case, top: int = DEFAULT_TOP) -> list[str]:
         return gemm_time(m, n, k, c, peaks, sms=sms, elem_bytes=eb, split=split)
     ranked = sorted(configs, key=lambda c: (seconds(c), configs.index(c)))[:max(1, top)]
     out = [config_text(c) for c in ranked]
+    facts = lookup(peaks.target)
+    for variant in variants(ranked[0]):
+        text = config_text(variant)
+        if text not in out and variant.smem_bytes(eb, facts.vendor) <= peaks.smem_per_sm:
+            out.append(text)
     if alone and gemm_tiles(m, n, ranked[0]) > sms:
         out.append(config_text(ranked[0], False))
+    return out
+
+
+def variants(cfg: GemmConfig) -> list[GemmConfig]:
+    """The template's neighbours of a tile config that the cost model's table does not hold: the tile transposed
+    (BM and BN swapped, also with one more stage), the group of tile rows halved and doubled, one more stage, the
+    other of 4 / 8 warps. H200, bf16 (benchmarks/results/tune_candidates.csv): group 4 won at 12345 x 1000 x 3000
+    (139.6 against 141.4 us), 256x128 tiles with 4 stages at 3072 x 5000 x 3072 (153.1 against 153.7)."""
+    new = dataclasses.replace
+    out = [new(cfg, group_m=max(1, cfg.group_m // 2)), new(cfg, group_m=cfg.group_m * 2),
+           new(cfg, num_stages=cfg.num_stages + 1), new(cfg, num_warps=4 if cfg.num_warps == 8 else 8)]
+    if cfg.block_m != cfg.block_n:
+        out[:0] = [new(cfg, block_m=cfg.block_n, block_n=cfg.block_m),
+                   new(cfg, block_m=cfg.block_n, block_n=cfg.block_m, num_stages=cfg.num_stages + 1)]
     return out
 
 

@@ -9,11 +9,14 @@ from ..facts import GemmConfig, TargetFacts, VendorFacts
 # (benchmarks/results/gemm_skinny_warm.csv, H200, M = 128, L2 warm, pointer loads: 64x128 with 8 stages 19.3 /
 # 60.8 us against 20.1 / 62.3 with 6 at N, K = 7168, 4096 / 8192, 14336; 64x64 with BK = 128 20.1 us against 25.4
 # with BK = 64 at 4096, 7168 -- twice the bytes per stage; 128x128 with 5 stages 62.7 us against 65.0 with 6 at
-# 14336, 8192). Where a target's shared memory is smaller, the shallower twins below them remain.
+# 14336, 8192; 64x128 with BK = 128 and 4 stages 15.7 us against 17.0 for BK = 64 at 256 x 4096 x 4096, 111.8
+# against 119.1 at 512 x 18944 x 3584, results/tune_candidates.csv). Where a target's shared memory is smaller,
+# the shallower twins below them remain.
 GEMM_CANDIDATES = (
     GemmConfig(128, 256, 64, 8, 3, 8, 1.00),
     GemmConfig(128, 128, 64, 8, 5, 8, 0.93),
     GemmConfig(128, 128, 64, 4, 6, 8, 0.90),
+    GemmConfig(64, 128, 128, 4, 4, 8, 0.85),
     GemmConfig(64, 128, 64, 4, 8, 8, 0.80),
     GemmConfig(64, 128, 64, 4, 6, 8, 0.80),
     GemmConfig(64, 64, 128, 4, 6, 8, 0.65),

@@ -19,6 +19,7 @@ from .program import (BarrierAction, Buf, CopyAction, HostProgramError, LaunchAc
 from .timeouts import Milestone
 
 INT32_MAX = (1 << 31) - 1
+TAGS_KEPT = 4096          # error-record tags remembered (Executor._tags): those of the last TAGS_KEPT launches
 TRITON_POINTEE = {"bf16": "bf16", "fp16": "f16", "fp32": "f32", "fp64": "f64", "i1": "i1", "i8": "i8",
                   "i16": "i16", "i32": "i32", "i64": "i64", "fp8e4nv": "f8E4M3FN", "fp8e5": "f8E5M2",
                   "u8": "i8", "u32": "i32", "u64": "i64"}
@@ -220,15 +221,18 @@ class Actions:
         self._milestone(rank, a, stream)
 
     def _new_tag(self, rank: int, a, slots: tuple[int, ...], value: int) -> int:
-        """A number that names (rank, action, call) in an error record; the last 4096 are remembered."""
+        """A number that names (rank, action, call) in an error record; those of the last TAGS_KEPT issued are
+        remembered."""
         tag = self._next_tag
         self._next_tag = self._next_tag % INT32_MAX + 1
+        # the tag issued TAGS_KEPT before this one is forgotten (tags count up, wrapping at INT32_MAX); popping the
+        # dict's first key instead costs ~2 us per call once deletions pile up at its front
+        old = tag - TAGS_KEPT
+        self._tags.pop(old if old > 0 else old + INT32_MAX, None)
         if self._capturing:  # baked into a CUDA graph: kept while the executor lives; the call is the latest one
             self._pinned_tags[tag] = (rank, a, slots, value, -1)
             return tag
         self._tags[tag] = (rank, a, slots, value, self.epoch)
-        if len(self._tags) > 4096:
-            self._tags.pop(next(iter(self._tags)))
         return tag
 
     def _milestone(self, rank: int, a, stream) -> None:

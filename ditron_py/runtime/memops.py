@@ -13,9 +13,16 @@ in GPU memory, or writes one, without a kernel and without an SM.
     launch = drv.graph_launcher()                 # the same as one call returning the CUresult: a graph call's
     code = launch(exec_handle, stream_handle, event_handle)  # hot path (compiled where it can be, see below)
 
-``graph_launcher`` is the helper ``hotpath.c`` (both driver calls in one call from Python, a fraction of a
+    entries = drv.plan_entries()                  # the eager call plans' C path (runtime/eager.py): packed
+    cap = entries.make_launch(function, grid, block_x, smem, stream, types, values, varying)  # kernel launches
+    code = entries.launch(cap, *changed_values)   # (cuLaunchKernel), fork and join of streams
+    code = entries.fork(event, stream, *streams); code = entries.join(stream, event1, stream1, ...)
+
+``graph_launcher`` and ``plan_entries`` are the helper ``hotpath.c`` (both driver calls in one call from Python, a fraction of a
 microsecond less per call than two ctypes calls), built once per machine through Triton's run-time helper builder
-(as Triton builds its launchers: the C compiler and Python headers Triton needs), else the two ctypes calls.
+(as Triton builds its launchers: the C compiler and Python headers Triton needs), else the two ctypes calls;
+``plan_entries`` is None without the helper (the plans launch through Triton's launcher and fork and join through
+``record`` / ``wait_event`` then).
 
 ``cuStreamWaitValue32`` with ``CU_STREAM_WAIT_VALUE_GEQ`` compares cyclically, ``(int32)(*addr - value) >= 0``:
 for the small, growing values of signal pads that is ``*addr >= value``, and INT32_MAX (what the watchdog writes to
@@ -73,6 +80,45 @@ def hotpath():
         return None
 
 
+PLAN_ENTRY_POINTS = ("cuLaunchKernel", "cuCtxGetCurrent", "cuEventRecord", "cuStreamWaitEvent",
+                     "cuStreamWriteValue32", "cuStreamWaitValue32")  # the last two: the bound (_v2) symbols
+
+
+class PlanEntries:
+    """The eager call plans' C path: ``hotpath.c``'s launch, fork and join bound to the driver's entry points (by
+    address: ``addresses`` maps each of PLAN_ENTRY_POINTS to one). Each call returns 0 or a nonzero code (see
+    hotpath.c); ``launch`` -1: no current context, nothing launched. ``record(event, stream)`` is a fork to no
+    stream; ``memops(stream, value, n_writes, *addrs)`` writes ``value`` to the first n_writes addresses, then waits
+    for it (>=) at the rest (``memop_error`` names a refused one)."""
+
+    def __init__(self, hot, addresses: dict[str, int]):
+        self.hot = hot
+        self.launch_entry, self.ctx_entry = addresses["cuLaunchKernel"], addresses["cuCtxGetCurrent"]
+        record, wait = addresses["cuEventRecord"], addresses["cuStreamWaitEvent"]
+        self.launch = hot.launch
+        self.fork = functools.partial(hot.fork, record, wait)
+        self.join = functools.partial(hot.join, record, wait)
+        self.record = self.fork
+        self.memops = functools.partial(hot.memops, addresses["cuStreamWriteValue32"],
+                                        addresses["cuStreamWaitValue32"])
+
+    @staticmethod
+    def memop_error(code: int, n_writes: int, addrs: tuple[int, ...], value: int, error_name) -> MemopError:
+        """The error of ``memops``' nonzero code (``error_name``: the driver's names of CUresults)."""
+        result, index = code >> 8, (code & 0xFF) - 1
+        what = "cuStreamWriteValue32" if index < n_writes else "cuStreamWaitValue32"
+        return MemopError(f"{what}(addr=0x{addrs[index]:x}, value={value}) failed: CUresult {result} "
+                          f"({error_name(result)}); use wait_via='kernel' / signal_via='kernel' if this driver "
+                          "cannot run stream memory operations")
+
+    def make_launch(self, function: int, grid: tuple[int, int, int], block_x: int, smem: int, stream: int,
+                    types: str, values: tuple, varying: tuple[int, ...]):
+        """A launch packed once: ``types`` one code per argument (hotpath.c: b B h H i I q Q), ``values`` their
+        values now, ``varying`` the indices of those ``launch(capsule, *values)`` writes per call, in its order."""
+        return self.hot.make_launch(self.launch_entry, self.ctx_entry, function, *grid, block_x, smem, stream, types,
+                                    tuple(values), tuple(varying))
+
+
 class DriverMemops:
     """Bound driver entry points for stream waits and writes on 32-bit words (see the module doc)."""
 
@@ -105,6 +151,23 @@ class DriverMemops:
             return DriverMemops(ctypes.CDLL("libcuda.so.1"))
         except (OSError, ImportError):
             return None
+
+    @functools.cached_property
+    def _plan_entries(self) -> "PlanEntries | None":
+        addresses = {}
+        bound = {"cuStreamWriteValue32": self._write, "cuStreamWaitValue32": self._wait}
+        for name in PLAN_ENTRY_POINTS:
+            fn = bound[name] if name in bound else getattr(self._lib, name, None)
+            if not isinstance(fn, ctypes._CFuncPtr):
+                return None
+            addresses[name] = ctypes.cast(fn, ctypes.c_void_p).value
+        hot = hotpath()
+        return None if hot is None else PlanEntries(hot, addresses)
+
+    def plan_entries(self) -> "PlanEntries | None":
+        """The eager call plans' C path bound to this driver (made once), or None where the helper cannot be built
+        here or the driver lacks an entry point."""
+        return self._plan_entries
 
     def error_name(self, code: int) -> str:
         if self._error_name is not None:
@@ -189,4 +252,4 @@ class DriverMemops:
         return True
 
 
-__all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError"]
+__all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError", "PLAN_ENTRY_POINTS", "PlanEntries"]

@@ -59,7 +59,7 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
                num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0,
                fast_accum: bool = False) -> list[dict]:
     """Configs worth trying, best guess first. The rule: on a target with TMA (sm_90), TMA loads when rows are
-    16-byte aligned; 128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least
+    16-byte aligned (TMA stores when C's rows are 128-byte aligned); 128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least
     as many tiles as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs
     fills the SMs. ``fused`` (per-tile wait/notify, or a push) keeps the tile loop unflattened and stores through pointers;
     a GEMM that waits or notifies per tile neither splits K nor leaves TMA loads; ``pushes`` (GEMM+AR's push,
@@ -91,7 +91,10 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
                 dict(base, block_m=128, block_n=128, block_k=bk // 2, num_warps=4, num_stages=4)]
     smem = facts.smem_per_sm - facts.barrier_smem  # shared memory per block, less room for barriers
     tma = tma_loads(lda, ldb, in_bytes)
-    tma_store = tma and ldc * out_bytes % 16 == 0 and not fused
+    # C through TMA only where its rows start on 128-byte lines: a TMA store of rows off them ran 3-5 % slower than
+    # pointer stores (H200, 3072x5000x3072 155.7 against 147.9 us, 3000x5000x3000 179.7 / 171.4, 12345x1000x3000
+    # 147.0 / 142.4; results/README.md, tune_candidates.csv)
+    tma_store = tma and ldc * out_bytes % 128 == 0 and not fused
     loads = "tma" if tma else "pointer"
 
     def cfg(bm, bn, stages=None, warps=8, persistent=True, split=1, esplit=None, flatten=None, group=8,

@@ -204,6 +204,25 @@ def test_skinny_gemm_tiles_fill_shared_memory_and_a_split_pays_its_lock():
         pytest.approx(p.signal_latency)
 
 
+def test_split_k_partials_cost_one_sms_share_of_hbm():
+    """The last split reads every other split's fp32 partial tile back alone, at one SM's share of HBM: a 5-way
+    split of 128x256 tiles (640 KB of partials a tile) is not the model's choice at 257 x 2048 x 7168, where it ran
+    57.3 us against 30.3 for whole 64x128 tiles (H200, results/tune_candidates.csv)."""
+    from ditron.cost_model import gemm_split
+    p = peaks_for("cuda:90")
+    m, n, k = 257, 2048, 7168
+    cands = gemm_candidates(p)
+
+    def t(c):
+        return gemm_time(m, n, k, c, p, split=gemm_split(m, n, k, c, p.num_sms))
+    big = next(c for c in cands if (c.block_m, c.block_n) == (128, 256))
+    assert gemm_split(m, n, k, big, p.num_sms) == 5
+    best = min(cands, key=t)
+    assert (best.block_m, best.block_n) != (128, 256)
+    skinny = next(c for c in cands if (c.block_m, c.block_n, c.block_k, c.num_stages) == (64, 128, 64, 8))
+    assert t(big) > 1.3 * t(skinny)  # measured 1.89x (the model: 1.44x)
+
+
 # ---------------------------------------------------------------------------------------------- ditron-tile
 
 def _tilings(text: str) -> list[dict]:

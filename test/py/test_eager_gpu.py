@@ -92,6 +92,36 @@ def test_fresh_tensor_eager_calls_match_torch_without_host_sync(lib, op, W):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("W", [1, 2])
+@pytest.mark.parametrize("op", FUSED)
+def test_the_c_path_launches_what_tritons_launcher_does(lib, op, W, monkeypatch):
+    """The plans' C path (runtime/hotpath.c: cuLaunchKernel, fork / join and memops in one C call each) and
+    Triton's launcher with ctypes fork / join give the same results bit for bit, without host synchronisation;
+    the C path is taken where the helper is built."""
+    import torch
+
+    from ditron.runtime import eager, memops
+    from ditron.runtime.world import World
+    sig = ops.signature_for(op, T.op_shapes(op, W), "bf16", W, True, T.TARGET)
+    fn = getattr(ops, op)
+    args = [[list(col) for col in zip(*T.inputs_of(sig.shapes, W, seed))] for seed in range(1, CALLS + 1)]
+    results = {}
+    for c_path in (False, True):
+        monkeypatch.setattr(eager, "C_PATH", c_path)
+        fresh = ops.Library(lib.directory, target=T.TARGET, compile=False)  # its own executors: new plans
+        world = World.virtual(W)
+        fn(*args[0], world, library=fresh)
+        torch.cuda.synchronize()
+        results[c_path] = _no_sync(lambda: [fn(*a, world, library=fresh, sync=False) for a in args[1:]])
+        torch.cuda.synchronize()
+        (fast,) = fresh._eager.values()
+        assert (fast.plan.c_launches > 0) == (c_path and memops.hotpath() is not None)
+        fresh.close()
+    for a, b in zip(results[False], results[True]):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", FUSED)
 def test_fresh_tensor_torch_operator_calls_match_torch_without_host_sync(lib, op):
     import torch

@@ -80,9 +80,20 @@ def test_candidates_are_the_models_best_configs():
     ranked = sorted(configs, key=lambda c: (gemm_time(3000, 5000, 3000, c, peaks, sms=132, elem_bytes=2,
                                                       split=gemm_split(3000, 5000, 3000, c, 132)), configs.index(c)))
     assert got[:3] == [tune.config_text(c) for c in ranked[:3]]
-    # beyond one wave: the best one without a persistent grid too
-    assert got[3:] == [tune.config_text(ranked[0], False)]
-    assert len(tune.candidates(tune.Case("matmul", 16, 4096, 4096), top=2)) == 2  # one wave: no twin
+    # then the template's neighbours of the best that the model's table lacks, each once
+    best = ranked[0]
+    extra = [tune.config_text(c) for c in tune.variants(best)]
+    assert got[3:-1] == [t for t in extra if t not in got[:3]] and len(set(got)) == len(got)
+    assert f"{best.block_n}x{best.block_m}x{best.block_k}-w{best.num_warps}-s{best.num_stages}-g{best.group_m}" \
+        in got  # the transposed tile
+    # beyond one wave: the best one without a persistent grid too, last
+    assert got[-1] == tune.config_text(best, False)
+    small = tune.candidates(tune.Case("matmul", 16, 4096, 4096), top=2)
+    assert not any(t.endswith("-np") for t in small)  # one wave: no twin
+    # every candidate fits the target's shared memory (a deeper variant of a full pipeline is left out)
+    for text in got + small:
+        cfg = tune.GemmPin.parse(text).config
+        assert cfg.smem_bytes(2, "cuda") <= peaks.smem_per_sm
 
 
 def test_cases_check_their_arguments():

@@ -1,0 +1,236 @@
+"""The eager call plans' C path (runtime/hotpath.c through memops.PlanEntries, used by runtime/eager.py): a kernel
+launch packed once and re-written per call, fork / join of streams and stream memops, each one C call into the
+driver's entry points -- here C function pointers (ctypes callbacks) that record what they are given. Then a whole
+ops call on bench_host's dry GPU: the C path launches exactly what Triton's launcher is given on the Python path
+(the same grid, stream, function and arguments, the fresh tensors' pointers), with the streams forked and joined
+around it; the executor's error tags are forgotten in O(1); outputs come from empty_like of a prototype."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ditron.runtime import eager, memops
+
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                          ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+CTX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
+HANDLES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+WAIT_EVENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+VALUE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
+WIDTH = {"b": ctypes.c_int8, "B": ctypes.c_uint8, "h": ctypes.c_int16, "H": ctypes.c_uint16, "i": ctypes.c_int32,
+         "I": ctypes.c_uint32, "q": ctypes.c_int64, "Q": ctypes.c_uint64}
+
+
+def _hot():
+    hot = memops.hotpath()
+    if hot is None:
+        pytest.skip("no C compiler or Python headers here: the helper cannot be built")
+    return hot
+
+
+class Driver:
+    """Recording entry points: ``log`` gets (name, args...) per call; ``codes[name]`` is what each returns; the
+    launch reads its arguments at the widths of ``types`` (set by the test)."""
+
+    def __init__(self):
+        self.log, self.codes, self.types, self.ctx = [], {}, "", 0xc0
+
+        def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            args = tuple(ctypes.cast(params[i], ctypes.POINTER(WIDTH[t])).contents.value
+                         for i, t in enumerate(self.types))
+            self.log.append(("launch", f, (gx, gy, gz), (bx, by, bz), smem, stream, args))
+            return self.codes.get("launch", 0)
+
+        def ctx(out):
+            out[0] = self.ctx
+            return 0
+        self.fns = {"cuLaunchKernel": LAUNCH(launch), "cuCtxGetCurrent": CTX(ctx),
+                    "cuEventRecord": HANDLES(lambda e, s: self.log.append(("record", e, s)) or
+                                             self.codes.get("record", 0)),
+                    "cuStreamWaitEvent": WAIT_EVENT(lambda s, e, f: self.log.append(("wait_event", s, e)) or
+                                                    self.codes.get("wait_event", 0)),
+                    "cuStreamWriteValue32": VALUE(lambda s, a, v, f: self.log.append(("write", s, a, v)) or
+                                                  self.codes.get("write", 0)),
+                    "cuStreamWaitValue32": VALUE(lambda s, a, v, f: self.log.append(("wait_value", s, a, v)) or
+                                                 self.codes.get("wait_value", 0))}
+        self.addresses = {k: ctypes.cast(fn, ctypes.c_void_p).value for k, fn in self.fns.items()}
+
+    def entries(self):
+        return memops.PlanEntries(_hot(), self.addresses)
+
+
+def test_a_packed_launch_writes_only_the_varying_arguments_each_call():
+    d = Driver()
+    e = d.entries()
+    d.types = "QibBhqQQQ"  # a pointer, i32, i8, u8, i16, i64, a pointer, then Triton's two scratch pointers
+    cap = e.make_launch(0xf0, (3, 2, 1), 128, 4096, 0x5, d.types, (0, -7, -3, 200, -300, -(1 << 40), 0xabc, 0, 0),
+                        (0, 1))
+    assert e.launch(cap, 0x1000, 42) == 0
+    assert d.log == [("launch", 0xf0, (3, 2, 1), (128, 1, 1), 4096, 0x5,
+                      (0x1000, 42, -3, 200, -300, -(1 << 40), 0xabc, 0, 0))]
+    assert e.launch(cap, 0x2000, -1) == 0 and d.log[1][-1][:2] == (0x2000, -1)
+    del d.log[:]
+    with pytest.raises(OverflowError, match="argument 1: 2147483648 does not fit"):
+        e.launch(cap, 0x3000, 1 << 31)
+    with pytest.raises(TypeError, match="1 values for 2 varying"):
+        e.launch(cap, 0x3000)
+    with pytest.raises(TypeError):
+        e.launch(cap, "0x3000", 1)
+    assert d.log == []  # nothing launched by a refused call
+    d.codes["launch"] = 719
+    assert e.launch(cap, 0x3000, 1) == 719
+    d.ctx = 0  # no current context: nothing launched, -1 (the plan goes through Triton's launcher then)
+    assert e.launch(cap, 0x3000, 1) == -1 and len(d.log) == 1
+    d.ctx = 0xc0
+    empty = e.make_launch(0xf0, (0, 1, 1), 128, 0, 0x5, "Q", (0,), (0,))
+    assert e.launch(empty, 0x10) == 0 and len(d.log) == 1  # an empty grid launches nothing, as Triton's launcher
+    with pytest.raises(OverflowError):
+        e.make_launch(0xf0, (1, 1, 1), 32, 0, 0x5, "B", (256,), ())
+    with pytest.raises(ValueError, match="unknown type code"):
+        e.make_launch(0xf0, (1, 1, 1), 32, 0, 0x5, "f", (1,), ())
+    with pytest.raises(IndexError):
+        e.make_launch(0xf0, (1, 1, 1), 32, 0, 0x5, "Q", (1,), (1,))
+
+
+def test_fork_join_and_memops_in_one_call_each():
+    d = Driver()
+    e = d.entries()
+    assert e.fork(0xe0, 0x1, 0x2, 0x3) == 0
+    assert e.join(0x1, 0xe2, 0x2, 0xe3, 0x3) == 0
+    assert e.record(0xe4, 0x2) == 0
+    assert d.log == [("record", 0xe0, 0x1), ("wait_event", 0x2, 0xe0), ("wait_event", 0x3, 0xe0),
+                     ("record", 0xe2, 0x2), ("wait_event", 0x1, 0xe2), ("record", 0xe3, 0x3),
+                     ("wait_event", 0x1, 0xe3), ("record", 0xe4, 0x2)]
+    del d.log[:]
+    assert e.memops(0x2, 7, 2, 0x100, 0x104, 0x200) == 0  # a barrier: two writes, then a wait
+    assert d.log == [("write", 0x2, 0x100, 7), ("write", 0x2, 0x104, 7), ("wait_value", 0x2, 0x200, 7)]
+    assert e.memops(0x2, -1, 1, 0x100) == 0 and d.log[-1] == ("write", 0x2, 0x100, 0xFFFFFFFF)  # mod 2^32
+    d.codes.update(wait_event=400)
+    assert e.fork(0xe0, 0x1, 0x2, 0x3) == -400 and d.log[-1] == ("wait_event", 0x2, 0xe0)  # stops there
+    d.codes.update(record=700)
+    assert e.join(0x1, 0xe2, 0x2) == 700
+    d.codes.update(wait_value=1)
+    del d.log[:]
+    code = e.memops(0x2, 5, 1, 0x100, 0x200, 0x300)
+    assert d.log == [("write", 0x2, 0x100, 5), ("wait_value", 0x2, 0x200, 5)]
+    err = e.memop_error(code, 1, (0x100, 0x200, 0x300), 5, lambda c: f"E{c}")
+    assert isinstance(err, memops.MemopError)
+    assert "cuStreamWaitValue32(addr=0x200, value=5) failed: CUresult 1 (E1)" in str(err)
+
+
+def test_driver_binds_the_plan_entry_points_and_none_without_the_helper(monkeypatch):
+    d = Driver()
+    lib = SimpleNamespace(cuStreamWaitValue32_v2=d.fns["cuStreamWaitValue32"],
+                          cuStreamWriteValue32_v2=d.fns["cuStreamWriteValue32"],
+                          **{k: v for k, v in d.fns.items() if "Value32" not in k})
+    _hot()
+    entries = memops.DriverMemops(lib).plan_entries()
+    assert entries is not None and entries.launch_entry == d.addresses["cuLaunchKernel"]
+    assert entries.memops(0x9, 3, 1, 0x40) == 0 and d.log == [("write", 0x9, 0x40, 3)]
+    monkeypatch.setattr(memops, "hotpath", lambda: None)
+    assert memops.DriverMemops(lib).plan_entries() is None
+    del lib.cuLaunchKernel
+    monkeypatch.undo()
+    assert memops.DriverMemops(lib).plan_entries() is None  # a driver without cuLaunchKernel: no C path
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_a_planned_ops_call_launches_what_tritons_launcher_is_given(monkeypatch, tmp_path, c_path):
+    """bench_host's dry GPU, its driver's entry points recording: an ops.ag_gemm call through its plan forks the
+    user's stream to the executor's, launches the GEMM with the call's fresh tensors and joins back -- through the
+    C path (cuLaunchKernel) and through Triton's launcher (its C launch recorded) alike, with the same arguments."""
+    from test_ops import _bench
+
+    from ditron import ops
+    from ditron.runtime.world import World
+    _hot()
+    bench = _bench("bench_host")
+    d = Driver()
+    triton = []
+    monkeypatch.setattr(bench, "_dry_launch", lambda *args: triton.append(args))
+    lib_entries = bench._DryLib(memops.hotpath())
+    for name, fn in d.fns.items():
+        setattr(lib_entries, {"cuStreamWriteValue32": "cuStreamWriteValue32_v2",
+                              "cuStreamWaitValue32": "cuStreamWaitValue32_v2"}.get(name, name), fn)
+    drv = memops.DriverMemops(lib_entries)
+    monkeypatch.setattr(bench, "_dry_driver", lambda: drv)
+    monkeypatch.setattr(eager, "C_PATH", c_path)
+    with contextlib.ExitStack() as stack:
+        bench.dry_gpu(stack)
+        lib = ops.Library(tmp_path / "lib", target="cuda:90")
+        world = World.virtual(1, device="cpu")
+        b = [torch.randn(32, 16).to(torch.bfloat16)]
+        xs = [[torch.randn(64, 32).to(torch.bfloat16)] for _ in range(3)]
+        outs = [ops.ag_gemm(x, b, world, sync=False, library=lib) for x in xs]  # the first call makes the plan
+        fast = next(iter(lib._eager.values()))
+        plan = fast.plan
+        assert (plan.entries is not None) == c_path and plan.c_launches == (1 if c_path else 0)
+        (kernel,) = {a.kernel for a in plan.ex._eager_traces[0]._fixed}
+        ck = plan.ex._kernel(kernel).triton_kernel
+        d.types = "Q" * (len(ck.src.signature) + 2)
+        del d.log[:], triton[:]
+        more = [[torch.randn(64, 32).to(torch.bfloat16)] for _ in range(2)]
+        got = [ops.ag_gemm(x, b, world, sync=False, library=lib) for x in more]
+        log, through_triton = list(d.log), list(triton)
+        from triton import knobs
+        hook = lambda metadata: None  # noqa: E731 - a plain function as a launch hook
+        del triton[:]
+        with monkeypatch.context() as m:
+            m.setattr(knobs.runtime, "launch_enter_hook", hook)
+            ops.ag_gemm(more[0], b, world, sync=False, library=lib)
+        assert len(triton) == 1 and triton[0][11] is hook  # a registered hook: Triton's launcher, given the hook
+        lib.close()
+    d.log, triton = log, through_triton
+    assert all(o[0].shape == (64, 16) and o[0].is_contiguous() for o in outs + got)
+    assert len({o[0].data_ptr() for o in got}) == 2  # fresh outputs
+    (a,) = plan.ex._eager_traces[0]._fixed
+    grid = tuple(a.grid) + (1,) * (3 - len(a.grid))
+    user, executor = d.log[0][2], plan.handles[(0, a.stream)]
+    if c_path:  # per call: fork (record on the user's stream, the executor's waits), the launch, join
+        assert [e[0] for e in d.log] == ["record", "wait_event", "launch", "record", "wait_event"] * 2
+        assert not triton
+        launched = [e[1:] for e in d.log if e[0] == "launch"]
+        assert all(f == ck.function and g == grid and block == (32 * ck.metadata.num_warps, 1, 1) and
+                   smem == ck.metadata.shared and stream == executor and args[-2:] == (0, 0)
+                   for f, g, block, smem, stream, args in launched)
+        values = [args[:-2] for *_, args in launched]
+    else:  # the ctypes fork / join around Triton's launcher
+        assert [e[0] for e in d.log] == ["record", "wait_event", "record", "wait_event"] * 2
+        assert len(triton) == 2
+        values = []
+        for gx, gy, gz, stream, function, _, _, gscratch, pscratch, packed, meta, enter, leave, *vals in triton:
+            assert (gx, gy, gz) == grid and stream == executor and function == ck.function
+            assert packed == ck.packed_metadata and gscratch is None and pscratch is None and meta is None
+            values.append(tuple(vals))
+    assert d.log[1][1] == executor and d.log[-1][1] == user  # the executor's stream waits; the user's joins
+    for vals, x, y in zip(values, more, got):  # the call's fresh tensors, the weight, in the kernel's ABI order
+        assert sorted(vals) == sorted((x[0].data_ptr(), b[0].data_ptr(), y[0].data_ptr()))
+    assert values[0].index(more[0][0].data_ptr()) == values[1].index(more[1][0].data_ptr())
+
+
+def test_executor_tags_keep_the_last_ones_issued_in_constant_time():
+    from ditron.runtime.actions import INT32_MAX, TAGS_KEPT, Actions
+    ex = SimpleNamespace(_next_tag=INT32_MAX - 10, _capturing=False, _tags={}, _pinned_tags={}, epoch=3)
+    tags = [Actions._new_tag(ex, 0, "a", (), 1) for _ in range(TAGS_KEPT + 20)]
+    assert tags[10] == INT32_MAX and tags[11] == 1  # wraps
+    assert list(ex._tags) == tags[-TAGS_KEPT:]
+    ex._capturing = True
+    pinned = Actions._new_tag(ex, 0, "a", (), 1)
+    ex._capturing = False
+    after = Actions._new_tag(ex, 0, "a", (), 1)
+    assert pinned in ex._pinned_tags and pinned not in ex._tags and after in ex._tags
+    assert len(ex._tags) == TAGS_KEPT - 1  # the window counts the pinned tag too
+
+
+def test_outputs_come_from_an_expanded_prototype():
+    make = eager.output_maker((3, 5, 7), torch.bfloat16, torch.device("cpu"))
+    assert make.func is torch.empty_like and make.args[0].untyped_storage().nbytes() == 2  # one element
+    made = [make() for _ in range(2)]
+    assert all(m.shape == (3, 5, 7) and m.is_contiguous() and m.dtype == torch.bfloat16 for m in made)
+    assert made[0].data_ptr() != made[1].data_ptr()
+    empty = eager.output_maker((0, 4), torch.bfloat16, torch.device("cpu"))
+    assert empty.func is torch.empty and empty().shape == (0, 4) and empty().stride() == (4, 1)
