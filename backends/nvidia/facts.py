@@ -39,10 +39,13 @@ GROUPED_GEMM_CANDIDATES = (
 
 # fp8 GEMM candidates (BLOCK_K 128, twice bf16's bytes per K element), precise accumulation (torch._scaled_mm's
 # default): one 64-row wgmma block per warpgroup and block_n <= 128 (kernels/gemm/configs.py fp8_tile_fits: a
-# second, partial accumulator per wgmma block; 128x256 spills). Efficiencies are estimates relative to the lead
-# (128x128 tiles load 1.5x the operand bytes per FLOP of 128x256 ones), not yet measured per tile.
+# second, partial accumulator per wgmma block; 128x256 spills), or two such blocks as two dots (256x128, m_split).
+# H200, e4m3 precise (results/fp8.csv): 256x128 as two dots 138.4 / 237.4 / 41.6 us against 149.1 / 263.9 / 44.5
+# for 128x128 at 4096^3, 2048x14336x4096, 1000x4096x4096 (0.90-0.93); the smaller tiles' efficiencies are
+# estimates.
 FP8_GEMM_CANDIDATES = (
-    GemmConfig(128, 128, 128, 8, 4, 8, 1.00),
+    GemmConfig(256, 128, 128, 8, 4, 8, 1.00),  # as two 128-row dots sharing B (m_split, kernels/gemm/record.py)
+    GemmConfig(128, 128, 128, 8, 4, 8, 0.92),
     GemmConfig(64, 128, 128, 4, 6, 8, 0.80),
     GemmConfig(128, 64, 128, 8, 6, 8, 0.75),
     GemmConfig(64, 64, 128, 4, 6, 8, 0.60),

@@ -57,6 +57,11 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
     if "m_split" not in config and any(f in config for f in ("block_m", "block_n", "num_warps")):
         chosen.pop("m_split", None)  # the default's split belongs to the default's tile, not to the one given
     chosen.update(config)
+    if "m_split" not in config and in_dtype.startswith("fp8") and not fast_accum and chosen.get("loads") == "tma" \
+            and chosen.get("block_m") == 32 * chosen.get("num_warps", 0):
+        # a precise fp8 tile of two 64-row wgmma blocks per warpgroup (ditron-tile's 256x128 on 8 warps) runs as
+        # two dots sharing B's tile, or its accumulators spill (configs.fp8_tile_fits)
+        chosen["m_split"] = 2
     if gather and "loads" not in config:
         chosen["loads"] = "pointer"  # the gathered rows are SM stores (check_gather)
     rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),

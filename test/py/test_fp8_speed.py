@@ -79,7 +79,14 @@ def test_template_choices_follow_the_fp8_tile_rule():
 def test_cost_model_ranks_fp8_by_its_own_candidates_and_rate():
     peaks = peaks_for("cuda:90")
     fp8 = gemm_candidates(peaks, 1)
-    assert fp8 and all(c.block_k == 128 and fp8_tile_fits(c.block_m, c.block_n, c.num_warps, False) for c in fp8)
+    # a precise tile of two 64-row blocks a warpgroup runs as two dots (m_split, implied by the tile in make_record)
+    assert fp8 and all(c.block_k == 128 and fp8_tile_fits(c.block_m, c.block_n, c.num_warps, False,
+                                                          max(1, c.block_m // (16 * c.num_warps))) for c in fp8)
+    rec = gemm.make_record(4096, 4096, 4096, in_dtype="fp8e4m3", b_trans=True, block_m=256, block_n=128,
+                           block_k=128, num_warps=8, num_stages=4)
+    assert rec["m_split"] == 2
+    assert "m_split" not in gemm.make_record(4096, 4096, 4096, in_dtype="fp8e4m3", b_trans=True, block_m=256,
+                                             block_n=128, block_k=128, num_warps=8, num_stages=4, fast_accum=True)
     assert gemm_candidates(peaks, 2) == [c for c in target_facts("cuda:90").gemm_candidates
                                          if c.smem_bytes(2, "cuda") <= peaks.smem_per_sm]
     cfg = fp8[0]
