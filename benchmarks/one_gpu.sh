@@ -19,6 +19,7 @@ py=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3
 case "$mode" in
   build)
     "$py" tools/build_gpu_test_artifacts.py "$dir/tests" && "$py" test/py/test_device_builder_gpu.py build "$dir/device" &&
+      "$py" test/py/test_eager_gpu.py build "$dir/eager" &&
       "$py" benchmarks/bench_host.py --build "$dir/host" &&
       "$py" benchmarks/bench_user_kernels.py --build "$dir/user" --world 1 2 --mode virtual --quick &&
       "$py" test/py/test_flash_decode_gpu.py build "$dir/flash_tests" &&
@@ -32,6 +33,7 @@ case "$mode" in
       test/py/test_loader_gpu.py
     t 100 device.log env DITRON_DEVICE_ARTS="$dir/device" "$py" -m pytest -q -m gpu -p no:cacheprovider \
       test/py/test_device_builder_gpu.py
+    t 100 eager.log env DITRON_OPS_DIR="$dir/eager" "$py" -m pytest -q -m gpu -p no:cacheprovider test/py/test_eager_gpu.py
     t 90 host.log "$py" benchmarks/bench_host.py --run "$dir/host" --out "$out"
     t 70 user_w1.log "$py" benchmarks/bench_user_kernels.py --run "$dir/user" --virtual 1 --quick
     t 70 user_w2.log "$py" benchmarks/bench_user_kernels.py --run "$dir/user" --virtual 2 --quick

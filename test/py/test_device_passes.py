@@ -533,7 +533,8 @@ KINDS = [("ag_gemm", ""), ("ag_gemm", "all-gather=push"), ("ag_gemm", "all-gathe
 @pytest.mark.parametrize("w", [1, 2, 4, 8])
 @pytest.mark.parametrize("kind,tile", KINDS, ids=[f"{k}-{o or 'auto'}" for k, o in KINDS])
 def test_patterns_simulate_equal_to_the_reference(kind, tile, w):
-    for m, seeds in ((128, (0, 1, 2)), (4091, (3,))):
+    # rows that divide into no tile: 4091 a rank up to W = 4, 1031 at W = 8 (as uneven, a quarter of the cost)
+    for m, seeds in ((128, (0, 1, 2)), (4091 if w <= 4 else 1031, (3,))):
         text = local_program(kind, w, m)
         check_sim(lower(text, FULL % (tile, "")), text, w, seeds=seeds)
 
