@@ -144,8 +144,8 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     # last split waits on. H200, warm L2 (benchmarks/results/tune_candidates.csv): 128x256 tiles split in 5 at
     # 257x2048x7168 57.3 us against 30.3 for 64x128 tiles whole (the partials' 640 KB per tile at ~36 GB/s is
     # the difference); 128x128 split in 2 at 256x4096x4096 21.5 against 17.0 for 64x128 whole
-    t_split = split * cfg.block_m * cfg.block_n * 4 / (peaks.hbm_copy_bw / peaks.num_sms) + (
-        peaks.signal_latency if split > 1 else 0.0) if split > 1 else 0.0
+    t_split = split * cfg.block_m * cfg.block_n * 4 / (peaks.hbm_copy_bw / peaks.num_sms) + peaks.signal_latency \
+        if split > 1 else 0.0
     # every operand byte crosses HBM once at least: what bounds a skinny GEMM (M = 128: B is read once, whatever
     # the tile; H200 warm L2, 128 x 8192 x 14336: 64x128 tiles 62.4 us, 128x128 split in two 65.7)
     floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw

@@ -45,6 +45,12 @@ def fp8_tile_fits(bm: int, bn: int, warps: int, fast_accum: bool, m_split: int =
     return bm == 16 * warps * m_split and acc + bn // 2 <= ACC_REGS + 64
 
 
+def fp8_dots(bm: int, warps: int) -> int:
+    """The dots a precise fp8 tile of bm rows on ``warps`` warps runs as (its ``m_split``): one 64-row wgmma
+    block per warpgroup in each (``fp8_tile_fits``)."""
+    return max(1, bm // (16 * warps))
+
+
 def split_for(tiles: int, k_tiles: int, sms: int) -> int:
     """Split-K for a grid of ``tiles`` tiles of ``k_tiles`` K steps on ``sms`` SMs: as many K slices as fill the
     SMs with one wave of tiles * split programs, each slice at least 8 K steps long and none empty (1: no split)."""
@@ -59,8 +65,8 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
                num_sms: int | None = None, pushes: bool = False, epilogue_bytes: int = 0,
                fast_accum: bool = False) -> list[dict]:
     """Configs worth trying, best guess first. The rule: on a target with TMA (sm_90), TMA loads when rows are
-    16-byte aligned (TMA stores when C's rows are 128-byte aligned); 128x256 tiles (4 stages with a split epilogue) in a persistent grid when there are at least
-    as many tiles as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs
+    16-byte aligned (TMA stores when C's rows are 128-byte aligned); 128x256 tiles (4 stages with a split
+    epilogue) in a persistent grid when there are at least as many tiles as SMs; below that, smaller tiles through pointers and split-K until about one wave of programs
     fills the SMs. ``fused`` (per-tile wait/notify, or a push) keeps the tile loop unflattened and stores through pointers;
     a GEMM that waits or notifies per tile neither splits K nor leaves TMA loads; ``pushes`` (GEMM+AR's push,
     done by the last split) does both. ``epilogue_bytes``: bytes per C element of a fused epilogue's widest [m, n]

@@ -11,7 +11,7 @@ from ...errors import VerificationError
 from .. import KernelRecord, check_i32
 from .. import offset_type as _offset_type
 from . import epilogue as _epilogue
-from .configs import choose_config
+from .configs import choose_config, fp8_dots
 from .geometry import TILE_ORDER_FNS, _rank_shift, geometry
 
 name = "gemm"
@@ -58,7 +58,7 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
         chosen.pop("m_split", None)  # the default's split belongs to the default's tile, not to the one given
     chosen.update(config)
     if "m_split" not in config and in_dtype.startswith("fp8") and not fast_accum and chosen.get("loads") == "tma" \
-            and chosen.get("block_m") == 32 * chosen.get("num_warps", 0):
+            and fp8_dots(chosen["block_m"], chosen["num_warps"]) == 2:
         # a precise fp8 tile of two 64-row wgmma blocks per warpgroup (ditron-tile's 256x128 on 8 warps) runs as
         # two dots sharing B's tile, or its accumulators spill (configs.fp8_tile_fits)
         chosen["m_split"] = 2
