@@ -80,6 +80,12 @@ def hotpath():
         return None
 
 
+def memop_failure(what: str, code: int, name: str, addr: int, value: int) -> MemopError:
+    """The error of a refused stream memory operation (``name``: the driver's name of CUresult ``code``)."""
+    return MemopError(f"{what}(addr=0x{addr:x}, value={value}) failed: CUresult {code} ({name}); use "
+                      "wait_via='kernel' / signal_via='kernel' if this driver cannot run stream memory operations")
+
+
 PLAN_ENTRY_POINTS = ("cuLaunchKernel", "cuCtxGetCurrent", "cuEventRecord", "cuStreamWaitEvent",
                      "cuStreamWriteValue32", "cuStreamWaitValue32")  # the last two: the bound (_v2) symbols
 
@@ -107,9 +113,7 @@ class PlanEntries:
         """The error of ``memops``' nonzero code (``error_name``: the driver's names of CUresults)."""
         result, index = code >> 8, (code & 0xFF) - 1
         what = "cuStreamWriteValue32" if index < n_writes else "cuStreamWaitValue32"
-        return MemopError(f"{what}(addr=0x{addrs[index]:x}, value={value}) failed: CUresult {result} "
-                          f"({error_name(result)}); use wait_via='kernel' / signal_via='kernel' if this driver "
-                          "cannot run stream memory operations")
+        return memop_failure(what, result, error_name(result), addrs[index], value)
 
     def make_launch(self, function: int, grid: tuple[int, int, int], block_x: int, smem: int, stream: int,
                     types: str, values: tuple, varying: tuple[int, ...]):
@@ -177,9 +181,7 @@ class DriverMemops:
         return "CUDA_ERROR_?"
 
     def _fail(self, what: str, code: int, addr: int, value: int) -> MemopError:
-        return MemopError(f"{what}(addr=0x{addr:x}, value={value}) failed: CUresult {code} "
-                          f"({self.error_name(code)}); use wait_via='kernel' / signal_via='kernel' if this driver "
-                          "cannot run stream memory operations")
+        return memop_failure(what, code, self.error_name(code), addr, value)
 
     def wait_geq(self, stream: int, addr: int, value: int) -> None:
         """Enqueue on ``stream`` (a CUstream handle): wait until (int32)(*addr - value) >= 0."""
