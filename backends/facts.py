@@ -51,7 +51,11 @@ class TargetFacts:
     to) or "mesh" (fully connected point-to-point links: ``link_bw`` per peer, up to ``links`` peers at once).
     ``gemm_candidates``: the GEMM tile configurations ditron-tile ranks, best first for large problems (those whose
     stages do not fit ``smem_per_sm`` are dropped). ``tma``: device-side tensor descriptors (the GEMM template's
-    TMA rule, kernels.gemm.candidates); ``barrier_smem``: shared memory a TMA GEMM keeps for its barriers."""
+    TMA rule, kernels.gemm.candidates); ``barrier_smem``: shared memory a TMA GEMM keeps for its barriers.
+    ``tma_line`` / ``tma_off_line``: a TMA GEMM whose A rows, B rows or both start off ``tma_line``-byte lines
+    (row strides that are multiples of 16 bytes but not of the line) takes that much longer (A only, B only, both:
+    the share added to its time), which ditron-tile weighs against copying the operand to aligned rows first
+    (cost_model.repack_choice)."""
 
     vendor: str
     arch: int | str
@@ -73,6 +77,8 @@ class TargetFacts:
     launch_latency: float = 4e-6   # a kernel launch
     tma: bool = False
     barrier_smem: int = 0
+    tma_line: int = 0
+    tma_off_line: tuple[float, float, float] = (0.0, 0.0, 0.0)
     fp8: bool = False             # fp8 (f8E4M3FN / f8E5M2) tensor-core GEMMs: the GEMM template's fp8 inputs
     fp8_gemm_flops: float = 0.0   # dense fp8 GEMM FLOP/s a good kernel reaches (precise accumulation)
     fp8_gemm_candidates: tuple[GemmConfig, ...] = ()  # the fp8 GEMM's tiles (BLOCK_K 128; empty: gemm_candidates)

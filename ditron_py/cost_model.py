@@ -39,6 +39,8 @@ class TargetPeaks:
     hop_latency: float = 10e-6     # one chunk handed between GPUs by streams: a wait, a copy and a signal
     launch_latency: float = 4e-6   # a kernel launch
     fp8_gemm_flops: float = 0.0    # dense fp8 GEMM FLOP/s (0: no fp8 tensor cores; the model uses gemm_flops)
+    tma_line: int = 0              # bytes a TMA-loaded operand row should start on (0: no TMA loads)
+    tma_off_line: tuple[float, float, float] = (0.0, 0.0, 0.0)  # extra GEMM time, A / B / both rows off lines
     source: str = ""
 
     @classmethod
@@ -47,7 +49,7 @@ class TargetPeaks:
                    smem_per_sm=f.smem_per_sm, sm_copy_bw_per_sm=f.sm_copy_bw_per_sm, link_topology=f.link_topology,
                    links=f.links, copy_latency=f.copy_latency, signal_latency=f.signal_latency,
                    hop_latency=f.hop_latency, launch_latency=f.launch_latency, fp8_gemm_flops=f.fp8_gemm_flops,
-                   source=f.source)
+                   tma_line=f.tma_line if f.tma else 0, tma_off_line=f.tma_off_line, source=f.source)
 
     def gemm_rate(self, elem_bytes: int) -> float:
         """The dense GEMM FLOP/s of operands of elem_bytes bytes: fp8's own rate for 1-byte ones where the target
@@ -150,6 +152,54 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     # the tile; H200 warm L2, 128 x 8192 x 14336: 64x128 tiles 62.4 us, 128x128 split in two 65.7)
     floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw
     return max(waves * max(t_math, t_load), floor) + t_split + peaks.launch_latency
+
+
+# ------------------------------------------------------------------------------------- operand repack
+
+REPACKS = ("a", "b", "ab")  # the operands ditron-tile may copy to rows on TMA lines before a GEMM
+
+
+def off_line(lda: int, ldb: int, elem_bytes: int, peaks: TargetPeaks) -> tuple[bool, bool]:
+    """Whether a TMA GEMM's A and B rows (lda / ldb elements apart) start off the target's TMA lines (False, False
+    where the target has no TMA loads or the rows are not 16-byte aligned: the template loads them through
+    pointers, kernels.gemm.tma_loads)."""
+    line = peaks.tma_line
+    if not line or lda * elem_bytes % 16 or ldb * elem_bytes % 16:
+        return False, False
+    return lda * elem_bytes % line != 0, ldb * elem_bytes % line != 0
+
+
+def off_line_factor(a_off: bool, b_off: bool, peaks: TargetPeaks) -> float:
+    """How much longer a GEMM takes with its A rows, B rows or both off TMA lines (the target's measured shares)."""
+    pa, pb, pab = peaks.tma_off_line
+    return 1.0 + (pab if a_off and b_off else pa if a_off else pb if b_off else 0.0)
+
+
+def padded_ld(ld: int, elem_bytes: int, peaks: TargetPeaks) -> int:
+    """The row stride (elements) of a repacked operand: ld rounded up to whole TMA lines."""
+    q = max(1, peaks.tma_line // elem_bytes)
+    return -(-ld // q) * q
+
+
+def repack_choice(t_gemm: float, a_rows: tuple[int, int], b_rows: tuple[int, int], elem_bytes: int,
+                  peaks: TargetPeaks, *, allowed: tuple[str, ...] = ("", *REPACKS)) -> tuple[str, float]:
+    """Which operands to copy to rows on TMA lines before a GEMM of modelled time ``t_gemm`` (its time with rows on
+    lines), and the GEMM's time with that choice: ("", t) for none, else "a", "b" or "ab". ``a_rows`` / ``b_rows``:
+    the operands as stored (rows, row length in elements; their row strides). A copy costs its bytes at the
+    device's copy rate plus a launch; the GEMM keeps the off-line factor of the operands left as they are.
+    ``allowed``: the choices to rank (ditron-tile's repack option)."""
+    a_off, b_off = off_line(a_rows[1], b_rows[1], elem_bytes, peaks)
+    best = None
+    for choice in allowed:
+        if ("a" in choice and not a_off) or ("b" in choice and not b_off):
+            continue
+        t = t_gemm * off_line_factor(a_off and "a" not in choice, b_off and "b" not in choice, peaks)
+        for op, (rows, cols) in (("a", a_rows), ("b", b_rows)):
+            if op in choice:
+                t += local_copy_time(rows * cols * elem_bytes, peaks)
+        if best is None or t < best[1]:
+            best = (choice, t)
+    return best if best is not None else ("", t_gemm * off_line_factor(a_off, b_off, peaks))
 
 
 def gemm_split(m: int, n: int, k: int, cfg: GemmConfig, sms: int) -> int:

@@ -37,10 +37,10 @@ def dtype_name(t: ir.Type) -> str:
 # ------------------------------------------------------------------------------------------------------ GEMM
 
 def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type, c_type: ir.Type, t: Tiling, *,
-                b_trans: bool = False, wait: dict | None = None, notify: dict | None = None, reduce_own: dict | None = None,
-                push: dict | None = None, gather: dict | None = None, rows_per_rank: int = 0,
-                tile_order: str = "grouped", rank_shift: int = 0, epilogue: list | None = None,
-                fast_accum: bool = False) -> KernelRecord:
+                b_trans: bool = False, wait: dict | None = None, notify: dict | None = None,
+                reduce_own: dict | None = None, push: dict | None = None, gather: dict | None = None,
+                rows_per_rank: int = 0, tile_order: str = "grouped", rank_shift: int = 0, epilogue: list | None = None,
+                fast_accum: bool = False, lda: int | None = None, ldb: int | None = None) -> KernelRecord:
     from ..kernels import gemm
     m, k = a_shape
     n = b_shape[0] if b_trans else b_shape[1]  # b_trans: B is [N, K] (a matmul's transpose_b), read in place
@@ -64,7 +64,7 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
     return gemm.make_record(m, n, k, in_dtype=dtype_name(a_type), out_dtype=dtype_name(c_type), b_trans=b_trans,
                             tile_order=tile_order, rows_per_rank=rows_per_rank, rank_shift=rank_shift, wait=wait,
                             notify=notify, reduce_own=reduce_own, push=push, gather=gather, epilogue=epilogue,
-                            target=t.target, fast_accum=fast_accum, **config)
+                            target=t.target, fast_accum=fast_accum, lda=lda, ldb=ldb, **config)
 
 
 def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling, config: dict, *,

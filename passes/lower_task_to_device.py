@@ -30,6 +30,7 @@ from typing import Sequence
 from mlir import ir
 from mlir.dialects import func
 
+from ..cost_model import REPACKS, padded_ld, peaks_for
 from ..dialects import device, task
 from ..dialects.opbase import walk_ops
 from ..dialects.sharding import Mesh, arg_sharding, result_sharding
@@ -379,9 +380,29 @@ class _FunctionLowering(LoweringContext):
         mm = task.Matmul(op)
         c = dst if dst is not None else self.dest(mm.result, "mm")
         steps, ep_args, c_type = self.epilogue(op)
+        a, b, lds = self.buf(mm.lhs), self.buf(mm.rhs), {}
+        if t.repack is not None:
+            if t.repack not in REPACKS:
+                raise self.error(op, f"ditron.tiling repack '{t.repack}' is not one of {', '.join(REPACKS)}")
+            if "a" in t.repack:
+                a, lds["lda"] = self.repacked(a, "repack_a", t.target)
+            if "b" in t.repack:
+                b, lds["ldb"] = self.repacked(b, "repack_b", t.target)
         rec = K.gemm_record(shape_of(mm.lhs), shape_of(mm.rhs), mm.lhs.type, c_type, t, b_trans=mm.transpose_b,
-                            epilogue=steps, fast_accum=mm.fast_accum)
-        self.launch(rec, [self.buf(mm.lhs), self.buf(mm.rhs), c, *ep_args], lane="compute", role="gemm")
+                            epilogue=steps, fast_accum=mm.fast_accum, **lds)
+        self.launch(rec, [a, b, c, *ep_args], lane="compute", role="gemm")
+
+    def repacked(self, m: ir.Value, name: str, target: str) -> tuple[ir.Value, int]:
+        """A copy of the operand m in a buffer whose rows start on the target's TMA lines (ditron-tile's repack:
+        the GEMM's loads of rows off them are slower than the copy), and its row stride; the copy runs on the
+        GEMM's lane, before it."""
+        mt = ir.MemRefType(m.type)
+        rows, cols = mt.shape
+        ld = padded_ld(cols, max(1, mt.element_type.width // 8), peaks_for(target))
+        dst = self.alloc_symmetric([rows, ld], mt.element_type, name)
+        self.b.copy(m, dst, src_rank=self.b.rank, dst_rank=self.b.rank, src_offsets=[0, 0], dst_offsets=[0, 0],
+                    sizes=[rows, cols], engine="copy_engine", lane="compute", role="repack")
+        return dst, ld
 
     def grouped_matmul(self, op: ir.Operation, t: Tiling) -> None:
         g = task.GroupedMatmul(op)

@@ -12,13 +12,13 @@ from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_
                           ag_gemm_one_launch_estimate, best_grouped_gemm_config, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
                           copy_time, gemm_candidates, gemm_push_estimate, gemm_push_sum_estimate, gemm_split,
-                          gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time,
-                          reduce_scatter_estimates, stream_k_tiles)
+                          gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, off_line,
+                          reduce_scatter_estimates, repack_choice, REPACKS, stream_k_tiles)
 from ..dialects import task
 from ..errors import TargetError
 from ..dialects.sharding import Mesh
 from ..kernels.copy import sm_copy_refusal
-from ..kernels.gemm.configs import tma_loads
+from ..kernels.gemm.configs import choose_config, tma_loads
 from .tiling import OverlapGroup, Tiling, axis_size, elem_bytes, op_error, shape_of
 
 ENGINES = ("copy_engine", "sm")
@@ -472,7 +472,19 @@ class OpPlanner(PlannerBase):
         eb, sms = elem_bytes(mm.lhs), self.peaks.num_sms
         cfg, t = self.timed_gemm(op, m, n, k, sms, eb, split=True)
         aligned = tma_loads(k, k if mm.transpose_b else n, eb)  # the template's rule (rows as stored)
-        return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6,
+        b_rows = (n, k) if mm.transpose_b else (k, n)
+        # the model's choice, where the GEMM loads its operands by TMA (the template's rule for the tile)
+        from .device_kernels import dtype_name  # (it imports ditron-tile's Tiling)
+        tma = choose_config(m, n, k, dtype_name(mm.lhs.type), self.peaks.target, b_trans=mm.transpose_b,
+                            fast_accum=mm.fast_accum)["loads"] == "tma"
+        allowed = ("", *REPACKS) if tma else ("",)
+        if self.o.repack == "off":
+            allowed = ("",)
+        elif self.o.repack == "all":  # every operand whose rows are off TMA lines
+            offs = off_line(k, b_rows[1], eb, self.peaks)
+            allowed = ("a" * offs[0] + "b" * offs[1],)
+        repack, t = repack_choice(t, (m, k), b_rows, eb, self.peaks, allowed=allowed)
+        return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6, repack=repack or None,
                       **self.gemm_fields(cfg, m, n, sms, waits=False, k=k, aligned=aligned))
 
     def all_gather(self, op: ir.Operation) -> Tiling:

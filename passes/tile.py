@@ -81,6 +81,9 @@ class TilePass(Pass):
                                      "launch sums the own rows) or push_sum (the same push; the own rows' tiles "
                                      "add the inbox in the GEMM's epilogue); a standalone reduce-scatter takes reduce_kernel "
                                      "(staged by the copy engine) or one_launch (default: the model's choice)")
+    repack: str = option("", "copy a matmul's A and B to rows that start on TMA's lines before its GEMM where "
+                             "their rows start off them: off (never), all (every such operand) (default: the "
+                             "model's choice, per operand)")
     elementwise_block: int | None = option(None, "elements per program of elementwise kernels")
     gemm_config: str = option("", "every GEMM's tile config, BMxBNxBK-wW-sS-gG with an optional -p / -np "
                                   "(persistent or not), e.g. 128x256x64-w8-s3-g8 (default: the tuning cache's "
@@ -106,6 +109,8 @@ class TilePass(Pass):
             raise ValueError(f"comm-sms must be >= 0, got {self.comm_sms}")
         if self.chunk_rows is not None and self.num_chunks is not None:
             raise ValueError("give chunk-rows or num-chunks, not both")
+        if self.repack not in ("", "off", "all"):
+            raise ValueError(f"repack must be off or all (default: the model's choice), got '{self.repack}'")
         if self.engine and self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got '{self.engine}'")
         if self.all_reduce and self.all_reduce not in GEMM_AR_ALGORITHMS:

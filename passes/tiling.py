@@ -70,6 +70,8 @@ class Tiling:
     # where the GEMM config came from when not from the model: "tuning-cache" (ditron tune's winner) or
     # "gemm-config" (the option)
     config_from: str | None = None
+    # a matmul's operands copied to rows on TMA lines before its GEMM: "a", "b" or "ab" (cost_model.repack_choice)
+    repack: str | None = None
     est_us: float | None = None
 
     def to_attr(self) -> ir.DictAttr:
@@ -99,7 +101,7 @@ class Tiling:
             if f.name not in attr:
                 continue
             a = attr[f.name]
-            want = str if f.name in ("kind", "target", "engine", "algorithm", "config_from") else \
+            want = str if f.name in ("kind", "target", "engine", "algorithm", "config_from", "repack") else \
                 float if f.name == "est_us" else bool if f.name in ("persistent", "own_first") else int
             if want is bool and isinstance(a, ir.BoolAttr):
                 values[f.name] = a.value

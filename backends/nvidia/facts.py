@@ -54,10 +54,18 @@ FP8_GEMM_CANDIDATES = (
 # no spill): it leads, loading a third fewer operand bytes per FLOP than 128x128 (estimate, not measured per tile)
 FP8_FAST_GEMM_CANDIDATES = (GemmConfig(128, 256, 128, 8, 4, 8, 1.00),) + FP8_GEMM_CANDIDATES
 
+# TMA loads of rows that start off 128-byte lines: H200, 128x256x64 w8 tiles, L2 flushed (benchmarks/bench_lines.py,
+# results/gemm_lines.csv): 5000x3000x5000 303 us with A and B as given (rows of 10000 / 6000 bytes), 244 with B's
+# rows padded to 128-byte lines, 250 with A's, 230 with both; 3000x5000x3000 181 / 147 / 155 / 141; 12345x1000x3000
+# 145 / 117 / 125 / 112; 3072x5000x3072 (B off lines only) 156 against 145. C's rows made no difference;
+# host-made descriptors and BLOCK_K 128 did not help.
+TMA_OFF_LINE = (0.05, 0.10, 0.30)  # A only, B only, both
+
 CUDA_90 = TargetFacts(
     "cuda", 90, warp_size=32, num_sms=132, smem_per_sm=232448, gemm_flops=790e12, link_bw=371e9,
     hbm_copy_bw=4.25e12, sm_copy_bw_per_sm=24e9, gemm_candidates=GEMM_CANDIDATES, link_topology="switch", links=18,
-    tma=True, barrier_smem=1024, fp8=True, grouped_gemm_candidates=GROUPED_GEMM_CANDIDATES,
+    tma=True, barrier_smem=1024, tma_line=128, tma_off_line=TMA_OFF_LINE, fp8=True,
+    grouped_gemm_candidates=GROUPED_GEMM_CANDIDATES,
     fp8_gemm_flops=1.22e15, fp8_gemm_candidates=FP8_GEMM_CANDIDATES, fp8_fast_gemm_candidates=FP8_FAST_GEMM_CANDIDATES,
     source="H200: GEMM 790 TFLOP/s bf16, 1.22 PFLOP/s fp8 (torch._scaled_mm precise, results/fp8.csv: 1.21-1.24), "
            "copy-engine peer pull 371 GB/s, D2D copy 4.25 TB/s measured; per-SM copy rate estimate")

@@ -125,3 +125,14 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 2>}} {
     return %y, %c : tensor<16x8xbf16>, tensor<2xi32>
   }
 }
+
+// -----
+
+// A tiling whose repack names no operand set.
+module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
+  func.func @bad_repack(%a: tensor<64x200xbf16>, %b: tensor<200x264xbf16>) -> tensor<64x264xbf16> attributes {ditron.view = "local"} {
+    // CHECK: errors.mlir:[[# @LINE + 1]]:10: error: ditron-lower-task-to-device: 'ditron_task.matmul' op ditron.tiling repack 'c' is not one of a, b, ab
+    %c = "ditron_task.matmul"(%a, %b) {ditron.tiling = {kind = "matmul", target = "cuda:90", block_m = 64 : i64, block_n = 64 : i64, block_k = 64 : i64, num_warps = 4 : i64, num_stages = 3 : i64, group_m = 8 : i64, repack = "c"}} : (tensor<64x200xbf16>, tensor<200x264xbf16>) -> tensor<64x264xbf16>
+    return %c : tensor<64x264xbf16>
+  }
+}

@@ -6,6 +6,8 @@
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{target=cuda:75}' 2>&1 | FileCheck %s --check-prefix=TARGET
 // TARGET: error: ditron-tile: no performance numbers for target 'cuda:75'; known: cuda:90, cuda:80, hip:gfx942, hip:gfx950
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{own-first=true all-gather=pull}' 2>&1 | FileCheck %s --check-prefix=OWN
+// RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{repack=b}' 2>&1 | FileCheck %s --check-prefix=REPACK
+// REPACK: error: pass 'ditron-tile': repack must be off or all (default: the model's choice), got 'b'
 // OWN: error: pass 'ditron-tile': own-first orders the tiles of all-gather=one_launch; it does not apply to all-gather=pull
 
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 4>}} {
