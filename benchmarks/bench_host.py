@@ -209,6 +209,7 @@ DRY_CASES = [("ag_gemm", [(128, 256), (256, 256)], {}, 1), ("gemm_rs", [(128, 12
              ("gemm_ar", [(128, 128), (128, 256)], {"algorithm": "auto"}, 1),
              ("ag_gemm", [(64, 256), (256, 128)], {}, 2), ("gemm_rs", [(128, 128), (128, 256)], {}, 2),
              ("gemm_ar", [(128, 128), (128, 256)], {"algorithm": "auto"}, 2),
+             ("all_reduce", [(128, 256)], {"algorithm": "one_shot"}, 1),
              ("all_reduce", [(128, 256)], {"algorithm": "one_shot"}, 2)]
 DRY_CALLS = 2000
 

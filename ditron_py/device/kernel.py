@@ -21,7 +21,10 @@ class Kernel:
     fields: dict[str, Any]
     where: tuple[str, int, int]
 
-    def record(self, *, tile_order: str | None, sm_budget: int | None, where) -> Any:
+    def record(self, *, tile_order: str | None, sm_budget: int | None, target: str, where) -> Any:
+        """The template's checked record for a launch with this tile order and SM budget, tiled for the program's
+        ``target``. A GEMM given none of its tile fields takes the tiles ditron-tile's cost model picks for its
+        shape on its SM budget (``gemm_model_fields``), as the built-in patterns' GEMMs do."""
         from ..kernels import get_template
         module = get_template(self.template)
         fields = dict(self.fields)
@@ -35,12 +38,45 @@ class Kernel:
                 raise _error(f"the {self.template} template takes no {name} ({what}): drop "
                              f"{'tile_order' if name == 'tile_order' else 'sm_budget'}=", where)
             fields[name] = value
+        if "target" in params:
+            if fields.get("target", target) != target:
+                raise _error(f"the {self.template} kernel is given target {fields['target']!r} in a program for "
+                             f"{target!r}: drop target= (the program's target tiles its kernels)", where)
+            fields["target"] = target
+        if self.template == "gemm":
+            fields = {**gemm_model_fields(self.args, fields, target), **fields}
         try:
             return module.make_record(*self.args, **fields)
         except DitronError as err:
             raise _error(f"{self.template} kernel: {err}", where) from None
         except TypeError as err:  # an unknown field or a missing one
             raise _error(f"{self.template} kernel: {err}", where) from None
+
+
+# the GEMM record fields that make its tile: given any of them, the user tiles it (the template fills the rest)
+_GEMM_TILE_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages")
+
+
+def gemm_model_fields(args: tuple, fields: dict[str, Any], target: str) -> dict[str, Any]:
+    """The tile fields of a builder GEMM (m, n, k = ``args``) that the user left out: none where any tile field is
+    given, else the cost model's tile for the shape on the GEMM's SM budget (its ``num_sms``, else every SM of
+    the target: ``ditron.tiling.gemm_config``) and persistence by ditron-tile's rule (persistent where its tiles
+    wait or notify, or fill more than one wave with rows TMA can load) -- like-for-like with the GEMMs of the built-in patterns."""
+    if any(f in fields for f in _GEMM_TILE_FIELDS) or fields.get("in_dtype", "bf16") not in ("bf16", "f16"):
+        return {}
+    from ..cost_model import gemm_tiles, peaks_for
+    from ..kernels.gemm.configs import tma_loads
+    from ..tiling import gemm_config
+    m, n, k = args
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (m, n, k)):
+        return {}  # the template's own check reports the shape
+    sms = fields.get("num_sms") or peaks_for(target).num_sms
+    cfg = gemm_config(m, n, k, fields.get("in_dtype", "bf16"), target, sms=sms)
+    waits = any(fields.get(f) for f in ("wait", "notify", "reduce_own", "push"))
+    aligned = tma_loads(fields.get("lda") or k, fields.get("ldb") or (k if fields.get("b_trans") else n), 2)
+    return dict(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, group_m=cfg.group_m,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                persistent=waits or (gemm_tiles(m, n, cfg) > sms and aligned))
 
 
 # Triton's pointer and scalar type strings of a @ditron.jit kernel's parameters -> the buffers' element types

@@ -83,7 +83,7 @@ class _Launches:
             raise _error(f"launch: tile_order must be one of {', '.join(TILE_ORDERS)}, got {tile_order!r}", where)
         if sm_budget is not None and (isinstance(sm_budget, bool) or not isinstance(sm_budget, int) or sm_budget < 1):
             raise _error(f"launch: sm_budget must be a positive int, got {sm_budget!r}", where)
-        rec = kernel.record(tile_order=tile_order, sm_budget=sm_budget, where=where)
+        rec = kernel.record(tile_order=tile_order, sm_budget=sm_budget, target=self.target, where=where)
         names = list(rec.get("args", []))
         from ..passes import device_kernels as K
         from ..kernels import gemm as gemm_template

@@ -467,3 +467,37 @@ def test_build_into_a_given_context():
         module = p.build(ctx)
         assert '"ditron_device.barrier"' in module.operation.get_asm()
         del module
+
+
+def _gemm_record(program_target: str, m: int, n: int, k: int, **fields):
+    p = dd.Program("g", 1, target=program_target)
+    a, b = p.input("a", (m, k), "bf16"), p.input("b", (k, n), "bf16")
+    c = p.output("c", (m, n), "bf16")
+    budget = fields.pop("sm_budget", None)
+    p.launch(p.gemm(m, n, k, **fields), [a, b, c], sm_budget=budget)
+    return p._scope[-1].fields["record"]
+
+
+@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
+@pytest.mark.parametrize("m,n,k,sms", [(1024, 3584, 4096, 64), (4096, 4096, 4096, None), (200, 7168, 2048, None)])
+def test_a_gemm_without_tile_fields_takes_the_cost_models_tile_for_its_target_and_sm_budget(target, m, n, k, sms):
+    from ditron.tiling import gemm_config
+    from ditron.cost_model import peaks_for
+    rec = _gemm_record(target, m, n, k, **({"sm_budget": sms} if sms else {}))
+    budget = sms or peaks_for(target).num_sms
+    cfg = gemm_config(m, n, k, "bf16", target, sms=budget)
+    assert (rec["block_m"], rec["block_n"], rec["block_k"], rec["num_warps"], rec["num_stages"], rec["group_m"]) == \
+        (cfg.block_m, cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages, cfg.group_m)
+    assert rec["num_sms"] == budget
+    if target.startswith("hip"):  # tiled for the program's target, not for cuda:90
+        assert rec["loads"] == "pointer" and (sms or rec["num_sms"] == 304)
+
+
+def test_a_gemm_given_a_tile_field_keeps_the_users_tile():
+    rec = _gemm_record("cuda:90", 1024, 3584, 4096, block_m=64, block_n=128, num_warps=4)
+    assert (rec["block_m"], rec["block_n"], rec["num_warps"]) == (64, 128, 4)
+
+
+def test_error_gemm_given_another_target_than_its_program():
+    with pytest.raises(dd.DeviceBuildError, match="given target 'cuda:80' in a program for 'cuda:90'"):
+        _gemm_record("cuda:90", 256, 256, 256, target="cuda:80")
