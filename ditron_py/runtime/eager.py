@@ -22,7 +22,9 @@ What a plan does instead (``EagerPlan.call``):
   is packed once per step (``make_launch``: every argument at its ABI width, Triton's two scratch pointers last)
   and a call writes only the call's pointers, the epoch's values and the tag before ``cuLaunchKernel`` -- one C
   call per launch, without Triton's launcher frames or its parsing of every argument. The fork, the join, a
-  milestone's record and each signal / wait / barrier's stream memops are one C call each too. A kernel it does
+  milestone's record and each signal / wait / barrier's stream memops are one C call each too, and so is each
+  copy whose regions are rows of one pitch (``copy_rows``: cuMemcpyDtoDAsync or cuMemcpy2DAsync on the step's
+  stream, instead of torch's copy_ after switching torch's current stream; others take copy_). A kernel it does
   not cover (cluster, cooperative or PDL launches, profile scratch, global scratch the executor does not own, an
   argument type it does not pack), a call while a Triton launch hook is registered and one with no current
   context (``launch`` returns -1) go through Triton's launcher as below; without the helper, the ctypes calls.
@@ -179,6 +181,7 @@ class EagerPlan:
         self.entries = self.drv.plan_entries() if C_PATH and self.drv is not None and \
             hasattr(self.drv, "plan_entries") else None
         self.c_launches = 0     # launch steps through the C path (the rest through Triton's launcher)
+        self.c_copies = 0       # copy steps through the C path (the rest through torch's copy_)
         self.index = ex.device.index
         self.get_device = getattr(torch._C, "_cuda_getDevice", None) if self.index is not None else None
         self.sets_stream = False
@@ -537,7 +540,6 @@ class EagerPlan:
             ex._region(ex._tensor(a.src, a.src_rank, rank, tensors, a), a.src_off, a.sizes, rank, a, "source")
             ex._region(ex._tensor(a.dst, a.dst_rank, rank, tensors, a), a.dst_off, a.sizes, rank, a, "destination")
             return None  # nothing to copy
-        self.sets_stream = True
         ends = []
         for b, owner, off, what in ((a.src, a.src_rank, a.src_off, "source"), (a.dst, a.dst_rank, a.dst_off,
                                                                              "destination")):
@@ -550,6 +552,10 @@ class EagerPlan:
             else:
                 view = ex._parity_views[parity][(b.index, owner)]
                 ends.append(("fixed", ex._region(view, off, a.sizes, rank, a, what), None))
+        c_step = self._c_copy(a, ends, tensors, stream)
+        if c_step is not None:
+            return c_step
+        self.sets_stream = True
         copy = ex._copy
         (sk, sv, ss), (dk, dv, ds) = ends
 
@@ -557,6 +563,42 @@ class EagerPlan:
             src = sv if sk == "fixed" else (t[sv] if ss is None else t[sv][ss])
             dst = dv if dk == "fixed" else (t[dv] if ds is None else t[dv][ds])
             copy(stream, src, dst)
+        return run
+
+    def _c_copy(self, a: CopyAction, ends, tensors, stream):
+        """The copy step through the C path (one ``PlanEntries.copy`` call: cuMemcpyDtoDAsync, or cuMemcpy2DAsync
+        for rows apart), or None where there is no helper or a region is not rows of one pitch (``copy_rows``):
+        then torch's copy_ on the step's stream. An argument's rows are at fixed offsets from the call's tensor's
+        data pointer (the plan's tensors are contiguous: the call's key says so); a fixed buffer's at fixed
+        addresses."""
+        if self.entries is None:
+            return None
+        sides = []
+        for (kind, v, _), off in zip(ends, (a.src_off, a.dst_off)):
+            t = tensors[v] if kind == "arg" else v
+            if t is None or (kind == "arg" and not t.is_contiguous()):
+                return None
+            base = sum(o * st for o, st in zip(off, t.stride())) if kind == "arg" else 0  # a view: at its region
+            sides.append((kind, v, t.stride(), base * t.element_size(), t.element_size()))
+        if sides[0][4] != sides[1][4]:
+            return None
+        rows = copy_rows(tuple(a.sizes), [s[2] for s in sides], sides[0][4])
+        if rows is None:
+            return None
+        width, height, (src_pitch, dst_pitch) = rows
+        (sk, sv, _, s_off, _), (dk, dv, _, d_off, _) = sides
+        s_ptr = None if sk == "arg" else sv.data_ptr()
+        d_ptr = None if dk == "arg" else dv.data_ptr()
+        self.c_copies += 1
+        c_copy, handle, name, where = self.entries.copy, stream.cuda_stream, self.drv.error_name, a.loc or f"#{a.site}"
+
+        def run(epoch, t):
+            src = s_ptr if s_ptr is not None else t[sv].data_ptr() + s_off
+            dst = d_ptr if d_ptr is not None else t[dv].data_ptr() + d_off
+            code = c_copy(handle, dst, src, width, height, dst_pitch, src_pitch)
+            if code:
+                raise DitronRuntimeError(f"{'cuMemcpy2DAsync' if height > 1 else 'cuMemcpyDtoDAsync'} of the copy "
+                                         f"at {where} failed: CUresult {code} ({name(code)})")
         return run
 
     def _memops(self, handle, n_writes, addrs, base, slope, after):
@@ -720,6 +762,39 @@ class EagerPlan:
         return results
 
 
+MAX_PITCH = (1 << 31) - 1  # the bytes between rows a 2-D driver copy takes (CU_DEVICE_ATTRIBUTE_MAX_PITCH)
+
+
+def copy_rows(sizes: tuple[int, ...], strides: list[tuple[int, ...]], elem_bytes: int):
+    """A copy of a region of ``sizes`` between views of ``strides`` (elements; the source's, then the
+    destination's) as rows: (width bytes, height, (source pitch, destination pitch) in bytes), or None where a
+    view's region is not height rows of one pitch. The trailing dims both views hold densely make a row; of the
+    dims before them, at most one may be longer than 1 (the rows)."""
+    n = len(sizes)
+    k = n
+    for st in strides:  # the trailing dims dense in this view: each one's stride the product of those after it
+        dense, run = 0, 1
+        for d in range(n - 1, -1, -1):
+            if sizes[d] != 1 and st[d] != run:
+                break
+            run *= sizes[d]
+            dense += 1
+        k = min(k, dense)
+    width = elem_bytes
+    for d in range(n - k, n):
+        width *= sizes[d]
+    outer = [d for d in range(n - k) if sizes[d] != 1]
+    if not outer:
+        return width, 1, (width, width)
+    if len(outer) > 1:
+        return None
+    d = outer[0]
+    pitches = tuple(st[d] * elem_bytes for st in strides)
+    if any(p < width or p > MAX_PITCH for p in pitches):
+        return None
+    return width, sizes[d], pitches
+
+
 def output_maker(shape: tuple[int, ...], dtype, device) -> Callable[[], Any]:
     """What makes a fresh contiguous output tensor each call: ``torch.empty_like(proto)``, which parses one
     argument where ``torch.empty(shape, dtype=, device=)`` parses three (~2 us less per output on a slow host).
@@ -744,6 +819,7 @@ def shapes_key(tensors: dict[int, list[Any]]) -> tuple:
     return tuple(tuple(tuple(x.shape) for x in row) for row in tensors.values())
 
 
-__all__ = ["C_PATH", "ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "output_maker", "resolve",
+__all__ = ["C_PATH", "ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "copy_rows", "output_maker",
+           "resolve",
            "shapes_key",
            "torch_module"]

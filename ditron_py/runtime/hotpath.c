@@ -1,6 +1,6 @@
 /* The host paths in C: a graph-mode call's cuGraphLaunch, then cuEventRecord on the same stream, in one call from
  * Python (ctypes costs a fraction of a microsecond per call on top of the driver's own work, twice); and the eager
- * call plans' kernel launches, fork and join (below). The driver
+ * call plans' kernel launches, fork, join, memops and copies (below). The driver
  * entry points come in as addresses (ctypes resolves them in libcuda.so.1), so nothing here links against CUDA.
  * Built at run time by ditron.runtime.memops through Triton's own helper builder (as Triton builds its launchers). */
 #define PY_SSIZE_T_CLEAN
@@ -301,6 +301,60 @@ static PyObject *memops(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(code ? (code << 8) | (long)(i - 5) : 0);
 }
 
+/* ------------------------------------------------------------------------------------------ copies
+ * copy(dtod, copy2d, stream, dst, src, width, height, dst_pitch, src_pitch): a copy of height rows of width bytes
+ * between device addresses (a peer's symmetric buffer included: one address space), rows dst_pitch / src_pitch
+ * bytes apart -- cuMemcpyDtoDAsync for one row, else cuMemcpy2DAsync: what torch's copy_ of the two views enqueues,
+ * without its dispatcher or a switch of torch's current stream. Returns 0 or the CUresult. */
+
+typedef int (*cu_dtod_fn)(uint64_t, uint64_t, size_t, uintptr_t);
+
+typedef struct {            /* CUDA_MEMCPY2D (cuda.h, v2) */
+    size_t srcXInBytes, srcY;
+    int srcMemoryType;
+    const void *srcHost;
+    uint64_t srcDevice;
+    void *srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    uint64_t dstDevice;
+    void *dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} Memcpy2D;
+
+typedef int (*cu_copy2d_fn)(const Memcpy2D *, uintptr_t);
+
+static PyObject *copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    uintptr_t v[9];
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "copy(dtod, copy2d, stream, dst, src, width, height, dst_pitch, src_pitch)");
+        return NULL;
+    }
+    if (handles(args, nargs, v) < 0)
+        return NULL;
+    long code;
+    Py_BEGIN_ALLOW_THREADS
+    if (v[6] == 1) {
+        code = ((cu_dtod_fn)v[0])(v[3], v[4], v[5], v[2]);
+    } else {
+        Memcpy2D c;
+        memset(&c, 0, sizeof c);
+        c.srcMemoryType = c.dstMemoryType = 2;  /* CU_MEMORYTYPE_DEVICE */
+        c.srcDevice = v[4];
+        c.srcPitch = v[8];
+        c.dstDevice = v[3];
+        c.dstPitch = v[7];
+        c.WidthInBytes = v[5];
+        c.Height = v[6];
+        code = ((cu_copy2d_fn)v[1])(&c, v[2]);
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(code);
+}
+
 /* ------------------------------------------------------------------------------------------ dry entry points
  * Entry points that do nothing and succeed, with the driver's signatures: benchmarks/bench_host.py --cpu-dry times
  * the C path of the call plans on a machine without a GPU through them (dry_entry_points()). */
@@ -311,15 +365,19 @@ static int dry_ctx(uintptr_t *ctx) { *ctx = 1; return 0; }
 static int dry_handles(uintptr_t a, uintptr_t b) { return 0; }
 static int dry_wait_event(uintptr_t stream, uintptr_t event, unsigned flags) { return 0; }
 static int dry_value(uintptr_t stream, uintptr_t addr, uint32_t value, unsigned flags) { return 0; }
+static int dry_dtod(uint64_t dst, uint64_t src, size_t n, uintptr_t stream) { return 0; }
+static int dry_copy2d(const Memcpy2D *c, uintptr_t stream) { return 0; }
 
 static PyObject *dry_entry_points(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", "cuLaunchKernel", (unsigned long long)(uintptr_t)dry_launch,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "cuLaunchKernel", (unsigned long long)(uintptr_t)dry_launch,
                          "cuGraphLaunch", (unsigned long long)(uintptr_t)dry_handles,
                          "cuCtxGetCurrent", (unsigned long long)(uintptr_t)dry_ctx,
                          "cuEventRecord", (unsigned long long)(uintptr_t)dry_handles,
                          "cuStreamWaitEvent", (unsigned long long)(uintptr_t)dry_wait_event,
                          "cuStreamWriteValue32", (unsigned long long)(uintptr_t)dry_value,
-                         "cuStreamWaitValue32", (unsigned long long)(uintptr_t)dry_value);
+                         "cuStreamWaitValue32", (unsigned long long)(uintptr_t)dry_value,
+                         "cuMemcpyDtoDAsync_v2", (unsigned long long)(uintptr_t)dry_dtod,
+                         "cuMemcpy2DAsync_v2", (unsigned long long)(uintptr_t)dry_copy2d);
 }
 
 static PyMethodDef methods[] = {
@@ -330,6 +388,7 @@ static PyMethodDef methods[] = {
     {"fork", (PyCFunction)(void (*)(void))fork_streams, METH_FASTCALL, "cuEventRecord, then cuStreamWaitEvent per stream"},
     {"join", (PyCFunction)(void (*)(void))join_streams, METH_FASTCALL, "per stream cuEventRecord, then a wait on it"},
     {"memops", (PyCFunction)(void (*)(void))memops, METH_FASTCALL, "stream writes, then waits, of one value"},
+    {"copy", (PyCFunction)(void (*)(void))copy, METH_FASTCALL, "cuMemcpyDtoDAsync / cuMemcpy2DAsync of a region"},
     {"dry_entry_points", dry_entry_points, METH_NOARGS, "no-op entry points with the driver's signatures"},
     {NULL, NULL, 0, NULL},
 };

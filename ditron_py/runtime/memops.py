@@ -87,7 +87,8 @@ def memop_failure(what: str, code: int, name: str, addr: int, value: int) -> Mem
 
 
 PLAN_ENTRY_POINTS = ("cuLaunchKernel", "cuCtxGetCurrent", "cuEventRecord", "cuStreamWaitEvent",
-                     "cuStreamWriteValue32", "cuStreamWaitValue32")  # the last two: the bound (_v2) symbols
+                     "cuStreamWriteValue32", "cuStreamWaitValue32",  # these two: the bound (_v2) symbols
+                     "cuMemcpyDtoDAsync_v2", "cuMemcpy2DAsync_v2")
 
 
 class PlanEntries:
@@ -95,7 +96,8 @@ class PlanEntries:
     address: ``addresses`` maps each of PLAN_ENTRY_POINTS to one). Each call returns 0 or a nonzero code (see
     hotpath.c); ``launch`` -1: no current context, nothing launched. ``record(event, stream)`` is a fork to no
     stream; ``memops(stream, value, n_writes, *addrs)`` writes ``value`` to the first n_writes addresses, then waits
-    for it (>=) at the rest (``memop_error`` names a refused one)."""
+    for it (>=) at the rest (``memop_error`` names a refused one); ``copy(stream, dst, src, width, height,
+    dst_pitch, src_pitch)`` copies height rows of width bytes between device addresses (0 or the CUresult)."""
 
     def __init__(self, hot, addresses: dict[str, int]):
         self.hot = hot
@@ -107,6 +109,7 @@ class PlanEntries:
         self.record = self.fork
         self.memops = functools.partial(hot.memops, addresses["cuStreamWriteValue32"],
                                         addresses["cuStreamWaitValue32"])
+        self.copy = functools.partial(hot.copy, addresses["cuMemcpyDtoDAsync_v2"], addresses["cuMemcpy2DAsync_v2"])
 
     @staticmethod
     def memop_error(code: int, n_writes: int, addrs: tuple[int, ...], value: int, error_name) -> MemopError:

@@ -21,8 +21,25 @@ CTX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_uint64))
 HANDLES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 WAIT_EVENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
 VALUE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
+DTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class Memcpy2D(ctypes.Structure):  # CUDA_MEMCPY2D (cuda.h)
+    _fields_ = [("srcXInBytes", ctypes.c_size_t), ("srcY", ctypes.c_size_t), ("srcMemoryType", ctypes.c_int),
+                ("srcHost", ctypes.c_void_p), ("srcDevice", ctypes.c_uint64), ("srcArray", ctypes.c_void_p),
+                ("srcPitch", ctypes.c_size_t), ("dstXInBytes", ctypes.c_size_t), ("dstY", ctypes.c_size_t),
+                ("dstMemoryType", ctypes.c_int), ("dstHost", ctypes.c_void_p), ("dstDevice", ctypes.c_uint64),
+                ("dstArray", ctypes.c_void_p), ("dstPitch", ctypes.c_size_t), ("WidthInBytes", ctypes.c_size_t),
+                ("Height", ctypes.c_size_t)]
+
+
+COPY2D = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Memcpy2D), ctypes.c_void_p)
 WIDTH = {"b": ctypes.c_int8, "B": ctypes.c_uint8, "h": ctypes.c_int16, "H": ctypes.c_uint16, "i": ctypes.c_int32,
          "I": ctypes.c_uint32, "q": ctypes.c_int64, "Q": ctypes.c_uint64}
+
+
+def _fields(c) -> dict:
+    return {name: getattr(c, name) for name, _ in Memcpy2D._fields_}
 
 
 def _hot():
@@ -56,7 +73,11 @@ class Driver:
                     "cuStreamWriteValue32": VALUE(lambda s, a, v, f: self.log.append(("write", s, a, v)) or
                                                   self.codes.get("write", 0)),
                     "cuStreamWaitValue32": VALUE(lambda s, a, v, f: self.log.append(("wait_value", s, a, v)) or
-                                                 self.codes.get("wait_value", 0))}
+                                                 self.codes.get("wait_value", 0)),
+                    "cuMemcpyDtoDAsync_v2": DTOD(lambda d, s, n, st: self.log.append(("dtod", d, s, n, st)) or
+                                                 self.codes.get("dtod", 0)),
+                    "cuMemcpy2DAsync_v2": COPY2D(lambda c, st: self.log.append(("copy2d", _fields(c.contents), st))
+                                                 or self.codes.get("copy2d", 0))}
         self.addresses = {k: ctypes.cast(fn, ctypes.c_void_p).value for k, fn in self.fns.items()}
 
     def entries(self):
@@ -234,3 +255,31 @@ def test_outputs_come_from_an_expanded_prototype():
     assert made[0].data_ptr() != made[1].data_ptr()
     empty = eager.output_maker((0, 4), torch.bfloat16, torch.device("cpu"))
     assert empty.func is torch.empty and empty().shape == (0, 4) and empty().stride() == (4, 1)
+
+
+def test_a_copy_is_one_driver_copy_of_rows():
+    d = Driver()
+    e = d.entries()
+    assert e.copy(0x5, 0x1000, 0x2000, 4096, 1, 4096, 4096) == 0   # one row: cuMemcpyDtoDAsync
+    assert d.log[-1] == ("dtod", 0x1000, 0x2000, 4096, 0x5)
+    assert e.copy(0x6, 0x1000, 0x2000, 256, 7, 1024, 512) == 0     # 7 rows of 256 bytes, pitches 1024 / 512
+    name, c, stream = d.log[-1]
+    assert (name, stream) == ("copy2d", 0x6)
+    assert (c["dstDevice"], c["dstPitch"], c["srcDevice"], c["srcPitch"], c["WidthInBytes"], c["Height"]) == \
+        (0x1000, 1024, 0x2000, 512, 256, 7)
+    assert c["srcMemoryType"] == c["dstMemoryType"] == 2 and c["srcXInBytes"] == c["dstY"] == 0  # device, at 0
+    d.codes["copy2d"] = 700
+    assert e.copy(0x6, 0x1000, 0x2000, 256, 7, 1024, 512) == 700    # the CUresult comes back
+
+
+@pytest.mark.parametrize("sizes,strides,want", [
+    ((4, 8), [(8, 1), (8, 1)], (64, 1, (64, 64))),            # whole tensors: one row
+    ((2, 8), [(8, 1), (16, 1)], (16, 2, (16, 32))),           # a dense source, destination rows apart
+    ((3, 5), [(5, 1), (9, 1)], (10, 3, (10, 18))),             # rows into a wider buffer
+    ((1, 3, 5), [(15, 5, 1), (45, 9, 1)], (10, 3, (10, 18))),  # a leading 1 does not count
+    ((2, 3, 5), [(15, 5, 1), (45, 9, 1)], None),               # two outer dims: torch's copy_
+    ((3, 5), [(5, 1), (1, 3)], None),                          # a transposed view: torch's copy_
+])
+def test_copy_rows(sizes, strides, want):
+    from ditron.runtime.eager import copy_rows
+    assert copy_rows(sizes, strides, 2) == want

@@ -95,7 +95,7 @@ def test_fresh_tensor_eager_calls_match_torch_without_host_sync(lib, op, W):
 @pytest.mark.parametrize("W", [1, 2])
 @pytest.mark.parametrize("op", FUSED)
 def test_the_c_path_launches_what_tritons_launcher_does(lib, op, W, monkeypatch):
-    """The plans' C path (runtime/hotpath.c: cuLaunchKernel, fork / join and memops in one C call each) and
+    """The plans' C path (runtime/hotpath.c: cuLaunchKernel, fork / join, memops and copies in one C call each) and
     Triton's launcher with ctypes fork / join give the same results bit for bit, without host synchronisation;
     the C path is taken where the helper is built."""
     import torch
@@ -116,6 +116,8 @@ def test_the_c_path_launches_what_tritons_launcher_does(lib, op, W, monkeypatch)
         torch.cuda.synchronize()
         (fast,) = fresh._eager.values()
         assert (fast.plan.c_launches > 0) == (c_path and memops.hotpath() is not None)
+        if op == "ag_gemm" and W == 2:  # its chunk copies: cuMemcpy calls of the C path
+            assert (fast.plan.c_copies > 0) == (c_path and memops.hotpath() is not None)
         fresh.close()
     for a, b in zip(results[False], results[True]):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
