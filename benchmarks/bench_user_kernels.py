@@ -16,7 +16,7 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
 
 Cases: y[M, N] = x[M, K] @ w[K, N], x's rows and w's columns sharded over W ranks, (N, K) from LLaMA-3-8B (14336,
 4096) and LLaMA-3-70B (28672, 8192), M in {1024, 4096, 8192} (--quick: 70B, M in {1024, 8192}); the user program
-pushes its shard in 4 chunks; its @ditron.jit GEMM takes the tiles ditron-tile's cost model picks for the gathered
+pushes its shard in the chunks the cost model picks (ditron.tiling.ag_gemm_chunk_rows); its @ditron.jit GEMM takes the tiles ditron-tile's cost model picks for the gathered
 GEMM on its SM budget (``ditron.tiling.gemm_config``, column jit_tiles) and is specialised as triton.jit would be
 (tt.divisibility = 16 on its aligned pointers and 16-divisible sizes). In a virtual world the user GEMM gets the share of SMs one rank may hold
 (World.cta_budget), as ditron.ops gives its own. Timing (bench_dist.timed): CUDA events around a fixed number of
@@ -40,7 +40,6 @@ import ag_gemm_user  # noqa: E402
 import bench_dist  # noqa: E402
 
 TARGET = "cuda:90"
-CHUNKS = 4
 NUM_SMS = 132
 GEMMS = ("template", "jit")  # the user program's GEMM: the built-in template with per-tile waits, or a user kernel
 
@@ -71,7 +70,7 @@ class Case:
 
     def user_program(self, W: int, virtual: bool, gemm: str = "template"):
         return ag_gemm_user.build(W, self.shapes(W), "bf16", sm_budget=self.budget(W, virtual), target=TARGET,
-                                  chunks=CHUNKS, gemm=gemm)
+                                  gemm=gemm)
 
     def jit_tiles(self, W: int, virtual: bool) -> str:
         """The user GEMM's tiles (gemm="jit"): the cost model's choice for the gathered GEMM on its SM budget

@@ -340,6 +340,26 @@ def gated_gemm_time(t_gemm: float, tiles: int, sms: int, *, own: int, first: flo
     return finish
 
 
+MAX_CHUNKS_PER_SHARD = 16  # the most chunks ditron-tile cuts a shard into
+
+
+def divisors(n: int) -> list[int]:
+    """n's divisors, ascending (sqrt(n) trial divisions)."""
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def chunk_rows_options(shard_rows: int, block_m: int) -> list[int]:
+    """The rows per chunk ditron-tile tries for a shard of ``shard_rows`` (fewest chunks first): its divisors (a
+    GEMM's per-tile waits map rows to slots uniformly) of at least one row tile, at most MAX_CHUNKS_PER_SHARD
+    chunks, whole row tiles where any is."""
+    shard_rows = max(shard_rows, 1)
+    found = [d for d in divisors(shard_rows)
+             if shard_rows // d <= MAX_CHUNKS_PER_SHARD and d >= min(block_m, shard_rows)]
+    aligned = [d for d in found if d % block_m == 0]
+    return sorted(aligned or found or [shard_rows], reverse=True)
+
+
 def ag_gemm_estimate(t_gemm: float, shard_bytes: float, world: int, chunks_per_shard: int, peaks: TargetPeaks, *,
                      engine: str, tiles: int, sms: int, comm_sms: int = 0, ring: bool = False, push: bool = False,
                      tiles_span_ranks: bool = False) -> float:

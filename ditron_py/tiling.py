@@ -2,16 +2,19 @@
 
     cfg = ditron.tiling.gemm_config(4096, 3584, 4096, "bf16", "cuda:90")           # or sms=66 (an SM budget)
     cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, cfg.num_warps, cfg.num_stages
+    rows = ditron.tiling.ag_gemm_chunk_rows(2, 512, 3584, 4096, "bf16", "cuda:90", sms=66)  # rows per copied chunk
 
 ``gemm_config`` ranks the target's GEMM candidates (its vendor facts, those whose stages fit shared memory) by the
 cost model's time (``cost_model.gemm_time``: waves of tiles on ``sms`` SMs, each bound by its math or its loads) --
 the ranking ditron-tile's planner (passes/planner.py, ``PlannerBase.gemm_config``) makes for a GEMM without split-K,
-such as the GEMM of a fused AG+GEMM with its per-tile waits. No MLIR: a GPU box without the compiler can call it.
+such as the GEMM of a fused AG+GEMM with its per-tile waits. ``ag_gemm_chunk_rows`` is the chunking the planner picks
+for an AG+GEMM whose shards stream in by copies (``cost_model.ag_gemm_estimate`` over ``chunk_rows_options``). No
+MLIR: a GPU box without the compiler can call them.
 """
 from __future__ import annotations
 
 from .backends.facts import GemmConfig
-from .cost_model import best_gemm_config, peaks_for
+from .cost_model import ag_gemm_estimate, best_gemm_config, chunk_rows_options, gemm_tiles, peaks_for
 from .errors import TargetError
 
 # element sizes of the dtypes a GEMM's operands may have (ditron's and Triton's spellings)
@@ -39,4 +42,32 @@ def gemm_config(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda
     return cfg
 
 
-__all__ = ["GemmConfig", "gemm_config"]
+def ag_gemm_chunk_rows(world: int, m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:90", *,
+                       sms: int | None = None, engine: str = "copy_engine", push: bool = True) -> int:
+    """Rows per chunk of an AG+GEMM whose ``world`` shards of ``m`` rows ([m, k] each) are copied into every
+    rank's gather buffer chunk by chunk (by ``push`` from the owner, else pulled; by the ``engine``, copy_engine
+    or sm) while a GEMM of the gathered [world * m, k] x [k, n] on ``sms`` SMs waits per tile: the chunking
+    ditron-tile's planner ranks by the cost model (a divisor of m; m itself -- one chunk -- where nothing is
+    copied, world 1)."""
+    for name, v in (("world", world), ("m", m), ("n", n), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"ag_gemm_chunk_rows: {name} must be a positive int, got {v!r}")
+    if engine not in ("copy_engine", "sm"):
+        raise ValueError(f"ag_gemm_chunk_rows: engine must be copy_engine or sm, got {engine!r}")
+    peaks = peaks_for(target)
+    sms = sms or peaks.num_sms
+    cfg = gemm_config(world * m, n, k, dtype, target, sms=sms)
+    if world == 1:
+        return m
+    _, t_gemm = best_gemm_config(world * m, n, k, peaks, sms=sms, elem_bytes=_ELEM_BYTES[str(dtype)])
+    best = None
+    for rows in chunk_rows_options(m, cfg.block_m):
+        t = ag_gemm_estimate(t_gemm, m * k * _ELEM_BYTES[str(dtype)], world, -(-m // rows), peaks, engine=engine,
+                             tiles=gemm_tiles(world * m, n, cfg), sms=sms, push=push,
+                             tiles_span_ranks=cfg.block_m > m)
+        if best is None or t < best[1] * 0.999:  # fewest chunks first: a tie keeps fewer
+            best = (rows, t)
+    return best[0]
+
+
+__all__ = ["GemmConfig", "ag_gemm_chunk_rows", "gemm_config"]

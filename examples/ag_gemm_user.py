@@ -15,6 +15,9 @@ The schedule, per rank:
   call's chunks into a peer's ``gathered`` while the peer's GEMM still reads it.
 
 Rows per rank need not be a multiple of the GEMM's tile: a tile may straddle two ranks' rows and wait for both.
+At W = 1 there is nothing to gather: the GEMM reads x itself, its one chunk marked ready on stream 0, and no
+copy, stream hand-off or barrier is issued. ``op()`` cuts the shard into the chunks ditron-tile's cost model
+picks (``ditron.tiling.ag_gemm_chunk_rows``).
 
 It is also an op on torch tensors (``op()``, a ``ditron.user_ops.UserOp``): ``op()([x0, x1], [w0, w1],
 world=ditron.World.virtual(2))`` builds the program for the call's shapes and world, compiles it once and runs it.
@@ -57,19 +60,24 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
     x = p.input("x", (m, K), dtype)
     w = p.input("w", (K, n), dtype)
     y = p.output("y", (W * m, n), dtype)
-    gathered = p.symmetric("gathered", (W * m, K), dtype)
     ready = p.signal_pad("ready", W * count)
-    sync = p.signal_pad("sync", 2)
 
-    # stream 1 starts after stream 0 reached this call (so after the previous call's barrier)
-    p.signal(sync, slot=0, scope="gpu", stream=0)
-    p.wait(sync, 0, stream=1)
-    with p.loop(0, count) as c:
-        with p.loop(0, p.num_ranks) as d:
-            q = (p.rank + d) % p.num_ranks
-            p.copy(x, gathered, dst_rank=q, src_offsets=(c * chunk, 0), dst_offsets=(p.rank * m + c * chunk, 0),
-                   sizes=(chunk, K), engine="copy_engine", stream=1)
-            p.signal(ready, rank=q, slot=p.rank * count + c, stream=1)
+    if W == 1:  # the shard is the whole gathered input: read in place, ready at once
+        gathered = x
+        with p.loop(0, count) as c:
+            p.signal(ready, slot=c, scope="gpu", stream=0)
+    else:
+        gathered = p.symmetric("gathered", (W * m, K), dtype)
+        sync = p.signal_pad("sync", 2)
+        # stream 1 starts after stream 0 reached this call (so after the previous call's barrier)
+        p.signal(sync, slot=0, scope="gpu", stream=0)
+        p.wait(sync, 0, stream=1)
+        with p.loop(0, count) as c:
+            with p.loop(0, p.num_ranks) as d:
+                q = (p.rank + d) % p.num_ranks
+                p.copy(x, gathered, dst_rank=q, src_offsets=(c * chunk, 0),
+                       dst_offsets=(p.rank * m + c * chunk, 0), sizes=(chunk, K), engine="copy_engine", stream=1)
+                p.signal(ready, rank=q, slot=p.rank * count + c, stream=1)
     if gemm == "jit":
         gemm_tiling, ag_gemm_tiles = _jit_gemm()
         ptr = "*" + {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[dtype]
@@ -91,18 +99,23 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
         p.launch(tmpl, [gathered, w, y, ready, p.epoch], sm_budget=num_sms, tile_order="rank_rotated", stream=0)
     else:
         raise ValueError(f"gemm must be 'template' or 'jit', got {gemm!r}")
-    # join stream 1 into stream 0, then the end barrier
-    p.signal(sync, slot=1, scope="gpu", stream=1)
-    p.wait(sync, 1, stream=0)
-    p.barrier()
+    if W > 1:  # join stream 1 into stream 0, then the end barrier
+        p.signal(sync, slot=1, scope="gpu", stream=1)
+        p.wait(sync, 1, stream=0)
+        p.barrier()
     return p
 
 
-def build(W: int, shapes, dtype: str, *, sm_budget: int, target: str, chunks: int = 4,
+def build(W: int, shapes, dtype: str, *, sm_budget: int, target: str, chunks: int | None = None,
           gemm: str = "template") -> dd.Program:
-    """The program for a call on tensors x [m, K], w [K, n] of ``dtype`` (the builder of ``op``)."""
+    """The program for a call on tensors x [m, K], w [K, n] of ``dtype`` (the builder of ``op``): ``chunks`` per
+    shard (default: the cost model's, ditron.tiling.ag_gemm_chunk_rows; a count that does not divide m: one)."""
     (m, K), (_, n) = shapes
-    chunk = m // chunks if m % chunks == 0 else m
+    if chunks is None:
+        from ditron.tiling import ag_gemm_chunk_rows
+        chunk = ag_gemm_chunk_rows(W, m, n, K, dtype, target, sms=sm_budget)
+    else:
+        chunk = m // chunks if m % chunks == 0 else m
     return program(W, m, K, n, dtype=dtype, chunk=chunk, num_sms=sm_budget, target=target, gemm=gemm)
 
 

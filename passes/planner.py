@@ -8,12 +8,13 @@ import math
 
 from mlir import ir
 
-from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, GemmConfig, TargetPeaks, ag_gemm_estimate,
-                          ag_gemm_one_launch_estimate, best_grouped_gemm_config, all_reduce_estimates,
+from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, MAX_CHUNKS_PER_SHARD, REPACKS, GemmConfig, TargetPeaks,
+                          ag_gemm_estimate, ag_gemm_one_launch_estimate, all_reduce_estimates,
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
-                          copy_time, gemm_candidates, gemm_push_estimate, gemm_push_sum_estimate, gemm_split,
-                          gemm_tiles, gemm_rs_epilogue_estimate, gemm_rs_estimate, gemm_time, local_copy_time, off_line,
-                          reduce_scatter_estimates, repack_choice, REPACKS, stream_k_tiles)
+                          best_grouped_gemm_config, chunk_rows_options, copy_time, divisors, gemm_candidates,
+                          gemm_push_estimate, gemm_push_sum_estimate, gemm_rs_epilogue_estimate, gemm_rs_estimate,
+                          gemm_split, gemm_tiles, gemm_time, local_copy_time, off_line, reduce_scatter_estimates,
+                          repack_choice, stream_k_tiles)
 from ..dialects import task
 from ..errors import TargetError
 from ..dialects.sharding import Mesh
@@ -46,7 +47,6 @@ REDUCE_SCATTER_ALGORITHMS = ("epilogue", "reduce_kernel", "one_launch", "push", 
 # AG+GEMM's gather: pull (offer, the peers pull), push (copies into every rank's buffer), both by streams beside the
 # GEMM; one_launch: the GEMM's programs push the shard themselves before their first tile (gemm template 'gather')
 ALL_GATHER_ALGORITHMS = ("pull", "push", "one_launch")
-MAX_CHUNKS_PER_SHARD = 16
 # What the end barrier adds to a call of a GEMM+RS / GEMM+AR that does not fence itself (every algorithm but push):
 # 2xH200, the same programs with and without it: 3.1-3.4 us per call (benchmarks/results/ablation_end_barrier.csv),
 # the barrier kernel 4.2-4.6 us in a profile
@@ -176,10 +176,7 @@ class PlannerBase:
                 want = divisor_at_least(shard_rows, want)
             return [want]
         if divisor:
-            found = [d for d in _divisors(shard_rows)
-                     if shard_rows // d <= MAX_CHUNKS_PER_SHARD and (d >= min(block_m, shard_rows))]
-            aligned = [d for d in found if d % block_m == 0]
-            return sorted(aligned or found or [shard_rows], reverse=True)
+            return chunk_rows_options(shard_rows, block_m)
         out, rows = [], max(block_m, 1)
         while rows < shard_rows:
             if math.ceil(shard_rows / rows) <= MAX_CHUNKS_PER_SHARD:
@@ -663,12 +660,7 @@ class Planner(GroupPlanner, OpPlanner):
     """ditron-tile's planner of one function: ``group`` for an overlap group, ``single`` for an op alone."""
 
 
-def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
 def divisor_at_least(n: int, want: int) -> int:
     """The smallest divisor of n that is >= want (n itself at worst), from n's divisors (sqrt(n) trial divisions,
     not a walk from want to n)."""
-    return min(d for d in _divisors(n) if d >= want)
+    return min(d for d in divisors(n) if d >= want)

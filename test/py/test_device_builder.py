@@ -501,3 +501,28 @@ def test_a_gemm_given_a_tile_field_keeps_the_users_tile():
 def test_error_gemm_given_another_target_than_its_program():
     with pytest.raises(dd.DeviceBuildError, match="given target 'cuda:80' in a program for 'cuda:90'"):
         _gemm_record("cuda:90", 256, 256, 256, target="cuda:80")
+
+
+@pytest.mark.parametrize("W,m,n,k,virtual", [(2, 1024, 3584, 4096, True), (3, 1000, 5000, 3000, True),
+                                             (2, 8192, 1024, 8192, False), (4, 2048, 2048, 16384, False)])
+def test_ag_gemm_chunk_rows_is_ditron_tiles_chunking(W, m, n, k, virtual):
+    """ditron.tiling.ag_gemm_chunk_rows ranks the chunkings as ditron-tile's planner does for the built-in AG+GEMM
+    (same cost model, same candidates): where the planner streams the shards by copy-engine pulls, the rows agree."""
+    from ditron import ops
+    from ditron.tiling import ag_gemm_chunk_rows
+    sig = ops.signature_for("ag_gemm", [(m, k), (k, n)], "bf16", W, virtual)
+    _, choices = ops.lower(sig)
+    (ag,) = [c for c in choices if c["op"] == "ditron_task.all_gather"]
+    rows = ag_gemm_chunk_rows(W, m, n, k, sms=ag["sm_budget"], push=ag["algorithm"] == "push")
+    assert m % rows == 0
+    assert ag["algorithm"] in ("pull", "push") and ag["engine"] == "copy_engine" and not ag["comm_sms"], ag
+    assert rows == ag["chunk_rows"], ag  # (the real-world cases: 2 and 4 chunks a shard)
+
+
+def test_ag_gemm_chunk_rows_errors_and_one_rank():
+    from ditron.tiling import ag_gemm_chunk_rows
+    assert ag_gemm_chunk_rows(1, 300, 512, 512) == 300  # nothing to copy: one chunk
+    with pytest.raises(ValueError, match="m must be a positive int"):
+        ag_gemm_chunk_rows(2, 0, 512, 512)
+    with pytest.raises(ValueError, match="engine must be copy_engine or sm"):
+        ag_gemm_chunk_rows(2, 64, 512, 512, engine="tma")
