@@ -15,8 +15,8 @@ The schedule, per rank:
   call's chunks into a peer's ``gathered`` while the peer's GEMM still reads it.
 
 Rows per rank need not be a multiple of the GEMM's tile: a tile may straddle two ranks' rows and wait for both.
-At W = 1 there is nothing to gather: the GEMM reads x itself, its one chunk marked ready on stream 0, and no
-copy, stream hand-off or barrier is issued. ``op()`` cuts the shard into the chunks ditron-tile's cost model
+At W = 1 there is nothing to gather: the GEMM reads x itself (the template without waits; the user kernel with its
+chunks marked ready on stream 0), and no copy, stream hand-off or barrier is issued. ``op()`` cuts the shard into the chunks ditron-tile's cost model
 picks (``ditron.tiling.ag_gemm_chunk_rows``).
 
 It is also an op on torch tensors (``op()``, a ``ditron.user_ops.UserOp``): ``op()([x0, x1], [w0, w1],
@@ -62,10 +62,11 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
     y = p.output("y", (W * m, n), dtype)
     ready = p.signal_pad("ready", W * count)
 
-    if W == 1:  # the shard is the whole gathered input: read in place, ready at once
+    if W == 1:  # the shard is the whole gathered input: read in place (a user GEMM: its chunks ready at once)
         gathered = x
-        with p.loop(0, count) as c:
-            p.signal(ready, slot=c, scope="gpu", stream=0)
+        if gemm == "jit":
+            with p.loop(0, count) as c:
+                p.signal(ready, slot=c, scope="gpu", stream=0)
     else:
         gathered = p.symmetric("gathered", (W * m, K), dtype)
         sync = p.signal_pad("sync", 2)
@@ -93,6 +94,8 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
         count_tiles = -(-W * m // tiles["BLOCK_M"]) * -(-n // tiles["BLOCK_N"])
         programs = min(num_sms or 132, count_tiles)
         p.launch(kernel, [gathered, w, y, ready, W * m, n, K, m, p.epoch], grid=programs, stream=0)
+    elif gemm == "template" and W == 1:  # nothing arrives: the GEMM alone, in the grouped order of its tiles
+        p.launch(p.gemm(m, n, K, in_dtype=dtype, **gemm_fields), [x, w, y], sm_budget=num_sms, stream=0)
     elif gemm == "template":
         tmpl = p.gemm(W * m, n, K, in_dtype=dtype, wait={"arg": "ready", "rows_per_slot": chunk}, rows_per_rank=m,
                       **gemm_fields)

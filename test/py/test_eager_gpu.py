@@ -26,11 +26,14 @@ import test_torch_ops_gpu as T  # noqa: E402
 
 FUSED = ("ag_gemm", "gemm_rs", "gemm_ar")
 CALLS = 4
+COPY_SHAPE = (96, 320)
 
 
 def signatures() -> list[ops.Signature]:
     out = list(T.signatures())
     out += [ops.signature_for(op, T.op_shapes(op, 2), "bf16", 2, True, T.TARGET) for op in FUSED]
+    out += [ops.signature_for("all_reduce", [COPY_SHAPE], "bf16", W, True, T.TARGET, algorithm="one_shot")
+            for W in (1, 2)]  # copies into symmetric buffers: the plans' C copies
     return out
 
 
@@ -116,8 +119,6 @@ def test_the_c_path_launches_what_tritons_launcher_does(lib, op, W, monkeypatch)
         torch.cuda.synchronize()
         (fast,) = fresh._eager.values()
         assert (fast.plan.c_launches > 0) == (c_path and memops.hotpath() is not None)
-        if op == "ag_gemm" and W == 2:  # its chunk copies: cuMemcpy calls of the C path
-            assert (fast.plan.c_copies > 0) == (c_path and memops.hotpath() is not None)
         fresh.close()
     for a, b in zip(results[False], results[True]):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
@@ -172,3 +173,34 @@ if __name__ == "__main__":
         build(sys.argv[2])
     else:
         sys.exit("usage: python test/py/test_eager_gpu.py build DIR")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("W", [1, 2])
+def test_the_c_paths_copies_match_torchs_copy(lib, W, monkeypatch):
+    """A one-shot all-reduce copies each rank's x into a symmetric buffer: through the plans' C path
+    (cuMemcpyDtoDAsync / cuMemcpy2DAsync, hotpath.c) and through torch's copy_ the results are the same and equal
+    the sum, with fresh tensors each call and no host synchronisation."""
+    import torch
+
+    from ditron.runtime import eager, memops
+    from ditron.runtime.world import World
+    args = [[list(col) for col in zip(*T.inputs_of([COPY_SHAPE], W, seed))] for seed in range(1, CALLS + 1)]
+    results = {}
+    for c_path in (False, True):
+        monkeypatch.setattr(eager, "C_PATH", c_path)
+        fresh = ops.Library(lib.directory, target=T.TARGET, compile=False)
+        world = World.virtual(W)
+        ops.all_reduce(*args[0], world, "one_shot", library=fresh)
+        torch.cuda.synchronize()
+        results[c_path] = _no_sync(lambda: [ops.all_reduce(*a, world, "one_shot", library=fresh, sync=False)
+                                            for a in args[1:]])
+        torch.cuda.synchronize()
+        (fast,) = fresh._eager.values()
+        assert (fast.plan.c_copies > 0) == (c_path and memops.hotpath() is not None)
+        fresh.close()
+    for a, got_c, got_torch in zip(args[1:], results[True], results[False]):
+        want = sum(x.float() for x in a[0])
+        for x, y in zip(got_c, got_torch):
+            assert torch.equal(x, y)
+            torch.testing.assert_close(x.float(), want, rtol=2e-2, atol=2e-2)
