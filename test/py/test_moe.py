@@ -373,3 +373,36 @@ def test_qwen3_moe_block_too(monkeypatch, w, norm):
     for x, y in zip(xs, layer([x[None] for x in xs])):
         with torch.no_grad():
             torch.testing.assert_close(y, block(x[None]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("w", [2, 3, 4])
+def test_moe_real_worlds_of_threads(monkeypatch, w):
+    """Real worlds (each rank its own module with its experts only, one tensor a rank) as W threads
+    (test_nn.ThreadWorld): the ops' references with the ranks' tensors exchanged through a barrier."""
+    from test_nn import ThreadWorld
+    tw = ThreadWorld(w)
+
+    def dispatch(x, splits, world, capacity, library, check):
+        everyone = tw._exchange(world.rank, (x, splits))
+        outs, recvs = all_to_all_sized([a for a, _ in everyone], [s for _, s in everyone], capacity)
+        assert not check
+        return torch.tensor(outs[world.rank]).to(x.dtype), torch.tensor(recvs[world.rank], dtype=torch.int32)
+
+    def exchange(x, world, library):
+        everyone = tw._exchange(world.rank, x)
+        return torch.cat([part[world.rank:world.rank + 1] for part in everyone])
+
+    monkeypatch.setattr(moe, "call_dispatch", dispatch)
+    monkeypatch.setattr(moe, "call_exchange", exchange)
+    monkeypatch.setattr(moe, "call_grouped_gemm", lambda x, wt, s, world, library: grouped_gemm_reference(x, wt, s))
+    block = mixtral_block()
+    xs = tokens(w, seed=5)
+
+    def rank(r, world):
+        layer = ExpertParallelMoE(block, world)
+        assert layer.gate_up.shape[0] == E // w
+        with torch.no_grad():
+            return layer(xs[r][None])
+    for x, y in zip(xs, tw.run(rank)):
+        with torch.no_grad():
+            torch.testing.assert_close(y, block(x[None]), rtol=1e-5, atol=1e-5)
