@@ -14,6 +14,8 @@ def reference(sig: Any, per_rank_inputs: Sequence[Sequence[Any]]) -> list[Any]:
     mod = _array_module(per_rank_inputs[0][0])
     cat = mod.concatenate if mod.__name__ == "numpy" else mod.cat
     up = (lambda x: x.astype("float64")) if mod.__name__ == "numpy" else (lambda x: x.float())
+    if sig.op == "grouped_gemm":
+        return [grouped_gemm(*row) for row in per_rank_inputs]
     xs = [[up(x) for x in row] for row in per_rank_inputs]
     if sig.op == "ag_gemm":
         gathered = cat([row[0] for row in xs], 0)
@@ -41,6 +43,24 @@ def reference(sig: Any, per_rank_inputs: Sequence[Sequence[Any]]) -> list[Any]:
     index = lambda r: tuple(slice(r * part, (r + 1) * part) if d == dim else slice(None)  # noqa: E731
                             for d in range(total.ndim))
     return [total[index(r)] for r in range(W)]
+
+
+def grouped_gemm(x: Any, w: Any, sizes: Any) -> Any:
+    """One rank's grouped GEMM: group e is the next sizes[e] rows of x (a negative size counts 0, the sum cut at x's
+    rows), times w[e]; the rows past the groups are zeros (float64 for numpy, float32 for torch)."""
+    mod = _array_module(x)
+    if mod.__name__ == "numpy":
+        x, w, counts = x.astype("float64"), w.astype("float64"), [int(n) for n in mod.asarray(sizes).reshape(-1)]
+        out = mod.zeros((x.shape[0], w.shape[2]))
+    else:
+        x, w, counts = x.float(), w.float(), [int(n) for n in sizes.reshape(-1).tolist()]
+        out = x.new_zeros((x.shape[0], w.shape[2]))
+    start = 0
+    for e, n in enumerate(counts):
+        end = min(start + max(n, 0), x.shape[0])
+        out[start:end] = x[start:end] @ w[e]
+        start = end
+    return out
 
 
 def _array_module(x):

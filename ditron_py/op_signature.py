@@ -10,16 +10,20 @@ from typing import Any, Mapping, Sequence
 
 from .errors import DitronError
 
-OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "grouped_gemm")
 ALGORITHMS = ("auto", "one_shot", "two_shot", "push")
 GEMM_AR_ALGORITHMS = ALGORITHMS + ("push_sum",)  # push_sum: the sum in the GEMM's epilogue (one launch)
 # the parameters each op takes, with their defaults
 PARAMS: dict[str, dict[str, Any]] = {
     "ag_gemm": {}, "gemm_rs": {}, "gemm_ar": {"algorithm": "auto"}, "all_gather": {"dim": 0},
     "reduce_scatter": {"dim": 0}, "all_reduce": {"algorithm": "auto"}, "all_to_all": {"split_dim": 0, "concat_dim": 0},
+    "grouped_gemm": {},
 }
 ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1,
-         "all_to_all": 1}
+         "all_to_all": 1, "grouped_gemm": 3}
+# the arguments of an op that are int32 sizes (run-time data, not of the op's element type): grouped_gemm's
+# group sizes
+SIZE_ARGS: dict[str, tuple[int, ...]] = {"grouped_gemm": (2,)}
 DTYPES = ("bf16", "f16", "f32")
 TORCH_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 AXIS = "tp"
@@ -82,6 +86,12 @@ class Signature:
         if any(not s or min(s) < 1 for s in shapes):
             raise OpError(f"{op}: every dim must be >= 1, got shapes {list(shapes)}")
         p = self.param
+        if op == "grouped_gemm":
+            x, w, g = shapes
+            if len(x) != 2 or len(w) != 3 or len(g) != 1 or x[1] != w[1] or g[0] != w[0]:
+                raise OpError(f"grouped_gemm: needs x [T, K], w [E, K, N] and group_sizes [E] (one size per group, "
+                              f"the same K), got {list(x)}, {list(w)} and {list(g)}")
+            return
         if op in ("ag_gemm", "gemm_rs", "gemm_ar"):
             (a, b) = shapes
             if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
@@ -173,6 +183,8 @@ def output_shape(op: str, shapes: Sequence[Sequence[Any]], world_size: int, para
     in range). Plain arithmetic on the dims, so that torch's symbolic sizes go through it too (ditron.torch_ops'
     fake implementations)."""
     W = world_size
+    if op == "grouped_gemm":
+        return (shapes[0][0], shapes[1][2])
     if op == "ag_gemm":
         return (W * shapes[0][0], shapes[1][1])
     if op == "gemm_rs":

@@ -17,6 +17,9 @@ Ops (W = world size; shapes are each rank's):
 * ``all_reduce(x, algorithm="auto"|"one_shot"|"two_shot"|"push")``          -> x's shape, summed over ranks
 * ``all_to_all(x, split_dim=0, concat_dim=0)``: part r of W of x along split_dim goes to rank r, which
   concatenates the parts it receives along concat_dim, in rank order         -> split_dim / W, concat_dim * W
+  (``splits=`` sizes computed on the device: ditron.ops_sized, MoE's dispatch and combine)
+* ``grouped_gemm(x, w, group_sizes)``: x [T, K] grouped by expert, w [E, K, N], group_sizes [E] run-time data
+  (no communication: each rank's own experts)                                -> [T, N]
 
 How. Each op is a task program in the *global view*, written with ``ditron.frontend`` (``task_program``): the
 math and the shardings of its arguments and result, nothing else. ``ditron-device`` does the rest — partition
@@ -60,7 +63,7 @@ from . import env, fastcall, tune as _tune
 from .errors import DitronError, DitronRuntimeError
 from .op_reference import reference
 from .op_signature import (ALGORITHMS, ARITY, AXIS, DTYPES, FORMAT_VERSION, GEMM_AR_ALGORITHMS, OPS, PARAMS,  # noqa: F401
-                           TORCH_DTYPES, OpError, Signature, _pass_triples, _target_name, output_shape, signature_for)
+                           SIZE_ARGS, TORCH_DTYPES, OpError, Signature, _pass_triples, _target_name, output_shape, signature_for)
 from .runtime.graphs import GRAPH_CACHE, tensor_key, tensors_key as _tensors_key
 
 OP_FILE = "op.json"
@@ -96,6 +99,13 @@ def task_program(sig: Signature):
         def gemm_reduce(a: dt.Tensor[(m, W * k), t, cols], b: dt.Tensor[(W * k, n), t, rows]) -> dt.Sharded[result]:
             return a @ b
         return gemm_reduce
+    if sig.op == "grouped_gemm":  # the local view: each rank's own rows, groups and weights; no communication
+        (x, w, g) = sig.shapes
+
+        @dt.program(mesh, view="local")
+        def grouped_gemm(a: dt.Tensor[x, t], b: dt.Tensor[w, t], sizes: dt.Tensor[g, "i32"]):
+            return dt.grouped_matmul(a, b, sizes)
+        return grouped_gemm
     shape, dim = sig.shapes[0], sig.param.get("dim", 0)
     if sig.op == "all_gather":
         whole = tuple(s * W if d == dim else s for d, s in enumerate(shape))
@@ -442,7 +452,11 @@ def _per_rank(op: str, tensors: Sequence[Any], world) -> list[list[Any]]:
             if t.shape != t0.shape or t.dtype != t0.dtype:
                 raise OpError(f"{op}: argument {i} of rank {r} is {tuple(t.shape)} {t.dtype}, rank 0's is "
                               f"{tuple(t0.shape)} {t0.dtype}; every rank passes the same shapes")
-    dtypes = {_dtype_name(t) for t in first}
+    sizes = SIZE_ARGS.get(op, ())
+    for i in sizes:
+        if first[i].dtype != torch.int32:
+            raise OpError(f"{op}: argument {i} holds sizes and must be an int32 tensor, got {first[i].dtype}")
+    dtypes = {_dtype_name(t) for i, t in enumerate(first) if i not in sizes}
     if len(dtypes) > 1:
         raise OpError(f"{op}: the arguments have different element types ({', '.join(sorted(dtypes))})")
     return ranks
@@ -585,11 +599,31 @@ def all_reduce(x, world, algorithm: str = "auto", *, out=None, sync: bool = True
     return _call("all_reduce", (x,), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 
-for _f in (ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce, all_to_all):
+def grouped_gemm(x, w, group_sizes, world, *, out=None, sync: bool = True, library: Library | None = None,
+                 passes=None, graph: bool = False):
+    """MoE experts, no communication: x [T, K] holds rows grouped by expert (group e: the next group_sizes[e] rows,
+    in order), w [E, K, N] the experts' weights -> [T, N], group e's rows times w[e]; rows past the groups' sum are
+    zeros. ``group_sizes`` [E] is a device tensor of any int dtype (run-time data: one program serves every routing;
+    int64 sizes become int32 on the device, no sync; a negative size counts 0, a sum past T is cut at T)."""
+    import torch
+    sizes = [group_sizes] if isinstance(group_sizes, torch.Tensor) else group_sizes
+    if not isinstance(sizes, (list, tuple)) or not all(isinstance(s, torch.Tensor) for s in sizes):
+        raise OpError(f"grouped_gemm: group_sizes is a device tensor [E] (a list of one per rank in a virtual "
+                      f"world), got {type(group_sizes).__name__}")
+    for s in sizes:
+        if s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool:
+            raise OpError(f"grouped_gemm: group_sizes must hold integers, got {s.dtype}")
+    big = torch.iinfo(torch.int32).max
+    sizes = [s if s.dtype == torch.int32 else s.clamp(-1, big).to(torch.int32) for s in sizes]
+    g = sizes[0] if isinstance(group_sizes, torch.Tensor) else sizes
+    return _call("grouped_gemm", (x, w, g), world, {}, out, sync, library, passes, graph)
+
+
+for _f in (ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce, all_to_all, grouped_gemm):
     _f.__doc__ = (_f.__doc__ or "") + "\n" + _CALL_DOC
 del _f
 
 
 __all__ = ["ALGORITHMS", "OPS", "ArtifactMissingError", "Library", "OpError", "Signature", "ag_gemm", "all_gather",
            "all_reduce", "all_to_all", "build", "build_one", "choices", "compiler_available", "default_library", "gemm_ar",
-           "gemm_rs", "lower", "output_shape", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]
+           "gemm_rs", "grouped_gemm", "lower", "output_shape", "pipeline", "reduce_scatter", "reference", "signature_for", "task_program"]

@@ -20,6 +20,8 @@ each op computes):
     ditron::all_reduce(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor           x's shape
     ditron::all_to_all(Tensor x, str world, int split_dim=0, int concat_dim=0, int max_rows=0) -> Tensor
                                                                                           split / W, concat * W
+    ditron::grouped_gemm(Tensor x, Tensor w, Tensor group_sizes, str world, int max_rows=0) -> Tensor  [T, N]
+                                                                     (group_sizes int32; max_rows must be 0)
 
 ``max_rows`` (every operator): 0 runs the program of the call's exact shapes (one program per row count); N > 0
 serves any row count 1..N (dim 0 of the first argument) from the op's power-of-two bucket programs
@@ -168,7 +170,11 @@ def _check_all(op: str, tensors, world_size: int, params: dict[str, Any]) -> dic
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor):
             raise ops.OpError(f"{op}: argument {i} is {type(t).__name__}, not a tensor")
-    dtypes = {t.dtype for t in tensors}
+    sizes = ops.SIZE_ARGS.get(op, ())
+    for i in sizes:
+        if tensors[i].dtype != torch.int32:
+            raise ops.OpError(f"{op}: argument {i} holds sizes and must be an int32 tensor, got {tensors[i].dtype}")
+    dtypes = {t.dtype for i, t in enumerate(tensors) if i not in sizes}
     if len(dtypes) > 1:
         raise ops.OpError(f"{op}: the arguments have different element types "
                           f"({', '.join(sorted(str(d) for d in dtypes))})")
@@ -232,6 +238,9 @@ def _check_device(op: str, tensors) -> None:
 def _max_rows(op: str, max_rows) -> int:
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
         raise ops.OpError(f"{op}: max_rows is a row count (0: exact shapes, one program per shape), got {max_rows!r}")
+    if max_rows and op in ops.SIZE_ARGS:
+        raise ops.OpError(f"{op}: max_rows (bucket programs) is not supported for an op with run-time sizes; call it "
+                          "with its exact shapes")
     return max_rows
 
 
@@ -335,6 +344,7 @@ SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "all_reduce": ('(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor', ("algorithm",)),
     "all_to_all": ("(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0, int max_rows=0) -> Tensor",
                    ("split_dim", "concat_dim")),
+    "grouped_gemm": ("(Tensor x, Tensor w, Tensor group_sizes, str world, int max_rows=0) -> Tensor", ()),
 }
 assert set(SIGNATURES) == set(ops.OPS), "every op of ditron.ops is a torch operator"
 

@@ -13,8 +13,10 @@ power-of-two bucket programs (ditron.buckets), about log2(N) + 1 per op, which
 ``ditron.buckets.prebuild(signatures(model, W, range(1, N + 1), max_rows=N), DIR)`` builds ahead. Needs torch (not the MLIR bindings: the ops run from
 prebuilt artifacts where there is no compiler).
 """
+from . import moe
 from .linear import ColumnParallelLinear, ParallelError, RowParallelLinear
+from .moe import ExpertParallelMoE
 from .parallelize import Colwise, Rowwise, model_plan, parallelize, resolve_plan, signatures
 
-__all__ = ["ColumnParallelLinear", "Colwise", "ParallelError", "RowParallelLinear", "Rowwise", "model_plan",
-           "parallelize", "resolve_plan", "signatures"]
+__all__ = ["ColumnParallelLinear", "Colwise", "ExpertParallelMoE", "ParallelError", "RowParallelLinear", "Rowwise", "model_plan",
+           "moe", "parallelize", "resolve_plan", "signatures"]

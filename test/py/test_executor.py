@@ -357,9 +357,14 @@ class FakeProgram:
                 err[1] = tag
                 err[2] = min(int(self.resolve(w.arg, w.rank)[w.slot]) for w in st.waits)
             self.polls = 0
+            view = lambda region: View(self.resolve(region.arg, region.rank)[  # noqa: E731
+                tuple(slice(o, o + s) for o, s in zip(region.offsets, region.sizes))])
+            if st.expand is not None:  # data-dependent tiles (the grouped GEMM's): replaced by what they expand into
+                self.steps = self.steps[:self.i] + list(st.expand(view)) + self.steps[self.i + 1:]
+                progressed = True
+                continue
             if st.compute is not None:
-                st.compute(lambda region: View(self.resolve(region.arg, region.rank)[
-                    tuple(slice(o, o + s) for o, s in zip(region.offsets, region.sizes))]))
+                st.compute(view)
             for n in st.notifies:
                 notify_pad(n, self.resolve(n.arg, n.rank))
             self.i += 1

@@ -23,6 +23,7 @@ SCHEMAS = {
     "all_reduce": 'ditron::all_reduce(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor',
     "all_to_all": ("ditron::all_to_all(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0, int max_rows=0) "
                    "-> Tensor"),
+    "grouped_gemm": "ditron::grouped_gemm(Tensor x, Tensor w, Tensor group_sizes, str world, int max_rows=0) -> Tensor",
 }
 BF16 = torch.bfloat16
 
