@@ -32,8 +32,9 @@ COPY_SHAPE = (96, 320)
 def signatures() -> list[ops.Signature]:
     out = list(T.signatures())
     out += [ops.signature_for(op, T.op_shapes(op, 2), "bf16", 2, True, T.TARGET) for op in FUSED]
-    out += [ops.signature_for("all_reduce", [COPY_SHAPE], "bf16", W, True, T.TARGET, algorithm="one_shot")
-            for W in (1, 2)]  # copies into symmetric buffers: the plans' C copies
+    out += [ops.signature_for("all_reduce", [COPY_SHAPE], "bf16", 1, True, T.TARGET, algorithm="one_shot"),
+            ops.signature_for("all_to_all", [COPY_SHAPE], "bf16", 2, True, T.TARGET, split_dim=1, concat_dim=0)]
+    # copies of whole rows (the all-reduce's output) and of column blocks (the reshard): the plans' C copies
     return out
 
 
@@ -176,31 +177,37 @@ if __name__ == "__main__":
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("W", [1, 2])
-def test_the_c_paths_copies_match_torchs_copy(lib, W, monkeypatch):
-    """A one-shot all-reduce copies each rank's x into a symmetric buffer: through the plans' C path
-    (cuMemcpyDtoDAsync / cuMemcpy2DAsync, hotpath.c) and through torch's copy_ the results are the same and equal
-    the sum, with fresh tensors each call and no host synchronisation."""
+@pytest.mark.parametrize("case", ["all_reduce_w1", "reshard_w2"])
+def test_the_c_paths_copies_match_torchs_copy(lib, case, monkeypatch):
+    """Copies through the plans' C path (hotpath.c: cuMemcpyDtoDAsync for whole rows -- a one-shot all-reduce's
+    output at W = 1 -- and cuMemcpy2DAsync for column blocks -- all_to_all resharding rows to columns at W = 2)
+    and through torch's copy_ give the same results, equal to torch's, with fresh tensors each call and no host
+    synchronisation."""
     import torch
 
     from ditron.runtime import eager, memops
     from ditron.runtime.world import World
+    W = 1 if case == "all_reduce_w1" else 2
+    call = (lambda a, world, lib_, **kw: ops.all_reduce(*a, world, "one_shot", library=lib_, **kw)) if W == 1 else \
+        (lambda a, world, lib_, **kw: ops.all_to_all(*a, world, split_dim=1, concat_dim=0, library=lib_, **kw))
     args = [[list(col) for col in zip(*T.inputs_of([COPY_SHAPE], W, seed))] for seed in range(1, CALLS + 1)]
     results = {}
     for c_path in (False, True):
         monkeypatch.setattr(eager, "C_PATH", c_path)
         fresh = ops.Library(lib.directory, target=T.TARGET, compile=False)
         world = World.virtual(W)
-        ops.all_reduce(*args[0], world, "one_shot", library=fresh)
+        call(args[0], world, fresh)
         torch.cuda.synchronize()
-        results[c_path] = _no_sync(lambda: [ops.all_reduce(*a, world, "one_shot", library=fresh, sync=False)
-                                            for a in args[1:]])
+        results[c_path] = _no_sync(lambda: [call(a, world, fresh, sync=False) for a in args[1:]])
         torch.cuda.synchronize()
         (fast,) = fresh._eager.values()
         assert (fast.plan.c_copies > 0) == (c_path and memops.hotpath() is not None)
         fresh.close()
     for a, got_c, got_torch in zip(args[1:], results[True], results[False]):
-        want = sum(x.float() for x in a[0])
-        for x, y in zip(got_c, got_torch):
+        xs = a[0]
+        cols = COPY_SHAPE[1] // W
+        want = [sum(x.float() for x in xs)] if W == 1 else \
+            [torch.cat([x[:, r * cols:(r + 1) * cols] for x in xs]).float() for r in range(W)]
+        for x, y, ref in zip(got_c, got_torch, want):
             assert torch.equal(x, y)
-            torch.testing.assert_close(x.float(), want, rtol=2e-2, atol=2e-2)
+            torch.testing.assert_close(x.float(), ref, rtol=2e-2, atol=2e-2)
