@@ -23,7 +23,7 @@ What a plan does instead (``EagerPlan.call``):
   and a call writes only the call's pointers, the epoch's values and the tag before ``cuLaunchKernel`` -- one C
   call per launch, without Triton's launcher frames or its parsing of every argument. The fork, the join, a
   milestone's record and each signal / wait / barrier's stream memops are one C call each too, and so is each
-  copy whose regions are rows of one pitch (``copy_rows``: cuMemcpyDtoDAsync or cuMemcpy2DAsync on the step's
+  copy whose regions are rows of one pitch (``regions.copy_rows``: cuMemcpyDtoDAsync or cuMemcpy2DAsync on the step's
   stream, instead of torch's copy_ after switching torch's current stream; others take copy_). A kernel it does
   not cover (cluster, cooperative or PDL launches, profile scratch, global scratch the executor does not own, an
   argument type it does not pack), a call while a Triton launch hook is registered and one with no current
@@ -57,6 +57,7 @@ from typing import Any, Callable
 from ..errors import DitronRuntimeError
 from ..schema import USER_ARG_KINDS
 from .program import BarrierAction, Buf, CopyAction, LaunchAction, SignalAction, WaitAction, slot_runs
+from .regions import copy_rows
 from .timeouts import Milestone
 
 ENABLED = True      # eager calls through plans (False: every call interpreted, as before)
@@ -762,39 +763,6 @@ class EagerPlan:
         return results
 
 
-MAX_PITCH = (1 << 31) - 1  # the bytes between rows a 2-D driver copy takes (CU_DEVICE_ATTRIBUTE_MAX_PITCH)
-
-
-def copy_rows(sizes: tuple[int, ...], strides: list[tuple[int, ...]], elem_bytes: int):
-    """A copy of a region of ``sizes`` between views of ``strides`` (elements; the source's, then the
-    destination's) as rows: (width bytes, height, (source pitch, destination pitch) in bytes), or None where a
-    view's region is not height rows of one pitch. The trailing dims both views hold densely make a row; of the
-    dims before them, at most one may be longer than 1 (the rows)."""
-    n = len(sizes)
-    k = n
-    for st in strides:  # the trailing dims dense in this view: each one's stride the product of those after it
-        dense, run = 0, 1
-        for d in range(n - 1, -1, -1):
-            if sizes[d] != 1 and st[d] != run:
-                break
-            run *= sizes[d]
-            dense += 1
-        k = min(k, dense)
-    width = elem_bytes
-    for d in range(n - k, n):
-        width *= sizes[d]
-    outer = [d for d in range(n - k) if sizes[d] != 1]
-    if not outer:
-        return width, 1, (width, width)
-    if len(outer) > 1:
-        return None
-    d = outer[0]
-    pitches = tuple(st[d] * elem_bytes for st in strides)
-    if any(p < width or p > MAX_PITCH for p in pitches):
-        return None
-    return width, sizes[d], pitches
-
-
 def output_maker(shape: tuple[int, ...], dtype, device) -> Callable[[], Any]:
     """What makes a fresh contiguous output tensor each call: ``torch.empty_like(proto)``, which parses one
     argument where ``torch.empty(shape, dtype=, device=)`` parses three (~2 us less per output on a slow host).
@@ -819,7 +787,6 @@ def shapes_key(tensors: dict[int, list[Any]]) -> tuple:
     return tuple(tuple(tuple(x.shape) for x in row) for row in tensors.values())
 
 
-__all__ = ["C_PATH", "ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "copy_rows", "output_maker",
-           "resolve",
+__all__ = ["C_PATH", "ENABLED", "EVENT_RING", "EagerPlan", "Lazy", "PRUNE_AT", "Unplanned", "output_maker", "resolve",
            "shapes_key",
            "torch_module"]

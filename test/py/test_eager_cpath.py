@@ -281,5 +281,5 @@ def test_a_copy_is_one_driver_copy_of_rows():
     ((3, 5), [(5, 1), (1, 3)], None),                          # a transposed view: torch's copy_
 ])
 def test_copy_rows(sizes, strides, want):
-    from ditron.runtime.eager import copy_rows
+    from ditron.runtime.regions import copy_rows
     assert copy_rows(sizes, strides, 2) == want
