@@ -268,10 +268,12 @@ def _bind_inputs(fn: ir.Operation, inputs) -> list[np.ndarray]:
     return [np.asarray(a) for a in arrays]
 
 
-def _check_shape(op: ir.Operation, index: int, t: ir.Type, array: np.ndarray, what: str) -> None:
+def _check_shape(op: ir.Operation, index: int, t: ir.Type, array, what: str) -> None:
     if not isinstance(t, ir.RankedTensorType):
         return
     want = list(t.shape)
+    if isinstance(array, Rows):  # some rows of the value: its other dims only
+        want, array = [len(array.index)] + want[1:], array.data
     if len(want) != array.ndim or any(w >= 0 and w != s for w, s in zip(want, array.shape)):
         raise EvaluationError(f"'{op.name}' {what} {index}: the IR says {t} but the value has shape "
                               f"{tuple(array.shape)}")
@@ -283,16 +285,20 @@ class _Interpreter:
     def __init__(self, fn: ir.Operation, mesh: Mesh, ranks: int, spmd: bool):
         self.fn, self.mesh, self.ranks, self.spmd = fn, mesh, ranks, spmd
 
-    def run(self, per_rank_inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+    def run(self, per_rank_inputs: Sequence[Sequence[np.ndarray]], rows=None) -> list[list[np.ndarray]]:
+        """Per rank, the results. ``rows[r][i]``: the rows (dim 0) of result i wanted on rank r (None: all of
+        them); a result wanted at some rows comes back as a ``Rows``, computed from just the rows of every value
+        that those rows depend on (``_demand``; every row of a value used by an op that is not row-local)."""
         block = self.fn.regions[0].blocks[0]
-        env: dict[ir.Value, list[np.ndarray]] = {}
+        env: dict[ir.Value, list] = {}
         for i, arg in enumerate(block.arguments):
             values = [np.asarray(inputs[i]) for inputs in per_rank_inputs]
             for v in values:
                 _check_shape(self.fn, i, arg.type, v, "argument")
             env[arg] = values
-        for op in block.operations:
-            op = op.operation
+        ops = [op.operation for op in block.operations]
+        need = self._needs(ops, rows) if rows is not None else {}
+        for op in ops:
             operands = [env[v] for v in op.operands]
             if op.name == "func.return":
                 return [[vals[r] for vals in operands] for r in range(self.ranks)]
@@ -301,12 +307,48 @@ class _Interpreter:
                 raise EvaluationError(f"the reference interpreter does not know '{op.name}'")
             if op.name in _COLLECTIVE_NAMES and not self.spmd:
                 raise EvaluationError(f"'{op.name}' is a collective of the local (SPMD) view; use evaluate_spmd")
-            results = handler(self, op, operands)
+            wanted = need.get(op.results[0]) if len(op.results) == 1 else None
+            if wanted is None or any(isinstance(w, str) for w in wanted):
+                results = handler(self, op, operands)
+            else:
+                results = [[Rows(idx, data) for idx, data in zip(wanted, vals)]
+                           for vals in _ROW_HANDLERS[op.name](self, op, operands, wanted)]
             for j, (res, vals) in enumerate(zip(op.results, results)):
                 for v in vals:
                     _check_shape(op, j, res.type, v, "result")
                 env[res] = vals
         raise EvaluationError("the function has no func.return")
+
+    def _needs(self, ops: list, rows) -> dict:
+        """Per value, per rank: ALL or the rows of it (an index array) the results' ``rows`` are computed from."""
+        R = self.ranks
+        need: dict = {}
+        ret = ops[-1] if ops and ops[-1].name == "func.return" else None
+        if ret is None:
+            raise EvaluationError("the function has no func.return")
+        if len(rows) != R:
+            raise EvaluationError(f"rows: expected one entry per rank ({R}), got {len(rows)}")
+        for i, v in enumerate(ret.operands):
+            for r in range(R):
+                want = rows[r][i] if i < len(rows[r]) else None
+                cur = need.setdefault(v, [None] * R)
+                cur[r] = _union(cur[r], ALL if want is None else _rows_index(want))
+        for op in reversed(ops[:-1]):
+            if op.name not in _ROW_HANDLERS:
+                wanted = None
+            else:
+                wanted = need.get(op.results[0]) if len(op.results) == 1 else None
+            if wanted is not None:
+                wanted = [np.zeros(0, np.int64) if w is None else w for w in wanted]
+            demands = None if wanted is None or any(isinstance(w, str) for w in wanted) else \
+                _demand(self, op, [wanted])
+            for k, v in enumerate(op.operands):
+                cur = need.setdefault(v, [None] * R)
+                for r in range(R):
+                    cur[r] = _union(cur[r], ALL if demands is None else demands[k][r])
+        for v, per in need.items():
+            need[v] = [np.zeros(0, np.int64) if w is None else w for w in per]
+        return need
 
     def per_rank(self, operands, fn):
         return [[fn(*(vals[r] for vals in operands)) for r in range(self.ranks)]]
@@ -421,6 +463,229 @@ def _custom(it: _Interpreter, op, operands):
     return [shard_array(a, sh, it.mesh) for a, sh in zip(outs, k.out_shardings)]
 
 
+# ------------------------------------------------------------------------------- evaluation at some rows only
+
+class Rows:
+    """A value known at some rows of its dim 0 only: ``data[j]`` is row ``index[j]`` (``index`` sorted, unique).
+    What ``evaluate`` / ``evaluate_spmd`` return for a result asked at ``rows``."""
+
+    __slots__ = ("index", "data")
+
+    def __init__(self, index: np.ndarray, data: np.ndarray):
+        self.index, self.data = index, data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+ALL = "all"  # a demand for every row of a value
+
+
+def _rows_index(rows) -> np.ndarray:
+    idx = np.unique(np.asarray(rows, dtype=np.int64).reshape(-1))
+    return idx
+
+
+def _union(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, str) or isinstance(b, str):
+        return ALL
+    return np.union1d(a, b)
+
+
+def _take(value, idx: np.ndarray) -> np.ndarray:
+    """Rows idx of a whole array or of a Rows (which holds them: its index is the union of its users' needs)."""
+    if isinstance(value, Rows):
+        pos = np.searchsorted(value.index, idx)
+        return value.data[pos]
+    return np.asarray(value)[idx]
+
+
+def _dim0(v: ir.Value) -> int | None:
+    t = v.type
+    if not isinstance(t, ir.RankedTensorType) or t.rank == 0:
+        return None
+    return t.shape[0]
+
+
+def _row_operand(operand: ir.Value, result: ir.Value) -> bool:
+    """Does an elementwise operand's row i feed the result's row i (else it broadcasts: every row of it)?"""
+    a, r = operand.type, result.type
+    return (isinstance(a, ir.RankedTensorType) and isinstance(r, ir.RankedTensorType) and a.rank == r.rank >= 1
+            and a.shape[0] == r.shape[0])
+
+
+def _demand(it: "_Interpreter", op: ir.Operation, needs: list) -> list | None:
+    """Per operand, per rank, the rows of it that the results' rows ``needs[j][r]`` (index arrays) are computed
+    from; None where the op is not row-local (every row of every operand)."""
+    name, R = op.name, it.ranks
+    n_ops = len(op.operands)
+    out = [[None] * R for _ in range(n_ops)]
+
+    def add(k, r, rows):
+        out[k][r] = _union(out[k][r], rows)
+
+    rows = needs[0]
+    if name in (task.Matmul.op_name(), task.GroupedMatmul.op_name()):
+        for r in range(R):
+            add(0, r, rows[r])
+            for k in range(1, n_ops):
+                add(k, r, ALL)
+        return out
+    if name == task.Shard.op_name():
+        for r in range(R):
+            add(0, r, rows[r])
+        return out
+    if name == task.Elementwise.op_name():
+        for k, v in enumerate(op.operands):
+            row = _row_operand(v, op.results[0])
+            for r in range(R):
+                add(k, r, rows[r] if row else ALL)
+        return out
+    if name == task.AllReduce.op_name():
+        ax = task.AllReduce(op).axis
+        for r in range(R):
+            for p in axis_group(it.mesh, r, ax):
+                add(0, p, rows[r])
+        return out
+    if name == task.AllGather.op_name():
+        g = task.AllGather(op)
+        c = _dim0(op.operands[0])
+        for r in range(R):
+            group = axis_group(it.mesh, r, g.axis)
+            for i, p in enumerate(group):
+                if g.dim != 0:
+                    add(0, p, rows[r])
+                elif c is not None and c >= 0:
+                    sel = rows[r][(rows[r] >= i * c) & (rows[r] < (i + 1) * c)]
+                    add(0, p, sel - i * c)
+                else:
+                    return None
+        return out
+    if name == task.ReduceScatter.op_name():
+        rs = task.ReduceScatter(op)
+        c = _dim0(op.results[0])
+        if rs.dim == 0 and (c is None or c < 0):
+            return None
+        for r in range(R):
+            me = rank_coords(it.mesh, r)[rs.axis]
+            for p in axis_group(it.mesh, r, rs.axis):
+                add(0, p, rows[r] + me * c if rs.dim == 0 else rows[r])
+        return out
+    if name == task.AllToAll.op_name():
+        a2a = task.AllToAll(op)
+        if n_ops != 1 or len(op.results) != 1:
+            return None
+        n = it.mesh.axis_size(a2a.axis)
+        c = _dim0(op.operands[0])
+        if a2a.split_dim != 0 or a2a.concat_dim != 0 or c is None or c < 0 or c % n:
+            return None
+        c //= n
+        for r in range(R):
+            me = rank_coords(it.mesh, r)[a2a.axis]
+            for i, p in enumerate(axis_group(it.mesh, r, a2a.axis)):
+                sel = rows[r][(rows[r] >= i * c) & (rows[r] < (i + 1) * c)]
+                add(0, p, sel - i * c + me * c)
+        return out
+    return None
+
+
+def _rows_matmul(it, op, operands, rows):
+    tb = task.Matmul(op).transpose_b
+    return [[_take(a, idx) @ (b.T if tb else b) for a, b, idx in zip(operands[0], operands[1], rows)]]
+
+
+def _rows_grouped_matmul(it, op, operands, rows):
+    out = []
+    for a, b, sizes, idx in zip(operands[0], operands[1], operands[2], rows):
+        sizes = np.asarray(sizes).astype(np.int64)
+        if (sizes < 0).any():
+            raise EvaluationError(f"'{op.name}': group sizes must be >= 0, got {sizes.tolist()}")
+        ends = np.cumsum(sizes)
+        total = int(ends[-1]) if len(ends) else 0
+        lhs_rows = _dim0(op.operands[0])
+        if lhs_rows is not None and lhs_rows >= 0 and total > lhs_rows:
+            raise EvaluationError(f"'{op.name}': group sizes add up to {total} rows but lhs has {lhs_rows}")
+        a_rows = _take(a, idx)
+        y = np.zeros((len(idx), b.shape[2]), dtype=np.result_type(a_rows, b))
+        group = np.searchsorted(ends, idx, side="right")
+        for e in np.unique(group[idx < total]):
+            sel = group == e
+            y[sel] = a_rows[sel] @ b[e]
+        out.append(y)
+    return [out]
+
+
+def _rows_elementwise(it, op, operands, rows):
+    fn = task.Elementwise(op).fn
+    if fn not in ELEMENTWISE:
+        raise EvaluationError(f"'{op.name}': no numpy implementation of fn '{fn}'")
+    kinds = [_row_operand(v, op.results[0]) for v in op.operands]
+    return [[ELEMENTWISE[fn](*(_take(vals[r], idx) if row else vals[r] for vals, row in zip(operands, kinds)))
+             for r, idx in enumerate(rows)]]
+
+
+def _gather(parts, idx: np.ndarray, rest) -> np.ndarray:
+    """Rows idx of a value whose rows come from ``parts``: (lo, hi, source value, source row of lo)."""
+    out = None
+    for lo, hi, src, first in parts:
+        sel = (idx >= lo) & (idx < hi)
+        if not sel.any():
+            continue
+        got = _take(src, idx[sel] - lo + first)
+        if out is None:
+            out = np.zeros((len(idx), *got.shape[1:]), dtype=got.dtype)
+        out[sel] = got
+    return out if out is not None else np.zeros((len(idx), *rest), dtype=np.float32)
+
+
+def _rows_collective(it, op, operands, rows):
+    xs, name = operands[0], op.name
+    res_t = ir.RankedTensorType(op.results[0].type)
+    rest = tuple(res_t.shape[1:])
+    out = []
+    for r, idx in enumerate(rows):
+        if name == task.AllReduce.op_name():
+            ar = task.AllReduce(op)
+            out.append(REDUCE[ar.reduce]([_take(xs[p], idx) for p in axis_group(it.mesh, r, ar.axis)]))
+        elif name == task.ReduceScatter.op_name():
+            rs = task.ReduceScatter(op)
+            me = rank_coords(it.mesh, r)[rs.axis]
+            at = idx + me * res_t.shape[0] if rs.dim == 0 else idx
+            out.append(REDUCE[rs.reduce]([_take(xs[p], at) for p in axis_group(it.mesh, r, rs.axis)]))
+        elif name == task.AllGather.op_name():
+            g = task.AllGather(op)
+            group = axis_group(it.mesh, r, g.axis)
+            if g.dim != 0:
+                out.append(np.concatenate([_take(xs[p], idx) for p in group], axis=g.dim))
+            else:
+                c = _dim0(op.operands[0])
+                out.append(_gather([(i * c, (i + 1) * c, xs[p], 0) for i, p in enumerate(group)], idx, rest))
+        else:  # all_to_all, equal parts along dim 0 (_demand)
+            a2a = task.AllToAll(op)
+            group = axis_group(it.mesh, r, a2a.axis)
+            c = _dim0(op.operands[0]) // len(group)
+            me = rank_coords(it.mesh, r)[a2a.axis]
+            out.append(_gather([(i * c, (i + 1) * c, xs[p], me * c) for i, p in enumerate(group)], idx, rest))
+    return [out]
+
+
+_ROW_HANDLERS = {
+    task.Shard.op_name(): lambda it, op, operands, rows: [[_take(v, idx) for v, idx in zip(operands[0], rows)]],
+    task.Matmul.op_name(): _rows_matmul,
+    task.GroupedMatmul.op_name(): _rows_grouped_matmul,
+    task.Elementwise.op_name(): _rows_elementwise,
+    task.AllGather.op_name(): _rows_collective,
+    task.ReduceScatter.op_name(): _rows_collective,
+    task.AllReduce.op_name(): _rows_collective,
+    task.AllToAll.op_name(): _rows_collective,
+}
+
+
 _HANDLERS = {
     task.Custom.op_name(): _custom,
     task.Shard.op_name(): _shard,
@@ -437,22 +702,26 @@ _HANDLERS = {
 _COLLECTIVE_NAMES = frozenset(c.op_name() for c in task.COLLECTIVES)
 
 
-def evaluate(func_op, inputs) -> list[np.ndarray]:
+def evaluate(func_op, inputs, rows=None) -> list:
     """Run a global-view task program on whole tensors. inputs: a list (argument order) or a dict keyed by
-    argument index or argument name (the name location the frontend gives each argument)."""
+    argument index or argument name (the name location the frontend gives each argument). ``rows[i]``: compute
+    result i at those rows of its dim 0 only (None: whole), returned as a ``Rows``; only what they depend on is
+    computed (through row-local ops: matmul's lhs, elementwise, grouped_matmul's lhs), the rest whole."""
     fn = _func(func_op)
     if VIEW_ATTR in fn.attributes and ir.StringAttr(fn.attributes[VIEW_ATTR]).value == "local":
         raise EvaluationError("the function is in the local (SPMD) view; use evaluate_spmd")
     arrays = _bind_inputs(fn, inputs)
-    return _Interpreter(fn, _mesh_of(fn), 1, spmd=False).run([arrays])[0]
+    return _Interpreter(fn, _mesh_of(fn), 1, spmd=False).run([arrays], None if rows is None else [rows])[0]
 
 
-def evaluate_spmd(func_op, per_rank_inputs: Sequence, mesh: Mesh | None = None) -> list[list[np.ndarray]]:
+def evaluate_spmd(func_op, per_rank_inputs: Sequence, mesh: Mesh | None = None, rows=None) -> list[list]:
     """Run a local-view (SPMD) task program on every rank of mesh (default: the module's ``ditron.mesh``).
-    per_rank_inputs[r] holds rank r's arguments (a list, or a dict as for evaluate). Returns per rank its results."""
+    per_rank_inputs[r] holds rank r's arguments (a list, or a dict as for evaluate). Returns per rank its results.
+    ``rows[r][i]``: result i of rank r at those rows only (a ``Rows``; None: whole), as for ``evaluate``; the
+    collectives move rows (all_gather, reduce_scatter, all_reduce, equal-part all_to_all along dim 0)."""
     fn = _func(func_op)
     mesh = mesh or _mesh_of(fn)
     if len(per_rank_inputs) != mesh.size:
         raise EvaluationError(f"the mesh has {mesh.size} ranks but {len(per_rank_inputs)} input sets were given")
     bound = [_bind_inputs(fn, inputs) for inputs in per_rank_inputs]
-    return _Interpreter(fn, mesh, mesh.size, spmd=True).run(bound)
+    return _Interpreter(fn, mesh, mesh.size, spmd=True).run(bound, rows)

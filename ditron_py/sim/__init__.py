@@ -34,6 +34,8 @@ from ..dialects.context import ditron_context, parse_file, parse_module
 from ..dialects.verify import verify
 from .groups import groups_of, random_inputs, valid_region
 from .memory import round_to
+from .products import Sample
+from ..reference import Rows
 from .program import Program, load
 from .report import (DEADLOCK, INVALID, KINDS, MISMATCH, OUT_OF_BOUNDS, RACE_READ, RACE_WAR, RACE_WRITE,
                      UNINITIALIZED, UNWRITTEN_OUTPUT, Finding, Loc, SimResult, SimulationError, describe_region)
@@ -41,7 +43,7 @@ from .entities import new_world
 from .jit import Session
 from .scheduler import World, check_call_inputs
 
-__all__ = ["simulate", "task_reference", "SimResult", "Finding", "Loc", "SimulationError", "load_program",
+__all__ = ["simulate", "task_reference", "sampling", "SAMPLE_FROM", "SimResult", "Finding", "Loc", "SimulationError", "load_program",
            "run_program", "default_tolerance", "random_inputs", "KINDS", "DEADLOCK", "RACE_READ", "RACE_WRITE",
            "RACE_WAR", "UNINITIALIZED", "OUT_OF_BOUNDS", "UNWRITTEN_OUTPUT", "MISMATCH", "INVALID"]
 
@@ -110,16 +112,22 @@ def _prepare(program: Program, world_size: int, inputs, seed: int, calls: int) -
 def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0, calls: int = 2,
                 reference: Reference | None = None, rtol: float | None = None, atol: float | None = None,
                 templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
-                sync_between_calls: bool = False, graph: bool = False) -> SimResult:
+                sync_between_calls: bool = False, graph: bool = False, sampled: bool | None = None) -> SimResult:
     """Simulate an already loaded Program (see ``simulate``)."""
+    if sampled is None:
+        sampled = sampling(program, reference)
+    elif sampled and not getattr(reference, "takes_rows", False):
+        raise SimulationError("sampled=True needs a reference that computes given rows (task_reference)")
     if world_size < 1:
         raise SimulationError(f"world_size must be >= 1, got {world_size}")
     if calls < 1:
         raise SimulationError(f"calls must be >= 1, got {calls}")
     groups_of(program, world_size)  # a world that is not the program's mesh: refused before anything runs
     per_call = _prepare(program, world_size, inputs, seed, calls)
+    sample = Sample(seed) if sampled else None
     world = new_world(program, world_size=world_size, calls=calls, inputs_per_call=per_call, seed=seed,
-                  templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls, graph=graph)
+                      templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls, graph=graph,
+                      sample=sample)
     for spec in program.late_allocs:
         world.report(INVALID, f"alloc_symmetric '{spec.name}' comes after device work was enqueued; allocate "
                      f"every symmetric buffer first (allocating while a kernel spins can deadlock the GPU)",
@@ -149,12 +157,37 @@ def run_program(program: Program, world_size: int, inputs=None, *, seed: int = 0
     if reference is not None and not world.deadlocked:
         compared = True
         for call, (xs, outs) in enumerate(zip(per_call, outputs_per_call), start=1):
-            expected = reference(xs)
+            if sample is None:
+                expected = reference(xs)
+            else:
+                expected = reference(xs, [[sample.rows(spec.type.shape[0]) if spec.type.shape else None
+                                           for spec in program.outputs] for _ in range(world_size)])
             _compare(world, program, call, outs, expected, rtol, atol)
+    if sample is not None and world.findings.total(MISMATCH):
+        # a mismatch at a sampled row may come from a row the sampled run did not compute (a program that moves
+        # rows by other than multiples of the period): the verdict is the full run's
+        del world, outputs_per_call, per_call
+        return run_program(program, world_size, inputs, seed=seed, calls=calls, reference=reference, rtol=rtol,
+                           atol=atol, templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls,
+                           graph=graph, sampled=False)
     totals = {k: world.findings.total(k) for k in KINDS}
     digest = hashlib.sha1(np.asarray(world.schedule, dtype=np.int64).tobytes()).hexdigest()[:16]
+    checked = None if sample is None else (sample.period, sample.residues.tolist())
     return SimResult(world_size, seed, calls, program.name, outputs_per_call, per_call, world.findings.items,
-                     world.steps, [f"argument {s.index}" for s in program.outputs], compared, totals, digest)
+                     world.steps, [f"argument {s.index}" for s in program.outputs], compared, totals, digest,
+                     checked)
+
+
+# Outputs of at least this many elements (per rank) are checked at the rows of a Sample, not whole (sampling).
+SAMPLE_FROM = 1 << 22
+
+
+def sampling(program: Program, reference) -> bool:
+    """Does a simulation of program check its outputs at sampled rows (``sim.products.Sample``)? Where the
+    reference can compute given rows (``task_reference``) and some output has SAMPLE_FROM elements or more."""
+    if not getattr(reference, "takes_rows", False):
+        return False
+    return any(spec.type.shape and int(np.prod(spec.type.shape)) >= SAMPLE_FROM for spec in program.outputs)
 
 
 def _compare(world: World, program: Program, call: int, outs, expected, rtol, atol) -> None:
@@ -166,6 +199,13 @@ def _compare(world: World, program: Program, call: int, outs, expected, rtol, at
                                   f"has {len(got_r)} output argument(s)")
         for k, (spec, got, want) in enumerate(zip(program.outputs, got_r, want_r)):
             ftype = np.float64 if spec.type.elem == "f64" else np.float32
+            rows = None  # the output's rows that the reference computed (Rows), else all of them
+            if isinstance(want, Rows):
+                rows, want = want.index, want.data
+                if got.ndim == 0 or (len(rows) and (rows[0] < 0 or rows[-1] >= got.shape[0])):
+                    raise SimulationError(f"the reference output {k} of rank {r} has rows outside output "
+                                          f"argument {spec.index} (shape {got.shape})")
+                got = got[rows]
             want = np.asarray(want, dtype=ftype)
             if want.shape != got.shape:
                 raise SimulationError(f"the reference output {k} of rank {r} has shape {want.shape}, output "
@@ -184,8 +224,10 @@ def _compare(world: World, program: Program, call: int, outs, expected, rtol, at
             del bound
             inside = valid_region(spec, world.groups, r)
             if inside is not None:  # the padding of a padded output holds f(0), whatever the fn: not compared
-                outside = np.ones(bad.shape, dtype=bool)
+                outside = np.ones(spec.type.shape, dtype=bool)
                 outside[inside] = False
+                if rows is not None:
+                    outside = outside[rows]
                 bad[outside] = False
                 err[outside] = 0
             if not bad.any():
@@ -193,10 +235,15 @@ def _compare(world: World, program: Program, call: int, outs, expected, rtol, at
             err = np.where(np.isnan(err), np.inf, err)
             worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.ndim else ()
             idx = np.argwhere(bad)
+            at = worst
+            if rows is not None:  # the output's own row numbers
+                idx[:, 0] = rows[idx[:, 0]]
+                at = (int(rows[worst[0]]), *worst[1:])
             region = describe_region(f"output argument {spec.index}", idx.min(axis=0), idx.max(axis=0) + 1) \
                 if bad.ndim else f"output argument {spec.index}"
+            among = f"{bad.size}" if rows is None else f"{bad.size} compared (sampled rows)"
             world.report(MISMATCH, f"output argument {spec.index} differs from the reference in "
-                         f"{int(bad.sum())}/{bad.size} element(s) within {region}; worst at {list(worst)}: got "
+                         f"{int(bad.sum())}/{among} element(s) within {region}; worst at {list(at)}: got "
                          f"{g[worst]:.6g}, expected {want[worst]:.6g} (tolerance {a_tol:.3g} + {tol:.3g}*|expected|)",
                          program.loc, r, call, region=region)
 
@@ -216,7 +263,9 @@ def task_reference(text: str, function: str | None = None, *, view: str = "auto"
     if view not in ("auto", "spmd", "global"):
         raise SimulationError(f"task_reference: view must be 'auto', 'spmd' or 'global', got '{view}'")
 
-    def reference(per_rank_inputs):
+    def reference(per_rank_inputs, rows=None):
+        """Per rank, the expected outputs; ``rows[r][i]``: only those rows (dim 0) of rank r's output i, as a
+        ``reference.Rows`` in the rank's own (local) row numbers (None: the whole output)."""
         from .. import reference as ref
         from ..dialects import task
         from ..dialects.opbase import walk_ops
@@ -245,7 +294,7 @@ def task_reference(text: str, function: str | None = None, *, view: str = "auto"
                     SHARDING_ATTR in ir.DictAttr(d) for d in ir.ArrayAttr(fn.attributes["arg_attrs"]))
                 mode = "spmd" if has_collective or not sharded else "global"
             if mode == "spmd":
-                out = ref.evaluate_spmd(fn, xs)
+                out = ref.evaluate_spmd(fn, xs, rows=rows)
             else:
                 mesh = Mesh.of_module(module) or Mesh(("world",), (1,))
                 if mesh.size != len(xs):
@@ -256,20 +305,63 @@ def task_reference(text: str, function: str | None = None, *, view: str = "auto"
                     shape = tuple(ir.RankedTensorType(t).shape)
                     sharding = arg_sharding(fn, i) or Sharding.replicated(len(shape))
                     full.append(ref.unshard_array([x[i] for x in xs], sharding, mesh, shape))
-                results = ref.evaluate(fn, full)
-                shards = [ref.shard_array(y, result_sharding(fn, i) or Sharding.replicated(np.ndim(y)), mesh)
+                out_shardings = [result_sharding(fn, i) or Sharding.replicated(ir.ShapedType(t).rank)
+                                 for i, t in enumerate(ftype.results)]
+                shapes = [tuple(ir.RankedTensorType(t).shape) for t in ftype.results]
+                wanted = None if rows is None else \
+                    [_global_rows(rows, i, out_shardings[i], shapes[i], mesh) for i in range(len(shapes))]
+                results = ref.evaluate(fn, full, rows=wanted)
+                shards = [_local_rows(y, rows, i, out_shardings[i], shapes[i], mesh)
+                          if isinstance(y, ref.Rows) else ref.shard_array(y, out_shardings[i], mesh)
                           for i, y in enumerate(results)]
                 out = [[s[r] for s in shards] for r in range(mesh.size)]
             del module, funcs, fn
         return out
 
+    reference.takes_rows = True  # run_program may ask it for some rows of each output (sampling)
     return reference
+
+
+def _global_rows(rows, i: int, sharding, shape, mesh):
+    """The rows of global result i that hold the rows ``rows[r][i]`` of each rank's shard of it (None: every row,
+    as for a partial result or one some rank wants whole)."""
+    from ..reference import block_index, rank_coords
+    if sharding.partial or any(r[i] is None for r in rows):
+        return None
+    local = sharding.local_shape(shape, mesh)[0]
+    wanted = []
+    for r, per in enumerate(rows):
+        first = block_index(sharding, 0, rank_coords(mesh, r), mesh) * local
+        g = first + np.asarray(per[i], dtype=np.int64)
+        wanted.append(g[g < shape[0]])
+    return np.unique(np.concatenate(wanted)) if wanted else np.zeros(0, np.int64)
+
+
+def _local_rows(y, rows, i: int, sharding, shape, mesh) -> list:
+    """Per rank, ``Rows`` of its shard of a global result computed at some rows (``_global_rows``); rows in the
+    padding of a padded shard hold zeros (``shard_array``'s padding)."""
+    from ..reference import Rows, _block_slices, rank_coords
+    out = []
+    for r, per in enumerate(rows):
+        slices, local = _block_slices(sharding, shape, rank_coords(mesh, r), mesh)
+        idx = np.unique(np.asarray(per[i], dtype=np.int64))
+        g = slices[0].start + idx
+        data = np.zeros((len(idx), *local[1:]), dtype=y.data.dtype)
+        inside = g < shape[0]
+        pos = np.searchsorted(y.index, g[inside])
+        part = y.data[pos][(slice(None), *slices[1:])]  # the shard's other dims (clipped at a padded end)
+        sub = np.zeros((len(pos), *local[1:]), dtype=data.dtype)
+        sub[(slice(None), *(slice(0, n) for n in part.shape[1:]))] = part
+        data[inside] = sub
+        out.append(Rows(idx, data))
+    return out
 
 
 def simulate(module_or_text: Any, world_size: int, inputs=None, *, seed: int = 0, function: str | None = None,
              calls: int = 2, reference: Reference | None = None, rtol: float | None = None,
              atol: float | None = None, templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
-             sync_between_calls: bool = False, graph: bool = False, verify_ir: bool = True) -> SimResult:
+             sync_between_calls: bool = False, graph: bool = False, verify_ir: bool = True,
+             sampled: bool | None = None) -> SimResult:
     """Run a device-level program for ``world_size`` ranks on the CPU.
 
     module_or_text: an ir.Module (in the caller's context), MLIR text, or the path of an .mlir file.
@@ -292,8 +384,15 @@ def simulate(module_or_text: Any, world_size: int, inputs=None, *, seed: int = 0
         twice (call e uses copy e % 2) and never zeroed in between -- which holds only for pads that their waiters
         clear (``ditron.consumed``); any other pad is reported invalid.
     verify_ir: run ditron's verifier on an ir.Module first (default).
+    sampled: compute the GEMM tiles' products and compare the outputs at the rows of a ``sim.products.Sample``
+        only (every row whose number modulo 128 is one of a fixed set of tile edges plus two residues drawn from
+        the seed; the outputs' other rows then hold NaN); a run that finds a mismatch there is run again whole
+        and reports that run. None (default): sampled where the reference computes given rows (``task_reference``)
+        and an output has ``SAMPLE_FROM`` (2^22) elements or more per rank; False: every row. The checks of
+        accesses and signals (races, deadlocks, uninitialised reads, bounds, unwritten outputs) are the same in
+        both. What a sampled check can miss: docs/design.md, section 5.
     """
     program = load_program(module_or_text, function, verify_ir=verify_ir)
     return run_program(program, world_size, inputs, seed=seed, calls=calls, reference=reference, rtol=rtol,
                        atol=atol, templates=templates, num_sms=num_sms, sync_between_calls=sync_between_calls,
-                       graph=graph)
+                       graph=graph, sampled=sampled)

@@ -1,7 +1,8 @@
 """``ditron sim``: simulate a program from the command line (also ``python -m ditron.sim``).
 
     ditron sim FILE.mlir [-W N] [--seeds 0,1,2] [--calls 2] [--function NAME] [--pipeline P] [--num-sms N]
-                         [--sync-between-calls] [--no-reference] [--mutate] [--load FILE.py|MODULE]
+                         [--sync-between-calls] [--no-reference] [--check-all-rows] [--mutate]
+                         [--load FILE.py|MODULE]
 
 FILE holds a device-level program (a func.func with ditron.level = "device"), or a task-level program, which is
 first lowered with ``--pipeline`` (default ``ditron-device``) and then serves as its own numpy reference
@@ -41,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graph", action="store_true", help="run the calls as CUDA-graph replays: epoch 1 every call, a "
                                                         "signal pad per parity, none zeroed (pads must be consumed)")
     p.add_argument("--no-reference", action="store_true", help="do not compare with the task-level reference")
+    p.add_argument("--check-all-rows", action="store_true",
+                   help="compute and compare every row of the outputs (default: outputs of 2^22 elements or more "
+                        "per rank at sampled rows only: docs/design.md, section 5)")
     p.add_argument("--mutate", action="store_true", help="mutation-test the program instead of running it once")
     p.add_argument("--load", action="append", default=[], metavar="FILE.py|MODULE",
                    help="run a Python file (or import a module) first: the kernel programs it registers with "
@@ -118,7 +122,8 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             return m
 
         options = dict(calls=args.calls, function=args.function, num_sms=args.num_sms,
-                       sync_between_calls=args.sync_between_calls, graph=args.graph, reference=reference)
+                       sync_between_calls=args.sync_between_calls, graph=args.graph, reference=reference,
+                       sampled=False if args.check_all_rows else None)
         if args.mutate:
             results = run_mutants(build, W, filename=args.input, seed=seeds[0], **options)
             missed = [r for r in results if not r.caught]

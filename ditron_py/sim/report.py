@@ -145,6 +145,9 @@ class SimResult:
     compared: bool = False
     finding_totals: dict[str, int] = field(default_factory=dict)
     schedule_digest: str = ""       # a hash of the interleaving (which entity ran at each step)
+    # (period, residues) where the outputs were computed and compared at the rows whose number modulo period is
+    # one of residues only (sim.products.Sample; the other rows of outputs hold NaN); None: whole
+    sampled_rows: tuple[int, list[int]] | None = None
 
     @property
     def outputs(self) -> list[list[np.ndarray]]:
@@ -172,6 +175,10 @@ class SimResult:
                 f"{self.calls} call(s), {self.steps} steps")
         if self.ok:
             verdict = "OK: no deadlock, no race" + (", outputs equal to the reference" if self.compared else "")
+            if self.compared and self.sampled_rows is not None:
+                period, residues = self.sampled_rows
+                verdict += (f" at their sampled rows (row mod {period} in {{{', '.join(map(str, residues))}}}; "
+                            f"--check-all-rows for every row)")
             return f"{head}\n{verdict}"
         totals = self.finding_totals or {}
         counts = ", ".join(f"{totals.get(k, 0) or len(self.of_kind(k))} {k}" for k in KINDS if self.of_kind(k))

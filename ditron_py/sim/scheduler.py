@@ -81,7 +81,7 @@ class Entity:
 class World:
     def __init__(self, program: Program, *, world_size: int, calls: int, inputs_per_call, seed: int,
                  templates: Mapping[str, Any] | None = None, num_sms: int | None = None,
-                 sync_between_calls: bool = False, graph: bool = False):
+                 sync_between_calls: bool = False, graph: bool = False, sample=None):
         self.program = program
         self.allocs = program.allocs_by_index
         self.W = world_size
@@ -99,7 +99,10 @@ class World:
         self.runnable: list[Entity] = []
         self.last: Entity | None = None
         self.memory: dict[tuple, Buffer | Pad] = {}
-        self.products = Products(self.memory.values())  # the GEMM tiles' products, batched per row block
+        # the GEMM tiles' products, batched per row block (with sample: at its rows only)
+        # (sampled, a block is every row of A: its few sampled rows make a product BLAS runs at speed)
+        self.products = Products(self.memory.values(), sample=sample,
+                                 **({} if sample is None else {"rows": 1 << 62}))
         self.streams: dict[tuple[int, int], Entity] = {}
         self.sm_free = [num_sms if num_sms is not None else 1 << 62 for _ in range(world_size)]
         self.sm_launches: list[deque] = [deque() for _ in range(world_size)]   # launches with programs to start
