@@ -163,10 +163,11 @@ def tile_boxes(rec, sizes) -> list[tuple[int, int, int, int, int]]:
     slots = -(-(ends - starts) // bm)
     first_slot = np.concatenate([[0], np.cumsum(slots)[:-1]])
     total, tiles_n = int(slots.sum()), _tiles_n(rec)
+    last_slot = np.cumsum(slots)
     out = []
     for tile in range(total * tiles_n):
         slot, pid_n = _coords(PyOps, tile, total, tiles_n, rec["group_m"])
-        g = int(np.searchsorted(np.cumsum(slots), slot, side="right"))
+        g = int(np.searchsorted(last_slot, slot, side="right"))
         r0 = int(starts[g]) + (slot - int(first_slot[g])) * bm
         c0 = pid_n * bn
         out.append((g, r0, min(bm, int(ends[g]) - r0), c0, min(bn, n - c0)))
@@ -180,13 +181,17 @@ def tiles(record, *, rank: int, num_ranks: int, scalars: dict[str, int]) -> list
     and its columns of b[g] and writes its box of c; a tile past the last group writes zeros."""
     rec = record
     sizes = Region("sizes", (0,), (rec["e"],))
+    boxes: dict[tuple, list] = {}  # the launch's tiles by the sizes read: every program of it reads the same
 
     def program(pid: int) -> list[TileStep]:
         def expand(view) -> list[TileStep]:
             counts = np.asarray(view(sizes))
+            key = tuple(counts.tolist())
+            if key not in boxes:
+                boxes[key] = tile_boxes(rec, counts)
             starts, ends = group_bounds(counts, rec["t"])
             return [_tile_step(rec, *box, span=(int(starts[box[0]]), int(ends[box[0]])))
-                    for box in tile_boxes(rec, counts)[pid::rec["grid"]]]
+                    for box in boxes[key][pid::rec["grid"]]]
         return [TileStep(reads=[sizes], expand=expand)]
 
     return [program(pid) for pid in range(rec["grid"])]

@@ -60,8 +60,7 @@ class HostEntity(Entity):
                 x = inputs[k]
                 k += 1
                 buf = Buffer(f"input argument {spec.index}", self.rank, np.shape(x), spec.type.elem,
-                             symmetric=False, kind="in")
-                buf.data[...] = x  # rounded to the element type already (sim._prepare)
+                             symmetric=False, kind="in", init=x)  # rounded to the element type already (_prepare)
                 box = ((0,) * max(buf.data.ndim, 1), buf.shape or (1,))
                 w.write(self, buf, box, prog.loc, self.call, f"the inputs of call {self.call}")
             else:

@@ -13,6 +13,7 @@ before it retires that access; what stays is what a later access may still race 
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -63,12 +64,18 @@ def storage_dtype(elem: str) -> np.dtype:
     raise KeyError(elem)
 
 
+_LITTLE = sys.byteorder == "little"
+
+
 def round_to(elem: str, x: np.ndarray) -> None:
     """Round float32 storage in place to what ``elem`` can hold (round to nearest even for bf16)."""
     if elem == "bf16":
+        if _LITTLE and x.ndim and x.strides[-1] == 4:  # the low halves, read in place: no temporary
+            if not x.view(np.uint16)[..., ::2].any():
+                return  # already bf16 values (templates usually round their results themselves)
         bits = x.view(np.uint32)
         if not (bits & np.uint32(0xFFFF)).any():
-            return  # already bf16 values (templates usually round their results themselves)
+            return
         finite = np.isfinite(x)
         rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
         np.copyto(bits, rounded, where=finite)
@@ -163,14 +170,20 @@ class Buffer:
 
     _uids = itertools.count()
 
-    def __init__(self, label: str, rank: int, shape: Sequence[int], elem: str, *, symmetric: bool, kind: str):
+    def __init__(self, label: str, rank: int, shape: Sequence[int], elem: str, *, symmetric: bool, kind: str,
+                 init: np.ndarray | None = None):
         self.label = label          # e.g. "'ag_buf'" or "argument 0 (in)"
         self.rank = rank
         self.shape = tuple(int(s) for s in shape)
         self.elem = elem
         self.symmetric = symmetric
         self.kind = kind            # "symmetric", "in", "out"
-        self.data = np.full(self.shape, fill_value(elem), dtype=storage_dtype(elem))
+        if init is not None and np.shape(init) == self.shape:  # a copy of init (a call's input), in one pass
+            self.data = np.array(init, dtype=storage_dtype(elem), copy=True, order="C")
+        else:
+            self.data = np.full(self.shape, fill_value(elem), dtype=storage_dtype(elem))
+            if init is not None:
+                self.data[...] = init
         self.written = np.zeros(self.shape, dtype=bool)
         self.unwritten = self.written.size  # elements never written (0: every read is of written data)
         ndim = max(len(self.shape), 1)
