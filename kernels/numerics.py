@@ -26,9 +26,12 @@ def storage_dtype(dtype: str) -> np.dtype:
 
 
 def _round_bf16(x: np.ndarray) -> np.ndarray:
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    out = rounded.astype(np.uint32).view(np.float32)
+    # in uint32: only NaN bit patterns (above 0xFFFF7FFF) can wrap, and NaNs are put back below
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF)
+    rounded += (bits >> np.uint32(16)) & np.uint32(1)
+    rounded &= np.uint32(0xFFFF0000)
+    out = rounded.view(np.float32)
     nan = np.isnan(x)
     return np.where(nan, np.float32(np.nan), out) if nan.any() else out
 

@@ -20,6 +20,7 @@ The ``ditron`` console command adds this as its ``sim`` subcommand with ``add_ar
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import sys
 from typing import Sequence, TextIO
@@ -49,6 +50,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load", action="append", default=[], metavar="FILE.py|MODULE",
                    help="run a Python file (or import a module) first: the kernel programs it registers with "
                         "ditron.register_op are then known to the lowering and the reference (repeatable)")
+
+
+def keep_freed_memory() -> bool:
+    """Make this process's malloc (glibc's) keep the memory it frees for its next allocations: no mmap for large
+    blocks (each would be returned to the kernel when freed) and no trimming of the heap below 2 GiB free. A
+    simulation at a program's own sizes allocates and frees GB-sized temporaries (inputs, tiles, products), and every
+    fresh page costs a page fault: examples/moe.mlir at W = 4 touched about 40 GB for a peak of 15 GB, 20 s of its
+    36 s in the kernel on a 2-core VM; with freed memory reused, 10 s of 27 (benchmarks/results/sim.csv). Only the
+    ``ditron sim`` command calls it, for its own short-lived process. Returns whether it applied (False without
+    glibc's mallopt)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX = -1, -2, -4
+    return bool(mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1) and
+                mallopt(M_TOP_PAD, 256 << 20))
 
 
 def _seeds(text: str) -> list[int]:
@@ -96,6 +116,7 @@ def run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from .mutate import run_mutants
     from ..dialects.device import device_functions
 
+    keep_freed_memory()
     try:
         if args.input == "-":
             raise DitronError("ditron sim reads a .mlir file; standard input ('-') is not supported: write it to a "

@@ -154,7 +154,7 @@ class StreamEntity(Entity):
         if sbox is None or dbox is None:
             return True
         w.read(self, src, sbox, loc, call, what)
-        dst.data[dst.index(*dbox)] = src.data[src.index(*sbox)]
+        dst.writable()[dst.index(*dbox)] = src.data[src.index(*sbox)]
         w.write(self, dst, dbox, loc, call, what)
         return True
 
@@ -338,7 +338,7 @@ class ProgramEntity(Entity):
             self._compute(tile, regions, what)
         for kind, reg, buf, box in regions:
             if kind == "write":
-                round_to(buf.elem, buf.data[buf.index(*box)])
+                round_to(buf.elem, buf.writable()[buf.index(*box)])
                 w.write(self, buf, box, self.loc, self.call, what)
         if tile.notifies:
             snap = self.release()
@@ -396,7 +396,7 @@ class ProgramEntity(Entity):
             hit = direct.get(id(region))
             if hit is not None and hit[0] is region:
                 _, kind, buf, (lo, hi) = hit
-                v = buf.data[buf.index(lo, hi)]
+                v = (buf.data if kind == "read" else buf.writable())[buf.index(lo, hi)]
                 if kind == "read":
                     v = v.view()
                     v.flags.writeable = False
@@ -407,7 +407,7 @@ class ProgramEntity(Entity):
             for kind, buf, (lo, hi) in declared.get((region.arg, rank), ()):
                 if len(off) == len(lo) and all(a >= b for a, b in zip(off, lo)) and \
                         all(a <= b for a, b in zip(end, hi)):
-                    v = buf.data[buf.index(off, end)]
+                    v = (buf.data if kind == "read" else buf.writable())[buf.index(off, end)]
                     if kind == "read":
                         v = v.view()
                         v.flags.writeable = False

@@ -571,7 +571,7 @@ class JitProgramEntity(Entity):
         vals = np.broadcast_to(np.asarray(value.data), np.shape(ptrs.data)).reshape(-1)
         for r, key, idx, pos in self._where(ptrs, mask, "a store", loc):
             buf = self._buffer(r, key, loc)
-            buf.data.reshape(-1)[idx] = _from_interp(buf.elem, vals[pos], buf.data.dtype)
+            buf.writable().reshape(-1)[idx] = _from_interp(buf.elem, vals[pos], buf.data.dtype)
             for lo, hi in _boxes(buf.shape, idx):
                 w.write(self, buf, (lo, hi), loc, self.call, what)
         self._switch()

@@ -166,7 +166,12 @@ class Buffer:
     """One rank's instance of a buffer: a function argument of one call, or a symmetric allocation.
 
     ``changes`` lists the boxes written so far, in order (``version`` of them), for what keeps values computed from
-    the buffer's data (sim.products)."""
+    the buffer's data (sim.products).
+
+    An input argument's buffer borrows its call's input array (``init`` of the buffer's shape and storage type,
+    C-contiguous) instead of copying it: ``data`` is then a read-only view of it, and ``writable()`` -- which every
+    write of data goes through -- copies it first. A program that never writes its inputs (the usual case) costs
+    no copy of them, and the inputs the reference reads stay the ones the program was given."""
 
     _uids = itertools.count()
 
@@ -178,7 +183,13 @@ class Buffer:
         self.elem = elem
         self.symmetric = symmetric
         self.kind = kind            # "symmetric", "in", "out"
-        if init is not None and np.shape(init) == self.shape:  # a copy of init (a call's input), in one pass
+        self.borrowed = False
+        if isinstance(init, np.ndarray) and init.shape == self.shape and init.dtype == storage_dtype(elem) and \
+                init.flags.c_contiguous:  # a call's input, borrowed until a write (writable)
+            self.data = init.view()
+            self.data.flags.writeable = False
+            self.borrowed = True
+        elif init is not None and np.shape(init) == self.shape:  # a copy of init, in one pass
             self.data = np.array(init, dtype=storage_dtype(elem), copy=True, order="C")
         else:
             self.data = np.full(self.shape, fill_value(elem), dtype=storage_dtype(elem))
@@ -191,6 +202,13 @@ class Buffer:
         self.reads = AccessLog(ndim)
         self.uid = next(Buffer._uids)
         self.changes: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+
+    def writable(self) -> np.ndarray:
+        """``data``, to write into: a borrowed input is copied first (see the class doc)."""
+        if self.borrowed:
+            self.data = np.array(self.data, copy=True, order="C")
+            self.borrowed = False
+        return self.data
 
     @property
     def version(self) -> int:

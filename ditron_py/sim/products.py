@@ -104,6 +104,12 @@ class Sample:
         return self.positions(0, count)
 
 
+
+def _root(x: np.ndarray):
+    """The array that owns x's memory (x itself, or what numpy keeps as its base): a buffer's data and every view
+    of it share it, also where the data is itself a view (an input buffer borrowing its input, memory.Buffer)."""
+    return x if x.base is None else x.base
+
 class Products:
     """The ``matmul`` provider of one simulation (``numerics.products(provider)``)."""
 
@@ -125,12 +131,13 @@ class Products:
     # ------------------------------------------------------------------------------------------ operands
 
     def _owner(self, x: np.ndarray) -> Buffer | None:
-        base = x.base if x.base is not None else x
+        base = _root(x)
         buf = self._owners.get(id(base))
-        if buf is None or buf.data is not base:
-            self._owners = {id(b.data): b for b in self._buffers if isinstance(b, Buffer)}
+        if buf is None or _root(buf.data) is not base:
+            self._owners = {id(_root(b.data)): b for b in self._buffers if isinstance(b, Buffer)}
             buf = self._owners.get(id(base))
-        if buf is None or buf.data is not base or base.ndim not in (2, 3) or not base.flags.c_contiguous:
+        if buf is None or _root(buf.data) is not base or buf.data.ndim not in (2, 3) or \
+                not buf.data.flags.c_contiguous:
             return None
         return buf
 

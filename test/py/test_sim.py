@@ -403,3 +403,37 @@ def test_launch_errors():
         simulate(_launch_program(REC.replace("probe", "nosuch")), 1)
     with pytest.raises(SimulationError, match="has no 'ditron.kernel' record"):
         simulate(_launch_program(""), 1)
+
+
+def test_a_program_writing_its_input_writes_its_own_copy():
+    # An input buffer borrows its call's input array until the program writes it (memory.Buffer): the write goes to
+    # the buffer's own copy, and the inputs the reference (and the caller) read are the ones given.
+    body = (_CONSTS + '    %c2 = arith.constant 2 : index\n'
+            '    "ditron_device.copy"(%x, %x, %r, %r, %c0, %c2, %c2) {engine = "copy_engine"} : '
+            '(memref<4xf32>, memref<4xf32>, index, index, index, index, index) -> ()\n'
+            '    "ditron_device.copy"(%x, %y, %r, %r, %c0, %c0, %c4) {engine = "copy_engine"} : '
+            '(memref<4xf32>, memref<4xf32>, index, index, index, index, index) -> ()\n')
+    text = _device_func(body, '%x: memref<4xf32> {ditron.io = "in"}, %y: memref<4xf32> {ditron.io = "out"}, ')
+    given = [[np.array([1, 2, 3, 4], dtype=np.float32)], [np.array([5, 6, 7, 8], dtype=np.float32)]]
+
+    def reference(xs):
+        return [[np.concatenate([x[0][:2], x[0][:2]])] for x in xs]
+
+    result = simulate(text, 2, inputs=given, reference=reference)
+    assert result.ok, result.summary()
+    assert [list(x[0]) for x in result.inputs_per_call[1]] == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert list(result.outputs[1][0]) == [5, 6, 5, 6]
+    assert list(given[0][0]) == [1, 2, 3, 4]
+
+
+def test_an_input_buffer_borrows_its_input_until_written():
+    from ditron.sim.memory import Buffer
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    buf = Buffer("input argument 0", 0, x.shape, "f32", symmetric=False, kind="in", init=x)
+    assert np.shares_memory(buf.data, x) and buf.borrowed
+    with pytest.raises(ValueError):
+        buf.data[0, 0] = 100  # every write goes through writable()
+    buf.writable()[0, 0] = 100
+    assert x[0, 0] == 0 and buf.data[0, 0] == 100 and not np.shares_memory(buf.data, x)
+    other = Buffer("input argument 1", 0, (3, 4), "bf16", symmetric=False, kind="in", init=x.astype(np.float64))
+    assert not other.borrowed and other.data.dtype == np.float32  # not its storage type: copied
