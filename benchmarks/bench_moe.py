@@ -154,7 +154,8 @@ class TorchExpertParallel:
     all_to_all_single dispatch, torch._grouped_mm experts (or a loop of torch.matmul), all_to_all_single combine.
     ``world_size``, ``ranks``: the ranks this process computes (all of them in a virtual world, whose
     all_to_all_single is copies between the ranks' buffers; its own rank in a real one, where ``group`` is the
-    torch.distributed group of the collectives, None: the default one). ``grouped_mm``: use torch._grouped_mm where it exists."""
+    torch.distributed group of the collectives, None: the default one). ``grouped_mm``: use torch._grouped_mm
+    where it exists."""
 
     def __init__(self, block, world_size: int, ranks, *, virtual: bool, group=None, grouped_mm: bool = True):
         import torch
