@@ -50,11 +50,25 @@ class EvaluationError(DitronError):
 
 def _erf(x: np.ndarray) -> np.ndarray:
     # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), vectorised: numpy has no erf and scipy is not a dependency.
-    s = np.sign(x)
+    # In place on three temporaries (the same operations in the same order as the textbook form, so the same bits).
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return _erf(x.reshape(1))[0]
     a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return s * (1.0 - poly * np.exp(-a * a))
+    t = 0.3275911 * a
+    t += 1.0
+    np.divide(1.0, t, out=t)
+    poly = t * 1.061405429
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += c
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a
+    np.subtract(1.0, poly, out=poly)
+    poly *= np.sign(x)
+    return poly
 
 
 def _sigmoid(x):
