@@ -10,6 +10,15 @@ Two steps, because the GPU box has torch + triton but not the MLIR bindings:
                                                                       # medians, graph-mode calls), winners into
                                                                       # DIR/tuning.json, torch.matmul beside them
 
+Subsets and experiments (same two steps):
+
+    --build DIR --shape 257x2048x7168 --shape ...     # only these shapes (repeatable)
+    --build DIR --top 0                               # the model's plan alone, no candidates
+    --build DIR --variant "loads=tma stream-k=true"   # beside each model plan, one per set of ditron-tile options
+                                                      # (repeatable); --run DIR times them all (--name CSV)
+    --build DIR --model-only                          # the model's plans alone, for a comparison of two builds:
+    --run DIR --before DIR2                           # DIR's and DIR2's (another version's) model plans in turns
+
 Shapes (M x N x K, bf16, a GEMM alone = ditron.ops.ag_gemm at W = 1): M from 1 to 16384, including M that are not
 multiples of 16 or 128; (N, K) of Llama-3 8B / 70B, Qwen2 / 2.5, Mixtral, DeepSeek-V3, GPT-3 layers and LM heads,
 and odd ones (K whose rows are not 16-byte aligned: pointer loads). ``--quick``: every fourth shape.
@@ -50,17 +59,173 @@ SHAPES = [
 ]
 
 
-def cases(quick: bool):
+VARIANTS_FILE = "variants_plan.json"
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape '{text}' is not MxNxK") from None
+    return m, n, k
+
+
+def cases(quick: bool, shapes=None):
     from ditron import tune
-    shapes = SHAPES[::4] if quick else SHAPES
+    shapes = shapes or (SHAPES[::4] if quick else SHAPES)
     return [tune.Case("matmul", m, n, k, "bf16", 1, TARGET) for m, n, k in shapes]
 
 
-def build(directory: Path, top: int, quick: bool) -> None:
-    from ditron import tune
-    plan = tune.build(cases(quick), directory, top=top)
-    count = sum(1 + len(c["candidates"]) for c in plan["cases"])
-    print(f"built {count} plans of {len(plan['cases'])} shapes into {directory}")
+def parse_variant(text: str) -> dict[str, str]:
+    """'gemm-config=64x128x128-w4-s4-g8 stream-k=true' -> ditron-tile options."""
+    out = {}
+    for word in text.split():
+        key, eq, value = word.partition("=")
+        if not eq or not key or not value:
+            raise argparse.ArgumentTypeError(f"variant '{text}': write ditron-tile options as key=value words")
+        out[key] = value
+    return out
+
+
+def build(directory: Path, top: int, quick: bool, shapes=None, variants=None, model_only: bool = False) -> None:
+    """The tuner's plan (the model's plan and ``top`` candidates a shape; top 0: the model's plan alone), or with
+    ``variants`` the model's plan and each variant (ditron-tile options over the model's plan) a shape, into
+    DIR/variants_plan.json for --run."""
+    import json
+
+    from ditron import ops, tune
+    if not variants and not model_only:
+        plan = tune.build(cases(quick, shapes), directory, top=top) if top else \
+            _model_plan(cases(quick, shapes), directory)
+        count = sum(1 + len(c["candidates"]) for c in plan["cases"])
+        print(f"built {count} plans of {len(plan['cases'])} shapes into {directory}")
+        return
+    entries = []
+    for case in cases(quick, shapes):
+        plans = []
+        for label, opts in [("model", {}), *(variants or [])]:
+            tile = {"tuning-cache": "off", **opts}
+            sig = ops.signature_for("ag_gemm", case.shapes(), case.dtype, 1, True, TARGET, {"ditron-tile": tile})
+            try:
+                choice = tune._gemm_choice(ops.choices(ops.build_one(sig, directory)), case)
+            except Exception as err:  # a variant the template refuses for this shape
+                print(f"{case.label} {label}: not built ({str(err).splitlines()[0][:200]})", file=sys.stderr)
+                continue
+            plans.append({"label": label, "config": tune.config_text(choice, choice.get("persistent")),
+                          "choice": {k: v for k, v in choice.items() if k != "op"}, "signature": sig.to_json()})
+        entries.append({"case": case.to_json(), "plans": plans})
+        print(f"{case.label}: {len(plans)} plans", file=sys.stderr)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / VARIANTS_FILE).write_text(json.dumps(entries, indent=1) + "\n")
+    print(f"built {sum(len(e['plans']) for e in entries)} plans of {len(entries)} shapes into {directory}")
+
+
+def _model_plan(case_list, directory: Path) -> dict:
+    """tune.build's plan with no candidates: the model's plan of each case alone."""
+    import json
+
+    from ditron import ops, tune
+    plan_cases = []
+    for case in case_list:
+        sig = case.signature()
+        choice = tune._gemm_choice(ops.choices(ops.build_one(sig, directory)), case)
+        plan_cases.append({"case": case.to_json(), "kind": choice["kind"], "gemm": list(case.gemm()),
+                           "sms": tune.sm_budget(case),
+                           "model": {"config": tune.config_text(choice, choice.get("persistent")),
+                                     "signature": sig.to_json(), "est_us": choice.get("est_us")},
+                           "candidates": []})
+    plan = {"version": tune.VERSION, "cases": plan_cases}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / tune.PLAN_FILE).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+    return plan
+
+
+def run_compare(after: Path, before: Path, out: Path, name: str, rounds: int = 2) -> None:
+    """The model plans of two variants builds of the same shapes (``before``: another version of the code), timed
+    in turns on the same inputs -- before, after, before, after, ... (``rounds`` each, the best kept: the GPU's
+    clocks drift over a run) -- with torch.matmul beside them; rows into OUT/<name>."""
+    import json
+
+    from ditron import ops, tune
+    timer = CheckedTimer()
+    old = {tuple(e["case"].values()): e for e in json.loads((before / VARIANTS_FILE).read_text())}
+    rows = []
+    for entry in json.loads((after / VARIANTS_FILE).read_text()):
+        case = tune.Case(**entry["case"])
+        prev = old.get(tuple(entry["case"].values()))
+        if prev is None:
+            print(f"{case.label}: not in {before}", file=sys.stderr)
+            continue
+        plans = {"before": (before, prev["plans"][0]), "after": (after, entry["plans"][0])}
+        best = {}
+        for _ in range(rounds):
+            for label, (root, p) in plans.items():
+                art = root / ops.Signature.from_json(p["signature"]).key
+                us = timer(case, p["signature"], art) * 1e6
+                best[label] = min(best.get(label, us), us)
+        t = timer.torch_us[(case.m, case.n, case.k)]
+        row = {"m": case.m, "n": case.n, "k": case.k, "torch_us": round(t, 2)}
+        for label, (_, p) in plans.items():
+            c = p["choice"]
+            row.update({f"{label}_config": p["config"], f"{label}_loads": c.get("loads", ""),
+                        f"{label}_stream_k": c.get("stream_k", ""), f"{label}_repack": c.get("repack", ""),
+                        f"{label}_us": round(best[label], 2), f"{label}_vs_torch": round(t / best[label], 4)})
+        row["device"] = timer.device_name
+        rows.append(row)
+        print(f"{case.m}x{case.n}x{case.k}: torch {t:8.2f}  before {p_text(plans['before'][1])} {best['before']:8.2f} "
+              f"({t / best['before']:.3f}x)  after {p_text(plans['after'][1])} {best['after']:8.2f} "
+              f"({t / best['after']:.3f}x)", flush=True)
+    write_csv(out / name, rows)
+    for label in ("before", "after"):
+        xs = [r[f"{label}_vs_torch"] for r in rows]
+        print(f"{label}: geomean {geomean(xs):.3f}x torch.matmul, worst {min(xs):.3f} ({len(xs)} shapes)")
+    print(f"wrote {out / name}")
+
+
+def p_text(p) -> str:
+    c = p["choice"]
+    extra = "".join(f" {k}={c[k]}" for k in ("loads", "stream_k", "repack") if c.get(k))
+    return f"{p['config']}{extra}"
+
+
+def run_variants(directory: Path, out: Path, name: str) -> None:
+    """Time every plan of DIR/variants_plan.json (GpuTimer: outputs checked against the model plan's, and the model
+    plan's against torch.matmul) with torch.matmul beside it; rows into OUT/<name>."""
+    import json
+
+    from ditron import ops, tune
+    timer = CheckedTimer()
+    rows = []
+    for entry in json.loads((directory / VARIANTS_FILE).read_text()):
+        case = tune.Case(**entry["case"])
+        for p in entry["plans"]:
+            art = directory / ops.Signature.from_json(p["signature"]).key
+            try:
+                us = timer(case, p["signature"], art) * 1e6
+            except Exception as err:
+                print(f"{case.label} {p['label']}: {str(err).splitlines()[0][:200]}", file=sys.stderr)
+                continue
+            t = timer.torch_us[(case.m, case.n, case.k)]
+            c = p["choice"]
+            rows.append({"m": case.m, "n": case.n, "k": case.k, "label": p["label"], "config": p["config"],
+                         "loads": c.get("loads", ""), "split_k": c.get("split_k", ""),
+                         "stream_k": c.get("stream_k", ""), "repack": c.get("repack", ""),
+                         "est_us": c.get("est_us", ""), "us": round(us, 2), "torch_us": round(t, 2),
+                         "vs_torch": round(t / us, 4), "device": timer.device_name})
+            print(f"{case.m}x{case.n}x{case.k} {p['label']:50s} {p['config']:28s} {us:9.2f} us  torch {t:8.2f}  "
+                  f"{t / us:.3f}x", flush=True)
+    write_csv(out / name, rows)
+    print(f"wrote {out / name}")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        raise SystemExit(f"nothing was timed: {path} not written")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 class CheckedTimer:
@@ -168,13 +333,30 @@ def main(argv=None) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--build", type=Path, metavar="DIR", help="compile the plans into DIR (needs MLIR)")
     where.add_argument("--run", type=Path, metavar="DIR", help="time DIR's plans on this GPU")
-    p.add_argument("--top", type=int, default=3, help="candidates per shape beside the model's plan (default 3)")
+    p.add_argument("--top", type=int, default=3, help="candidates per shape beside the model's plan (default 3; 0: "
+                                                      "the model's plan alone)")
     p.add_argument("--quick", action="store_true", help="every fourth shape")
+    p.add_argument("--shape", type=parse_shape, action="append", metavar="MxNxK",
+                   help="build only these shapes (repeatable; default: the spread)")
+    p.add_argument("--variant", type=parse_variant, action="append", metavar="OPTS",
+                   help="--build: beside each shape's model plan, one with these ditron-tile options (key=value "
+                        "words, e.g. 'loads=tma stream-k=true'; repeatable); --run then times them all")
+    p.add_argument("--name", default="tune_variants.csv", help="--run of a variants build: the CSV's name")
+    p.add_argument("--model-only", action="store_true",
+                   help="--build: each shape's model plan alone, as a variants build (for --run DIR --before)")
+    p.add_argument("--before", type=Path, metavar="DIR2",
+                   help="--run of a --model-only build: time it in turns with DIR2's (the same shapes built by "
+                        "another version of the code) and write both, with torch.matmul")
     p.add_argument("--cache", type=Path, help="the tuning cache to write (default DIR/tuning.json)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where tune.csv / tune.png go")
     args = p.parse_args(argv)
     if args.build:
-        build(args.build, args.top, args.quick)
+        variants = [(" ".join(f"{k}={v}" for k, v in opts.items()), opts) for opts in args.variant or []]
+        build(args.build, args.top, args.quick, args.shape, variants, model_only=args.model_only)
+    elif args.before:
+        run_compare(args.run, args.before, args.out, args.name)
+    elif (args.run / VARIANTS_FILE).exists():
+        run_variants(args.run, args.out, args.name)
     else:
         run(args.run, args.cache, args.out)
 

@@ -137,9 +137,8 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     if stream_k and stream_k_tiles(tiles, math.ceil(k / cfg.block_k), sms):
         waves = tiles / sms + STREAM_K_OVERHEAD_WAVES
     k_part = math.ceil(k / split)
-    flops_per_sm = peaks.gemm_rate(elem_bytes) / peaks.num_sms * cfg.efficiency
     load_bw_per_sm = peaks.hbm_copy_bw * _L2_REUSE / peaks.num_sms
-    t_math = 2.0 * cfg.block_m * cfg.block_n * k_part / flops_per_sm
+    t_math = _tile_math_time(cfg, k_part, peaks, elem_bytes)
     t_load = (cfg.block_m + cfg.block_n) * k_part * elem_bytes / load_bw_per_sm
     # split-K: every split but the last writes its fp32 partial tile and the last reads them all back before its
     # store, at one SM's share of HBM (no L2 reuse: each partial is read once, by one program), plus the lock the
@@ -152,6 +151,49 @@ def gemm_time(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, sm
     # the tile; H200 warm L2, 128 x 8192 x 14336: 64x128 tiles 62.4 us, 128x128 split in two 65.7)
     floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw
     return max(waves * max(t_math, t_load), floor) + t_split + peaks.launch_latency
+
+
+# A program of a one-wave grid (one tile each, no persistent loop) loads its operands by TMA only where its K loop
+# runs at least this long (the model's math time of its K slice) and the GEMM is bound by math, not by the bytes
+# every operand must cross HBM once: creating the tensor descriptors at each program's start costs a fixed ~2 us,
+# and a memory-bound grid streams as fast through pointers. H200, bf16, warm L2, TMA against pointer loads of the
+# same tiles in one device call (results/tune_smallm_diag.csv; the model's math time of a program in brackets):
+# 257x2048x7168 64x128x64 s8 25.6 against 29.8 us (24 us), 64x128x128 28.9 against 31.4 (26), 333x3584x18944
+# 128x128 one program per tile 91.8 against 112.5 (103), 128x256 split in 3 90.0 against 92.0 (69), 256x4096x4096
+# 64x128x64 s8 15.9 against 17.0 (14); but 200x7168x2048 128x128 17.6 against 15.7 (12), 256x4096x4096 64x128x128
+# 17.1 against 15.4 (13, at its former efficiency 0.85), and memory-bound 100x28672x8192 (128x256 tiles, B 470 MB)
+# 118.6 against 114.0
+TMA_MIN_PROGRAM_S = 13.5e-6
+
+
+def one_wave_loads(m: int, n: int, k: int, cfg: GemmConfig, peaks: TargetPeaks, *, split: int = 1,
+                   elem_bytes: int = 2) -> str:
+    """'tma' or 'pointer': how the programs of a non-persistent GEMM grid (one tile, or one K slice of ``split``,
+    each) load A and B on a target with TMA -- by TMA where each program's K loop is long (TMA_MIN_PROGRAM_S) and
+    the GEMM compute-bound, else through pointers. Whether the rows allow TMA at all is the caller's test."""
+    t_math = _tile_math_time(cfg, math.ceil(k / split), peaks, elem_bytes)
+    waves = math.ceil(gemm_tiles(m, n, cfg) * split / peaks.num_sms)
+    floor = (m * k + k * n + m * n) * elem_bytes / peaks.hbm_copy_bw
+    return "tma" if t_math >= TMA_MIN_PROGRAM_S and waves * t_math >= floor else "pointer"
+
+
+# The stages a one-wave TMA grid's programs take at most when C goes out through pointers (no staging of C in shared
+# memory): the table's 128x256x64 keeps 3 for the TMA store's staging of a persistent grid; without it a 4th fits.
+# H200, 333x3584x18944 (128x256, split in 3, TMA loads; results/tune_smallm_diag.csv): 4 stages 87.5 us against
+# 90.0-92.4 with 3 in the two device calls (tune.csv's tuner: 91.1 against 94.2 through pointers)
+ONE_WAVE_MAX_STAGES = 4
+
+
+def one_wave_stages(cfg: GemmConfig, elem_bytes: int, smem_bytes: int) -> int:
+    """The stages of a one-wave TMA grid storing C through pointers: the table's, raised to as many as ``smem_bytes``
+    of shared memory hold up to ONE_WAVE_MAX_STAGES (never lowered)."""
+    per_stage = (cfg.block_m + cfg.block_n) * cfg.block_k * elem_bytes
+    return max(cfg.num_stages, min(ONE_WAVE_MAX_STAGES, smem_bytes // per_stage))
+
+
+def _tile_math_time(cfg: GemmConfig, k: int, peaks: TargetPeaks, elem_bytes: int) -> float:
+    """The model's math time of one tile over k of K on one SM."""
+    return 2.0 * cfg.block_m * cfg.block_n * k / (peaks.gemm_rate(elem_bytes) / peaks.num_sms * cfg.efficiency)
 
 
 # ------------------------------------------------------------------------------------- operand repack

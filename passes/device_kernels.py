@@ -50,6 +50,8 @@ def gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], a_type: ir.Type,
         config["num_sms"] = t.sm_budget
     if t.stream_k:  # the last tiles by K steps after the persistent loop: no flattened loop
         config.update(stream_k=t.stream_k, flatten=False)
+    if t.loads:  # the option's loads (else the template's rule for the tile)
+        config["loads"] = t.loads
     if "block_m" in config and "block_n" in config and "block_k" in config:
         fused = bool(wait or notify or reduce_own or (push or {}).get("owner"))
         config["split_k"] = _split_k(m, n, k, a_type, c_type, t, config, fused=fused)
@@ -75,6 +77,8 @@ def _split_k(m: int, n: int, k: int, a_type: ir.Type, c_type: ir.Type, t: Tiling
     from ..kernels import gemm
     if config.get("persistent") or fused or config.get("stream_k"):
         return 1
+    if t.split_k is not None:  # ditron-tile's split-k option
+        return t.split_k
     return gemm.split_for(_tiles(m, n, config), math.ceil(k / config["block_k"]),
                           _sms(m, n, k, a_type, c_type, t, config))
 

@@ -13,7 +13,8 @@ from ..cost_model import (EPILOGUE_GATHER_SLOWDOWN, MAX_CHUNKS_PER_SHARD, REPACK
                           all_reduce_one_launch_time, all_reduce_push_launch_time, all_reduce_two_shot_launch_time,
                           best_grouped_gemm_config, chunk_rows_options, copy_time, divisors, gemm_candidates,
                           gemm_push_estimate, gemm_push_sum_estimate, gemm_rs_epilogue_estimate, gemm_rs_estimate,
-                          gemm_split, gemm_tiles, gemm_time, local_copy_time, off_line, reduce_scatter_estimates,
+                          gemm_split, gemm_tiles, gemm_time, local_copy_time, off_line, one_wave_loads, one_wave_stages,
+                          reduce_scatter_estimates,
                           repack_choice, stream_k_tiles)
 from ..dialects import task
 from ..errors import TargetError
@@ -134,7 +135,9 @@ class PlannerBase:
     def gemm_seconds(self, m: int, n: int, k: int, cfg: GemmConfig, sms: int, eb: int, split: bool) -> float:
         """The model's time of cfg, split-K included where the GEMM may split (``split``: its tiles neither wait
         nor notify, and the grid is not persistent)."""
-        s = gemm_split(m, n, k, cfg, sms) if split and self.o.persistent is not True and not self.o.stream_k else 1
+        s = 1
+        if split and self.o.persistent is not True and not self.o.stream_k:
+            s = self.o.split_k if self.o.split_k is not None else gemm_split(m, n, k, cfg, sms)
         return gemm_time(m, n, k, cfg, self.peaks, sms=sms, elem_bytes=eb, split=s, stream_k=self.o.stream_k)
 
     def gemm_fields(self, cfg: GemmConfig, m: int, n: int, sms: int, waits: bool, k: int = 0,
@@ -151,7 +154,8 @@ class PlannerBase:
         sk = stream_k_tiles(tiles, math.ceil(k / cfg.block_k), sms) if self.o.stream_k and k else 0
         return dict(block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages, group_m=cfg.group_m, persistent=persistent or bool(sk),
-                    sm_budget=sms, stream_k=sk or None, config_from=pin.source if pin else None)
+                    sm_budget=sms, stream_k=sk or None, config_from=pin.source if pin else None,
+                    loads=self.o.loads or None, split_k=self.o.split_k if k and not waits else None)
 
     def timed_gemm(self, op: ir.Operation, m: int, n: int, k: int, sms: int, eb: int,
                    split: bool = False) -> tuple[GemmConfig, float]:
@@ -472,8 +476,9 @@ class OpPlanner(PlannerBase):
         b_rows = (n, k) if mm.transpose_b else (k, n)
         # the model's choice, where the GEMM loads its operands by TMA (the template's rule for the tile)
         from .device_kernels import dtype_name  # (it imports ditron-tile's Tiling)
-        tma = choose_config(m, n, k, dtype_name(mm.lhs.type), self.peaks.target, b_trans=mm.transpose_b,
-                            fast_accum=mm.fast_accum)["loads"] == "tma"
+        default = choose_config(m, n, k, dtype_name(mm.lhs.type), self.peaks.target, b_trans=mm.transpose_b,
+                                fast_accum=mm.fast_accum)  # the template's record fields beside the tile
+        tma = default["loads"] == "tma"
         allowed = ("", *REPACKS) if tma else ("",)
         if self.o.repack == "off":
             allowed = ("",)
@@ -481,8 +486,15 @@ class OpPlanner(PlannerBase):
             offs = off_line(k, b_rows[1], eb, self.peaks)
             allowed = ("a" * offs[0] + "b" * offs[1],)
         repack, t = repack_choice(t, (m, k), b_rows, eb, self.peaks, allowed=allowed)
-        return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6, repack=repack or None,
-                      **self.gemm_fields(cfg, m, n, sms, waits=False, k=k, aligned=aligned))
+        fields = self.gemm_fields(cfg, m, n, sms, waits=False, k=k, aligned=aligned)
+        if not fields["persistent"] and not self.o.loads and aligned and self.peaks.tma_line and eb == 2:
+            # a one-wave grid: TMA where its programs' K loops are long and the GEMM bound by math
+            split = self.o.split_k if self.o.split_k is not None else gemm_split(m, n, k, cfg, sms)
+            fields["loads"] = one_wave_loads(m, n, k, cfg, self.peaks, split=split, elem_bytes=eb)
+            if fields["loads"] == "tma" and default["store"] == "pointer" and self.pin is None \
+                    and self.o.num_stages is None:
+                fields["num_stages"] = one_wave_stages(cfg, eb, self.peaks.smem_per_sm)
+        return Tiling(kind="matmul", target=self.peaks.target, est_us=t * 1e6, repack=repack or None, **fields)
 
     def all_gather(self, op: ir.Operation) -> Tiling:
         ag = task.AllGather(op)

@@ -61,6 +61,10 @@ class TilePass(Pass):
     persistent: bool | None = option(None, "persistent GEMM (one program per SM looping over tiles)")
     stream_k: bool = option(False, "stream-K: share the last partial wave of a matmul's tiles out by K steps over "
                                    "every SM (persistent; not in overlapped groups)")
+    loads: str = option("", "how a GEMM loads its operands: tma (tensor descriptors, rows 16-byte aligned) or "
+                            "pointer (default: the template's rule for the chosen tile)")
+    split_k: int | None = option(None, "K slices of a matmul's tiles (split-K; 1: none; a non-persistent grid whose "
+                                       "programs all fit the SMs) (default: the model's rule)")
     chunk_rows: int | None = option(None, "rows per chunk of the data movement")
     num_chunks: int | None = option(None, "chunks per shard (alternative to chunk-rows)")
     engine: str = option("", "copy engine for chunk copies: copy_engine or sm (default: the model's choice)")
@@ -107,6 +111,12 @@ class TilePass(Pass):
                 raise ValueError(f"{key.replace('_', '-')} must be >= 1, got {v}")
         if self.comm_sms is not None and self.comm_sms < 0:
             raise ValueError(f"comm-sms must be >= 0, got {self.comm_sms}")
+        if self.loads not in ("", "tma", "pointer"):
+            raise ValueError(f"loads must be tma or pointer (default: the template's rule), got '{self.loads}'")
+        if self.split_k is not None and self.split_k < 1:
+            raise ValueError(f"split-k must be >= 1, got {self.split_k}")
+        if self.split_k is not None and self.split_k > 1 and (self.stream_k or self.persistent):
+            raise ValueError("split-k > 1 needs a non-persistent grid without stream-k")
         if self.chunk_rows is not None and self.num_chunks is not None:
             raise ValueError("give chunk-rows or num-chunks, not both")
         if self.repack not in ("", "off", "all"):

@@ -56,6 +56,8 @@ class Tiling:
     group_m: int | None = None
     persistent: bool | None = None
     stream_k: int | None = None  # tiles shared out by K steps
+    split_k: int | None = None  # K slices per tile (None: the template's split_for rule)
+    loads: str | None = None  # "tma" | "pointer" (None: the template's rule for the tile)
     sm_budget: int | None = None
     block: int | None = None  # elements per program of an elementwise kernel
     # device level: the data movement
@@ -101,7 +103,8 @@ class Tiling:
             if f.name not in attr:
                 continue
             a = attr[f.name]
-            want = str if f.name in ("kind", "target", "engine", "algorithm", "config_from", "repack") else \
+            want = str if f.name in ("kind", "target", "engine", "algorithm", "config_from", "repack",
+                                      "loads") else \
                 float if f.name == "est_us" else bool if f.name in ("persistent", "own_first") else int
             if want is bool and isinstance(a, ir.BoolAttr):
                 values[f.name] = a.value

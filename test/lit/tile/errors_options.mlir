@@ -7,6 +7,8 @@
 // TARGET: error: ditron-tile: no performance numbers for target 'cuda:75'; known: cuda:90, cuda:80, hip:gfx942, hip:gfx950
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{own-first=true all-gather=pull}' 2>&1 | FileCheck %s --check-prefix=OWN
 // RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{repack=b}' 2>&1 | FileCheck %s --check-prefix=REPACK
+// RUN: not ditron-opt %s --split-input-file --pass-pipeline='ditron-tile{loads=ldg}' 2>&1 | FileCheck %s --check-prefix=LOADS
+// LOADS: error: pass 'ditron-tile': loads must be tma or pointer (default: the template's rule), got 'ldg'
 // REPACK: error: pass 'ditron-tile': repack must be off or all (default: the model's choice), got 'b'
 // OWN: error: pass 'ditron-tile': own-first orders the tiles of all-gather=one_launch; it does not apply to all-gather=pull
 
