@@ -50,13 +50,15 @@ class BackendOptions:
     debug: bool = False
 
     MAX_WARPS: ClassVar[int] = 32
+    MAX_STAGES: ClassVar[int] = 8
 
     def __post_init__(self):
         if not _power_of_two(self.num_warps) or self.num_warps > self.MAX_WARPS:
             raise TargetError(f"option num_warps={self.num_warps!r}: must be a power of two from 1 to "
                               f"{self.MAX_WARPS}")
-        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
-            raise TargetError(f"option num_stages={self.num_stages!r}: must be an integer from 1 to 8")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= self.MAX_STAGES:
+            raise TargetError(f"option num_stages={self.num_stages!r}: must be an integer from 1 to "
+                              f"{self.MAX_STAGES}")
         if not _power_of_two(self.num_ctas) or self.num_ctas > 16:
             raise TargetError(f"option num_ctas={self.num_ctas!r}: must be 1, 2, 4, 8 or 16")
         for f in dataclasses.fields(self):

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from . import env
+from .backends.base import BackendOptions
 from .backends.facts import GemmConfig
 from .errors import DitronError
 
@@ -91,8 +92,8 @@ class GemmPin:
                 raise ValueError(f"'{text}': {name} must be a power of two >= 16, got {v}")
         if warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"'{text}': warps must be 1, 2, 4, 8 or 16, got {warps}")
-        if stages < 1 or group < 1:
-            raise ValueError(f"'{text}': stages and group must be >= 1")
+        if not 1 <= stages <= BackendOptions.MAX_STAGES or group < 1:
+            raise ValueError(f"'{text}': stages must be from 1 to {BackendOptions.MAX_STAGES} and group >= 1")
         persistent = {"-p": True, "-np": False}.get(match.group(7) or "")
         return GemmPin(GemmConfig(bm, bn, bk, warps, stages, group), persistent, source)
 
@@ -345,7 +346,7 @@ def variants(cfg: GemmConfig) -> list[GemmConfig]:
     if cfg.block_m != cfg.block_n:
         out[:0] = [new(cfg, block_m=cfg.block_n, block_n=cfg.block_m),
                    new(cfg, block_m=cfg.block_n, block_n=cfg.block_m, num_stages=cfg.num_stages + 1)]
-    return out
+    return [c for c in out if c.num_stages <= BackendOptions.MAX_STAGES]  # past it no backend compiles them
 
 
 # ------------------------------------------------------------------------------------------ build and run

@@ -58,9 +58,19 @@ def test_config_text_round_trip_and_errors():
     assert pin.text == "128x256x64-w8-s3-g8-np"
     assert tune.GemmPin.parse("64x64x128-w4-s6-g1").persistent is None
     for bad, why in (("128x256", "not a GEMM config"), ("100x256x64-w8-s3-g8", "power of two"),
-                     ("128x256x64-w3-s3-g8", "warps"), ("128x256x64-w8-s0-g8", ">= 1")):
+                     ("128x256x64-w3-s3-g8", "warps"), ("128x256x64-w8-s0-g8", "from 1 to 8"),
+                     ("64x128x64-w4-s9-g8", "from 1 to 8"), ("128x256x64-w8-s3-g0", "group >= 1")):
         with pytest.raises(ValueError, match=why):
             tune.GemmPin.parse(bad)
+
+
+def test_variants_stay_within_the_stages_a_backend_compiles():
+    # the tuner's neighbours of an 8-stage tile (the one-wave rule's 64x128x64 s8 at 257x2048x7168) had 9 stages,
+    # which the backend refuses: bench_tune --build stopped with a TargetError
+    from ditron.backends.facts import GemmConfig
+    out = tune.variants(GemmConfig(64, 128, 64, 4, 8, 8))
+    assert out and max(c.num_stages for c in out) == 8
+    assert any(c.block_m == 128 and c.block_n == 64 for c in out)  # the transposed tile, without its extra stage
 
 
 def test_keys_bucket_m_by_powers_of_two():
