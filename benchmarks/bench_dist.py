@@ -271,6 +271,31 @@ def timed(env: Env, fn, iters: int, warmup: int = 3, reps: int = REPS) -> float:
     return statistics.median(times)
 
 
+def timed_interleaved(env: Env, fns: dict, iters: int, rounds: int = 7, warmup: int = 3) -> dict:
+    """Microseconds per call of each fn in ``fns`` (name -> fn), measured in ``rounds`` rounds that each time every
+    fn once (CUDA events around iters / rounds calls, the max over ranks), the order rotated every round: a drift
+    of the GPU's clocks during the run (seen as a 10 % spread between two timings of the same op a few hundred ms
+    apart) then falls on every side alike. Returns name -> (median, min, max) over the rounds."""
+    import torch
+    n = max(1, iters // rounds)
+    names = list(fns)
+    for name in names:
+        for _ in range(max(warmup, n // 2)):
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            env.barrier()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                fns[name]()
+            end.record()
+            end.synchronize()
+            times[name].append(env.max_over_ranks(start.elapsed_time(end) * 1e3 / n))
+    return {name: (statistics.median(t), min(t), max(t)) for name, t in times.items()}
+
+
 def iterations(case: Case, W: int, virtual: bool, forced: int | None) -> int:
     """A fixed count from the case's size (so that every rank derives the same): about 50 ms of work by the
     model's peak numbers (a virtual world does every rank's work), 10..500."""
