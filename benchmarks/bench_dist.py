@@ -694,24 +694,36 @@ def report(env: Env, rows: list[dict], link_how: str, out_dir: Path, size: str) 
               f"{100 * r['overhead_vs_cublas']:+.1f} % (target <= 3 %)")
     for note in env.notes:
         print(f"note: {note}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-        f.write(f"# {mode} world W={env.W}; B measured by {link_how}; "
-                f"{'; '.join(env.notes) if env.notes else 'no notes'}\n")
+    write_csv(out_dir / f"{stem}.csv", rows, FIELDS, f"{mode} world W={env.W}; B measured by {link_how}", env.notes)
     plot(rows, out_dir / f"{stem}.png", f"{mode} world, W = {env.W}")
     print(f"wrote {out_dir / (stem + '.csv')}")
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
+def write_csv(path: Path, rows: list[dict], fields: list[str], what: str, notes: list[str]) -> None:
+    """rows as CSV (the columns ``fields``), then a comment line: what was measured, and the run's notes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        f.write(f"# {what}; {'; '.join(notes) if notes else 'no notes'}\n")
+
+
+def pyplot(path: Path):
+    """matplotlib's pyplot on the Agg backend, or None (said on stdout: ``path`` is skipped) where it is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print(f"matplotlib is not importable: skipped {path}")
+        return None
+    return plt
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    plt = pyplot(path)
+    if plt is None:
         return
     rows = [r for r in rows if r.get("ideal_us")]
     if not rows:

@@ -61,7 +61,6 @@ benchmarks/results/moe_<virtual|real>_w<W>[_i<I>].csv and .png (matplotlib, if i
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -73,7 +72,7 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # before CUDA starts
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # bench_dist: the worlds and the timing loop
-from bench_dist import fmt, make_env, timed  # noqa: E402 - the worlds, the timing loop, the table's numbers
+from bench_dist import fmt, make_env, pyplot, timed, write_csv  # noqa: E402 - worlds, timing, output
 
 RESULTS = HERE / "results"
 TARGET = "cuda:90"
@@ -421,24 +420,15 @@ def report(env, rows: list[dict], out_dir: Path) -> None:
               f"{r['baseline']}{'' if r['ok'] else '  MISMATCH: ' + r['mismatch']}")
     for note in env.notes:
         print(f"note: {note}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f"{stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-        f.write(f"# {mode} world W={env.W} on {gpu}, torch {torch.__version__}; eager calls; "
-                f"{'; '.join(env.notes) if env.notes else 'no notes'}\n")
+    write_csv(out_dir / f"{stem}.csv", rows, FIELDS, f"{mode} world W={env.W} on {gpu}, torch {torch.__version__}; "
+              "eager calls", env.notes)
     print(f"wrote {out_dir / (stem + '.csv')}")
     plot(rows, out_dir / f"{stem}.png", f"{mode} world, W = {env.W} ({gpu})")
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not importable: skipped {path}")
+    plt = pyplot(path)
+    if plt is None:
         return
     labels = [f"T={r['tokens']}\nI={r['intermediate']}" for r in rows]
     series = [(n, k) for n, k in (("ditron ExpertParallelMoE", "ditron_us"), ("torch EP (a2a_single + "
