@@ -10,7 +10,8 @@ The schedule, per rank:
   chunks covering them hold the epoch (acquire), then runs its K loop; tiles are visited in rank-rotated order
   (this rank's rows first: they arrive first). Either the built-in GEMM template (``gemm="template"``) or the user
   kernel ``ag_gemm_tiles`` of examples/jit_kernels.py, written in Triton's language with ditron.language's wait
-  (``gemm="jit"``);
+  (``gemm="jit"``: pointer loads), or its twin ``ag_gemm_tiles_tma`` (``gemm="jit_tma"``: TMA loads through tensor
+  descriptors made in the kernel; rows of 16-byte multiples);
 * stream 1 joins stream 0 (a local signal and wait), then every rank meets at a barrier: no rank pushes the next
   call's chunks into a peer's ``gathered`` while the peer's GEMM still reads it.
 
@@ -31,16 +32,17 @@ import sys
 import ditron.device as dd
 from ditron.user_ops import UserOp
 
-def _jit_gemm():
-    """examples/jit_kernels.py's GEMM (imported when used: ditron.language needs the compiler's MLIR bindings, which
-    a GPU box running prebuilt artifacts does not have)."""
+def _jit_gemm(tma: bool = False):
+    """examples/jit_kernels.py's GEMM: its tiling and ``ag_gemm_tiles`` (pointer loads) or ``ag_gemm_tiles_tma``
+    (imported when used: ditron.language needs the compiler's MLIR bindings, which a GPU box running prebuilt
+    artifacts does not have)."""
     try:
         import jit_kernels
     except ImportError:
         from pathlib import Path
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import jit_kernels
-    return jit_kernels.gemm_tiling, jit_kernels.ag_gemm_tiles
+    return jit_kernels.gemm_tiling, jit_kernels.ag_gemm_tiles_tma if tma else jit_kernels.ag_gemm_tiles
 
 
 def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: str = "bf16",
@@ -49,9 +51,10 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
     """The AG+GEMM device program for W ranks: inputs x [m, K], w [K, n]; output y [W*m, n]. ``chunk``: rows per
     copy (a divisor of m; default: m, one chunk per rank); ``num_sms``: the GEMM's SM budget (in a virtual world
     of W ranks on one GPU, at most its share: ``World.cta_budget``); ``gemm``: "template" (the built-in GEMM with
-    per-tile waits; ``gemm_fields``: its tuning, block_m, ...) or "jit" (the user kernel ``jit_kernels.ag_gemm_tiles``,
+    per-tile waits; ``gemm_fields``: its tuning, block_m, ...), "jit" (the user kernel ``jit_kernels.ag_gemm_tiles``,
     persistent on ``num_sms`` programs, tiled as ditron-tile's cost model tiles this GEMM on those SMs
-    (``ditron.tiling.gemm_config``); ``gemm_fields``: its constexprs, BLOCK_M, ..., or num_warps / num_stages)."""
+    (``ditron.tiling.gemm_config``); ``gemm_fields``: its constexprs, BLOCK_M, ..., or num_warps / num_stages) or
+    "jit_tma" (``jit_kernels.ag_gemm_tiles_tma``, the same with TMA loads)."""
     chunk = chunk or m
     if m % chunk:
         raise ValueError(f"chunk {chunk} must divide the {m} rows of a shard (the GEMM's waits count whole chunks)")
@@ -64,7 +67,7 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
 
     if W == 1:  # the shard is the whole gathered input: read in place (a user GEMM: its chunks ready at once)
         gathered = x
-        if gemm == "jit":
+        if gemm in ("jit", "jit_tma"):
             with p.loop(0, count) as c:
                 p.signal(ready, slot=c, scope="gpu", stream=0)
     else:
@@ -79,14 +82,21 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
                 p.copy(x, gathered, dst_rank=q, src_offsets=(c * chunk, 0),
                        dst_offsets=(p.rank * m + c * chunk, 0), sizes=(chunk, K), engine="copy_engine", stream=1)
                 p.signal(ready, rank=q, slot=p.rank * count + c, stream=1)
-    if gemm == "jit":
-        gemm_tiling, ag_gemm_tiles = _jit_gemm()
+    if gemm in ("jit", "jit_tma"):
+        tma = gemm == "jit_tma"
+        esize = {"bf16": 2, "f16": 2, "f32": 4}[dtype]
+        if tma and (K * esize % 16 or n * esize % 16):
+            raise ValueError(f"gemm='jit_tma' reads A and B through TMA descriptors, whose rows must be multiples of "
+                             f"16 bytes (K = {K}, n = {n} of {dtype}); use gemm='jit' (pointer loads)")
+        gemm_tiling, ag_gemm_tiles = _jit_gemm(tma)
         ptr = "*" + {"bf16": "bf16", "f16": "fp16", "f32": "fp32"}[dtype]
         # the tiles and stages ditron-tile's cost model picks for this GEMM on these SMs (like-for-like with
         # the built-in ag_gemm); gemm_fields override them (BLOCK_M, ..., num_warps, num_stages)
         tiles, options = gemm_tiling(W * m, n, K, dtype, target, num_sms)
         options = {**options, **{f: gemm_fields.pop(f) for f in ("num_warps", "num_stages") if f in gemm_fields}}
         tiles = {**tiles, **gemm_fields}
+        if not tma:  # the K loop without masks where the K tile divides K
+            tiles["EVEN_K"] = K % tiles["BLOCK_K"] == 0
         kernel = p.jit(ag_gemm_tiles, signature={"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "ready_ptr": "*i32",
                                                  "M": "i32", "N": "i32", "K": "i32", "m": "i32", "epoch": "i32"},
                        constexprs={"CHUNK": chunk, **tiles}, wait={"arg": "ready_ptr", "value_arg": "epoch"},
@@ -101,7 +111,7 @@ def program(W: int = 4, m: int = 512, K: int = 4096, n: int = 3584, *, dtype: st
                       **gemm_fields)
         p.launch(tmpl, [gathered, w, y, ready, p.epoch], sm_budget=num_sms, tile_order="rank_rotated", stream=0)
     else:
-        raise ValueError(f"gemm must be 'template' or 'jit', got {gemm!r}")
+        raise ValueError(f"gemm must be 'template', 'jit' or 'jit_tma', got {gemm!r}")
     if W > 1:  # join stream 1 into stream 0, then the end barrier
         p.signal(sync, slot=1, scope="gpu", stream=1)
         p.wait(sync, 1, stream=0)

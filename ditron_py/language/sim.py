@@ -22,6 +22,10 @@ What it checks (each finding names the rank, the program and the kernel's Python
 * out-of-bounds -- a load, store or signal outside every array of the heap, a peer outside the world;
 * mismatch -- an array differs from the reference the user gave (with the line of the last store to it).
 
+A tensor descriptor's load or store (``tl.make_tensor_descriptor(...).load([...])``) is checked as the masked
+access of its block (the descriptor's bounds are the mask); a wait's token orders it when it flows into the
+descriptor's base or the block's offsets (``desc.load([dl.consume_token(row0, token), k])``).
+
 Happens-before is tracked with vector clocks: a notify (release) publishes its agent's clock in the slot, a wait
 (acquire) takes the clocks of the slots it saw; ``barrier_all`` is a full fence. So a race is reported even when
 the interleaving happened to deliver the data in time.
@@ -585,6 +589,35 @@ def _taint(handle, taint: frozenset) -> None:
 
 
 _PROPAGATING = ("binary_op", "unary_op", "ternary_op", "cast_impl", "create_fma")
+_DESCRIPTOR_ACCESSES = ("create_descriptor_load", "create_descriptor_store")
+
+
+def _descriptor_block(ti, desc, indices):
+    """The block of tensor descriptor ``desc`` at ``indices``, addressed as Triton's interpreter addresses it:
+    (pointers, in-bounds mask, padding value) -- the pointers carrying the token taint of the descriptor's base and
+    of the offsets, so that a wait's token consumed into an offset (``dl.consume_token(row0, token)``) orders the
+    load as it orders a pointer load."""
+    ptrs, mask = desc.materialize_pointers(indices)
+    _taint(ptrs, _taint_of(desc.base).union(*(_taint_of(i) for i in indices)))
+    elem, fill = ptrs.get_element_ty(), 0 if desc.padding == ti._ir.PADDING_OPTION.PAD_ZERO else float("nan")
+    other = ti.TensorHandle(np.full(np.shape(ptrs.data), fill, dtype=ti._get_np_dtype(elem)), elem)
+    return ptrs, ti.TensorHandle(np.asarray(mask, dtype=bool), ti.tl.int1), other
+
+
+def _patch_descriptors(ti, b) -> list[str]:
+    """Tensor-descriptor loads and stores (``tl.make_tensor_descriptor(...).load / .store``) as the masked pointer
+    loads and stores of their blocks, through the builder's (patched) ``create_masked_load`` / ``_store``: checked
+    like any other access."""
+    def descriptor_load(desc, indices, *rest):
+        ptrs, mask, other = _descriptor_block(ti, desc, indices)
+        return b.create_masked_load(ptrs, mask, other, None, None, False)
+
+    def descriptor_store(desc, value, indices, *rest):
+        ptrs, mask, _ = _descriptor_block(ti, desc, indices)
+        return b.create_masked_store(ptrs, value, mask, None, None)
+
+    b.create_descriptor_load, b.create_descriptor_store = descriptor_load, descriptor_store
+    return list(_DESCRIPTOR_ACCESSES)
 
 
 def _patch_builder(world: _World) -> list[str]:
@@ -599,7 +632,7 @@ def _patch_builder(world: _World) -> list[str]:
 
     for name in dir(type(b)):
         if name in ("create_masked_load", "create_masked_store", "create_load", "create_store",
-                    "create_atomic_rmw", "create_atomic_cas") or name.startswith("get_"):
+                    "create_atomic_rmw", "create_atomic_cas", *_DESCRIPTOR_ACCESSES) or name.startswith("get_"):
             continue
         if name.startswith("create_") or name in _PROPAGATING:
             setattr(b, name, propagate(name, getattr(b, name)))
@@ -640,6 +673,7 @@ def _patch_builder(world: _World) -> list[str]:
     b.create_atomic_rmw = atomic(original_rmw, 3)
     b.create_atomic_cas = atomic(original_cas, None)
     patched += ["create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas"]
+    patched += _patch_descriptors(ti, b)
     return patched
 
 

@@ -18,8 +18,9 @@ through ``World.try_acquire`` (blocking the entity until a signal wakes it), ``d
 The kernel's checks are those of ``ditron.language.simulate``: a load of data whose write no wait orders before
 it (a missing wait: read-before-signal), or that a wait orders only in program order while the pointer does not
 depend on the wait's token (a missing ``dl.consume_token``); a wait no notify can satisfy (a deadlock of the
-World, at the wait's line); racing stores. Every finding is at the kernel's Python source line. Limits: user
-atomics and tensor descriptors are refused (located errors), data buffers and signal pads are distinct (a pad is
+World, at the wait's line); racing stores. Every finding is at the kernel's Python source line. A tensor
+descriptor's load / store is the masked access of its block (language/sim.py ``_patch_descriptors``). Limits: user
+atomics and descriptor gathers / scatters are refused (located errors), data buffers and signal pads are distinct (a pad is
 accessed through the primitives only), element types bf16, f16, f32, f64, i8..i64.
 """
 from __future__ import annotations
@@ -230,7 +231,7 @@ class Session:
 
     def _patch_builder(self) -> None:
         from ..language.core import active
-        from ..language.sim import _PROPAGATING, _propagating
+        from ..language.sim import _PROPAGATING, _patch_descriptors, _propagating
         ti = self.ti
         b = ti.interpreter_builder
 
@@ -274,11 +275,10 @@ class Session:
 
         b.create_masked_load, b.create_masked_store = masked_load, masked_store
         self.patched += ["create_masked_load", "create_masked_store"]
+        self.patched += _patch_descriptors(ti, b)  # a descriptor's block: the masked load / store above
         for name, what in (("create_atomic_rmw", "atomics (tl.atomic_*)"), ("create_atomic_cas", "tl.atomic_cas"),
-                           ("create_descriptor_load", "tensor descriptors"),
-                           ("create_descriptor_store", "tensor descriptors"),
-                           ("create_descriptor_gather", "tensor descriptors"),
-                           ("create_descriptor_scatter", "tensor descriptors")):
+                           ("create_descriptor_gather", "tensor descriptor gathers"),
+                           ("create_descriptor_scatter", "tensor descriptor scatters")):
             if name in originals:
                 setattr(b, name, refused(name, what))
                 self.patched.append(name)

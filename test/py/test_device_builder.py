@@ -398,24 +398,29 @@ def test_jit_launch_errors():
     assert dead and dead[0].loc.file.endswith("jit_kernels.py") and "'ready'" in dead[0].message, dead
 
 
-def _tiles_args(W: int, m: int, K: int, n: int, chunk: int, ready: int = 1):
+def _tiles_args(W: int, m: int, K: int, n: int, chunk: int, ready: int = 1, tma: bool = False):
+    """The arguments of jit_kernels.ag_gemm_tiles (or, ``tma``, of ag_gemm_tiles_tma, which has no EVEN_K)."""
     rng = np.random.default_rng(W)
     xs = [rng.standard_normal((m, K)).astype(np.float32) for _ in range(W)]
     ws = [rng.standard_normal((K, n)).astype(np.float32) for _ in range(W)]
     g = np.concatenate(xs, 0)
     args = [dict(a_ptr=g.copy(), b_ptr=ws[r], c_ptr=np.zeros((W * m, n), np.float32),
                  ready_ptr=np.full(W * (m // chunk), ready, np.int32), M=W * m, N=n, K=K, m=m, epoch=1, CHUNK=chunk,
-                 BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=2) for r in range(W)]
+                 BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, **({} if tma else {"EVEN_K": K % 16 == 0}))
+            for r in range(W)]
     return args, [{"c_ptr": g @ ws[r]} for r in range(W)]
 
 
-@pytest.mark.parametrize("W,m,chunk", [(1, 40, 20), (3, 40, 20)])
-def test_the_user_gemm_kernel_is_right_on_the_cpu(W, m, chunk):
-    """examples/jit_kernels.ag_gemm_tiles (ag_gemm_user's gemm="jit") through ditron.language.simulate, its chunks already
-    there: the persistent grouped, rank-rotated tile loop with 32-row tiles over 40-row shards."""
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("W,m,K,chunk", [(1, 40, 48, 20), (3, 40, 48, 20), (2, 40, 40, 20)])
+def test_the_user_gemm_kernel_is_right_on_the_cpu(W, m, K, chunk, tma):
+    """examples/jit_kernels.ag_gemm_tiles (ag_gemm_user's gemm="jit"; K = 40: its masked K loop) and
+    ag_gemm_tiles_tma (gemm="jit_tma") through ditron.language.simulate, their chunks already there: the persistent
+    grouped, rank-rotated tile loop with 32-row tiles over 40-row shards."""
     import ditron.language as dl
-    args, want = _tiles_args(W, m, 48, 40, chunk)
-    result = dl.simulate(jit_kernels.ag_gemm_tiles, (3,), args, world=W, reference=want, rtol=1e-4, atol=1e-4)
+    args, want = _tiles_args(W, m, K, 40, chunk, tma=tma)
+    kernel = jit_kernels.ag_gemm_tiles_tma if tma else jit_kernels.ag_gemm_tiles
+    result = dl.simulate(kernel, (3,), args, world=W, reference=want, rtol=1e-4, atol=1e-4)
     assert result.ok, result.summary()
 
 

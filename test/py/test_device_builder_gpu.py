@@ -80,8 +80,9 @@ def cases(real: bool = False) -> dict[str, dd.Program]:
     for W in (1, 2, 4):
         for m in (128, 1000):
             out[f"ag_gemm_user_w{W}_m{m}"] = example.program(W, m, K, N, chunk=m // 2, num_sms=budget(W))
-            out[f"ag_gemm_user_jit_w{W}_m{m}"] = example.program(W, m, K, N, chunk=m // 2, num_sms=budget(W),
-                                                                 gemm="jit")
+            for gemm in ("jit", "jit_tma"):
+                out[f"ag_gemm_user_{gemm}_w{W}_m{m}"] = example.program(W, m, K, N, chunk=m // 2,
+                                                                        num_sms=budget(W), gemm=gemm)
     out["stuck_w2"] = stuck(2)
     out["jit_scale_w2"] = jit_scale(2)
     out["jit_stuck_w2"] = jit_scale(2, signal=False)
@@ -141,12 +142,13 @@ VIRTUAL = [(W, m) for W in (1, 2, 4) for m in (128, 1000)]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
-@pytest.mark.parametrize("gemm", ["template", "jit"])
+@pytest.mark.parametrize("gemm", ["template", "jit", "jit_tma"])
 @pytest.mark.parametrize("W,m", VIRTUAL)
 def test_ag_gemm_user_virtual_world_matches_torch(gpu, W, m, gemm, graph):
-    """The built-in GEMM template with per-tile waits, or the user @ditron.jit GEMM (examples/ag_gemm_user.py)."""
+    """The built-in GEMM template with per-tile waits, or the user @ditron.jit GEMM (examples/ag_gemm_user.py:
+    pointer loads, or TMA loads through descriptors made in the kernel)."""
     from ditron.runtime.world import World
-    exe = load(f"ag_gemm_user{'_jit' if gemm == 'jit' else ''}_w{W}_m{m}")
+    exe = load(f"ag_gemm_user{'' if gemm == 'template' else '_' + gemm}_w{W}_m{m}")
     world = World.virtual(W)
     try:
         for call in range(1, CALLS + 1):

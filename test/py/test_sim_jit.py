@@ -23,9 +23,12 @@ PLANTS = {"none": 0, "missing_notify": 1, "load_before_wait": 2, "no_consume_tok
 
 
 @ditron.jit
-def gather(x_ptr, g_ptr, y_ptr, pad_ptr, n, epoch, BLOCK: tl.constexpr, PLANT: tl.constexpr):
+def gather(x_ptr, g_ptr, y_ptr, pad_ptr, n, epoch, BLOCK: tl.constexpr, PLANT: tl.constexpr,
+           DESC: tl.constexpr = False):
     """y = every rank's x, in rank order: each program pushes its block of x into every rank's g (symm_at) and
-    notifies it, then waits for every rank's block and copies it from g into y."""
+    notifies it, then waits for every rank's block and copies it from g into y. ``DESC``: g read through a tensor
+    descriptor ([num_ranks, n], blocks of [1, BLOCK]; the wait's token reaches the load through the block's
+    offset)."""
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     me = dl.rank()
@@ -40,17 +43,28 @@ def gather(x_ptr, g_ptr, y_ptr, pad_ptr, n, epoch, BLOCK: tl.constexpr, PLANT: t
         tl.store(dl.symm_at(g_ptr, peer) + me * n + offs, x, mask=mask)
         if PLANT != 1:
             dl.notify(pad_ptr, me * programs + pid, epoch, peer)
+    if DESC:
+        g = tl.make_tensor_descriptor(g_ptr, shape=[world, n], strides=[n, 1], block_shape=[1, BLOCK])
     for i in range(0, world):
         src = (me + world - i) % world
         if PLANT == 2:
-            v = tl.load(g_ptr + src * n + offs, mask=mask)                                    # LOAD-BEFORE-WAIT
+            if DESC:
+                v = tl.reshape(g.load([src, pid * BLOCK]), [BLOCK])                           # DESC-BEFORE-WAIT
+            else:
+                v = tl.load(g_ptr + src * n + offs, mask=mask)                                # LOAD-BEFORE-WAIT
             token = dl.wait(pad_ptr, src * programs + pid, epoch)
         elif PLANT == 3:
             token = dl.wait(pad_ptr, src * programs + pid, epoch)
-            v = tl.load(g_ptr + src * n + offs, mask=mask)                                    # NO-TOKEN
+            if DESC:
+                v = tl.reshape(g.load([src, pid * BLOCK]), [BLOCK])                           # DESC-NO-TOKEN
+            else:
+                v = tl.load(g_ptr + src * n + offs, mask=mask)                                # NO-TOKEN
         else:
             token = dl.wait(pad_ptr, src * programs + pid, epoch)                             # THE-WAIT
-            v = tl.load(dl.consume_token(g_ptr, token) + src * n + offs, mask=mask)
+            if DESC:
+                v = tl.reshape(g.load([dl.consume_token(src, token), pid * BLOCK]), [BLOCK])
+            else:
+                v = tl.load(dl.consume_token(g_ptr, token) + src * n + offs, mask=mask)
         tl.store(y_ptr + src * n + offs, v, mask=mask)
 
 
@@ -58,7 +72,8 @@ def _line(marker: str) -> int:
     return next(i for i, text in enumerate(HERE.read_text().splitlines(), 1) if text.rstrip().endswith(marker))
 
 
-def gather_program(W: int, n: int, *, block: int = 16, plant: str = "none", dtype: str = "f32") -> dd.Program:
+def gather_program(W: int, n: int, *, block: int = 16, plant: str = "none", dtype: str = "f32",
+                   desc: bool = False) -> dd.Program:
     programs = -(-n // block)
     ptr = {"f32": "*fp32", "bf16": "*bf16", "f16": "*fp16"}[dtype]
     p = dd.Program("gather_user", W)
@@ -67,7 +82,8 @@ def gather_program(W: int, n: int, *, block: int = 16, plant: str = "none", dtyp
     g = p.symmetric("g", (W * n,), dtype)
     pad = p.signal_pad("pad", W * programs)
     k = p.jit(gather, signature={"x_ptr": ptr, "g_ptr": ptr, "y_ptr": ptr, "pad_ptr": "*i32", "n": "i32",
-                                 "epoch": "i32"}, constexprs={"BLOCK": block, "PLANT": PLANTS[plant]},
+                                 "epoch": "i32"},
+              constexprs={"BLOCK": block, "PLANT": PLANTS[plant], "DESC": desc},
               wait={"arg": "pad_ptr", "value_arg": "epoch"})
     p.launch(k, [x, g, y, pad, n, p.epoch], grid=programs)
     p.barrier()  # no rank pushes call e + 1's blocks into a peer's g while the peer still reads call e's
@@ -144,13 +160,22 @@ def test_without_the_end_barrier_the_next_call_races_a_peers_read():
     assert found & {"write-after-read", "write-write", "read-before-signal"}, found
 
 
-def test_ag_gemm_user_with_the_user_gemm_simulates_clean():
-    """examples/ag_gemm_user.py with gemm="jit": copy-engine chunks, per-tile dl.waits in the user GEMM."""
-    for W in (1, 3):
-        p = example.program(W, 40, 48, 40, dtype="f32", chunk=20, num_sms=3, gemm="jit", BLOCK_M=32, BLOCK_N=16,
-                            BLOCK_K=16, GROUP_M=2)
-        r = p.simulate(reference=example.reference, calls=2, rtol=1e-4, atol=1e-4)
-        assert r.ok, r.summary()
+@pytest.mark.parametrize("gemm", ["jit", "jit_tma"])
+@pytest.mark.parametrize("W, K", [(1, 48), (2, 40), (3, 48), (4, 40), (8, 48)])
+def test_ag_gemm_user_with_the_user_gemm_simulates_clean(W, K, gemm):
+    """examples/ag_gemm_user.py with gemm="jit" (pointer loads; K = 40: the masked K loop, 48: EVEN_K) and
+    "jit_tma" (descriptor loads): copy-engine chunks, per-tile dl.waits in the user GEMM; 40 rows per rank and 40
+    columns against 32 x 16 tiles (clamped rows, wrapped columns)."""
+    p = example.program(W, 40, K, 40, dtype="f32", chunk=20, num_sms=3, gemm=gemm, BLOCK_M=32, BLOCK_N=16,
+                        BLOCK_K=16, GROUP_M=2)
+    r = p.simulate(reference=example.reference, calls=2, rtol=1e-4, atol=1e-4)
+    assert r.ok, r.summary()
+    assert r.compared
+
+
+def test_ag_gemm_user_tma_needs_16_byte_rows():
+    with pytest.raises(ValueError, match="multiples of 16 bytes .* use gemm='jit'"):
+        example.program(2, 40, 42, 40, dtype="bf16", chunk=20, num_sms=3, gemm="jit_tma")
 
 
 def test_ag_gemm_user_jit_missing_signal_deadlocks_in_the_kernel():
@@ -217,3 +242,47 @@ def test_a_copy_stream_not_ordered_after_the_previous_calls_barrier_races_the_ke
     for seed in range(4):
         kinds |= {f.kind for f in p.simulate(calls=2, seed=seed).findings}
     assert kinds & {"write-after-read", "read-before-signal"}, kinds
+
+
+# ------------------------------------------------------------------------- tensor descriptors (TMA loads)
+
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 8])
+def test_descriptor_loads_are_checked_like_pointer_loads(W):
+    """n = 36 against blocks of 16: the descriptor's bounds mask the last block (its zero padding)."""
+    r = gather_program(W, 36, desc=True).simulate(reference=gather_reference, calls=2)
+    assert r.ok, r.summary()
+    assert r.compared
+
+
+def test_a_descriptor_load_before_its_wait_is_a_race_at_the_load():
+    r = gather_program(3, 36, plant="load_before_wait", desc=True).simulate(calls=1, seed=3)
+    races = r.of_kind(RACE_READ)
+    assert races and {f.loc.line for f in races} == {_line("# DESC-BEFORE-WAIT")}, r.summary()
+    assert "before its guarding wait" in races[0].message
+
+
+def test_a_descriptor_load_whose_offsets_do_not_depend_on_the_token_is_reported():
+    r = gather_program(3, 36, plant="no_consume_token", desc=True).simulate(calls=1)
+    races = r.of_kind(RACE_READ)
+    assert races and {f.loc.line for f in races} == {_line("# DESC-NO-TOKEN")}, r.summary()
+    assert "dl.consume_token" in races[0].message
+
+
+@pytest.mark.parametrize("plant, marker", [("none", None), ("no_consume_token", "# DESC-NO-TOKEN")])
+def test_descriptor_loads_under_ditron_language_simulate(plant, marker):
+    """The kernel alone (ditron.language.simulate): the same tracking of descriptor loads."""
+    W, n, block = 3, 36, 16
+    programs = -(-n // block)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(W)]
+    args = [dict(x_ptr=xs[r], g_ptr=np.zeros(W * n, np.float32), y_ptr=np.zeros(W * n, np.float32),
+                 pad_ptr=np.zeros(W * programs, np.int32), n=n, epoch=1, BLOCK=block, PLANT=PLANTS[plant],
+                 DESC=True)
+            for r in range(W)]
+    ref = [{"y_ptr": np.concatenate(xs)} for _ in range(W)]
+    r = dl.simulate(gather, programs, args, world=W, reference=ref)
+    if marker is None:
+        assert r.ok and r.compared, r.summary()
+    else:
+        races = r.of_kind(RACE_READ)
+        assert races and {f.loc.line for f in races} == {_line(marker)}, r.summary()
