@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """User-written distributed kernels against ditron's built-ins, same shapes, same run: AG+GEMM written with the
-device builder (examples/ag_gemm_user.py: copy-engine chunk pushes + a GEMM with per-tile waits, either the GEMM
-template or the user @ditron.jit kernel ag_gemm_tiles: columns user_us and user_jit_us) beside the built-in ``ditron.ops.ag_gemm`` (compiled through ditron-default, its algorithm chosen by the cost
-model) and ``torch.matmul`` of the gathered rows (the GEMM alone: the floor of any AG+GEMM).
+device builder (examples/ag_gemm_user.py: copy-engine chunk pushes + a GEMM with per-tile waits: the GEMM template,
+column user_us; the user @ditron.jit kernel ag_gemm_tiles, pointer loads, user_jit_us; its TMA twin
+ag_gemm_tiles_tma, descriptor loads, user_jit_tma_us) beside the built-in ``ditron.ops.ag_gemm`` (compiled through
+ditron-default, its algorithm chosen by the cost model) and ``torch.matmul`` of the gathered rows (the GEMM alone:
+the floor of any AG+GEMM).
 
 Two steps, because the GPU box has torch + triton but not the MLIR bindings:
 
@@ -46,7 +48,8 @@ ROUNDS = 7  # timing rounds per case (bench_dist.timed_interleaved)
 
 TARGET = "cuda:90"
 NUM_SMS = 132
-GEMMS = ("template", "jit")  # the user program's GEMM: the built-in template with per-tile waits, or a user kernel
+GEMMS = ("template", "jit", "jit_tma")  # the user program's GEMM: the built-in template with per-tile waits, or a
+# user kernel (pointer loads, or TMA loads through descriptors made in the kernel)
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         ex = exe.executor(env.world, graph=graph)
         jit_exe = ditron.load(directory / case.user_name(W, v, "jit"))
         jit_ex = jit_exe.executor(env.world, graph=graph)
+        tma_exe = ditron.load(directory / case.user_name(W, v, "jit_tma"))
+        tma_ex = tma_exe.executor(env.world, graph=graph)
         user_in = xs if v else xs[0]
         builtin_a = [x[0] for x in xs] if v else xs[0][0]
         builtin_b = [x[1] for x in xs] if v else xs[0][1]
@@ -141,6 +146,8 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         err = bench_dist.rel_err(mine, theirs)
         got_jit = jit_ex.run(user_in)
         err_jit = bench_dist.rel_err(got_jit[0][0] if v else got_jit[0], theirs)
+        got_tma = tma_ex.run(user_in)
+        err_tma = bench_dist.rel_err(got_tma[0][0] if v else got_tma[0], theirs)
         gathered = torch.empty(case.M, k, dtype=torch.bfloat16, device="cuda")
         n_iter = iters or max(10, min(300, int(2e-2 / max(2.0 * case.M * case.K * case.N / W / 7e14, 1e-6))))
 
@@ -150,6 +157,9 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
         def jit_call():
             jit_ex.run(user_in, sync=False)
 
+        def tma_call():
+            tma_ex.run(user_in, sync=False)
+
         def builtin_call():
             ops.ag_gemm(builtin_a, builtin_b, env.world, library=lib, graph=graph, sync=False)
 
@@ -158,11 +168,13 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
                 torch.matmul(gathered, x[1])
 
         timing = bench_dist.timed_interleaved(env, {"builtin": builtin_call, "user": user_call, "jit": jit_call,
-                                                    "gemm": gemm_call}, max(n_iter, 2 * ROUNDS), rounds=ROUNDS)
-        t_builtin, t_user, t_jit, t_gemm = (timing[k][0] for k in ("builtin", "user", "jit", "gemm"))
+                                                    "jit_tma": tma_call, "gemm": gemm_call}, max(n_iter, 2 * ROUNDS), rounds=ROUNDS)
+        t_builtin, t_user, t_jit, t_tma, t_gemm = (timing[k][0] for k in ("builtin", "user", "jit", "jit_tma",
+                                                                           "gemm"))
         lib.synchronize(env.world)
         ex.synchronize()
         jit_ex.synchronize()
+        tma_ex.synchronize()
         builtin = t_builtin
         row = {"case": case.label, "W": W, "world": "virtual" if v else "real", "graph": graph, "iters": n_iter,
                "user_us": round(t_user, 2), "builtin_us": round(builtin, 2),
@@ -170,14 +182,19 @@ def run(directory: Path, virtual: int | None, quick: bool, graph: bool, iters: i
                "user_spread_us": round(timing["user"][2] - timing["user"][1], 2), "gemm_us": round(t_gemm, 2),
                "user_over_builtin": round(t_user / builtin, 4), "rel_err_vs_builtin": f"{err:.2e}",
                "user_jit_us": round(t_jit, 2), "user_jit_over_builtin": round(t_jit / builtin, 4),
-               "jit_rel_err_vs_builtin": f"{err_jit:.2e}", "jit_tiles": case.jit_tiles(W, v),
+               "jit_rel_err_vs_builtin": f"{err_jit:.2e}", "user_jit_tma_us": round(t_tma, 2),
+               "user_jit_tma_over_builtin": round(t_tma / builtin, 4), "jit_tma_rel_err_vs_builtin": f"{err_tma:.2e}",
+               "jit_spread_us": round(timing["jit"][2] - timing["jit"][1], 2),
+               "jit_tma_spread_us": round(timing["jit_tma"][2] - timing["jit_tma"][1], 2), "jit_tiles": case.jit_tiles(W, v),
                "builtin_choice": bench_dist.summarize_choices(lib.path(case.signature(W, v)))}
         rows.append(row)
-        env.log(f"{case.label:36s} W={W} user {t_user:9.1f} us  user-jit {t_jit:9.1f} us  built-in "
-                f"{builtin:9.1f} us  (x{t_user / builtin:.3f}, jit x{t_jit / builtin:.3f})  gemm {t_gemm:9.1f} us  "
-                f"err {err:.1e} / {err_jit:.1e}")
+        env.log(f"{case.label:36s} W={W} user {t_user:9.1f} us  user-jit {t_jit:9.1f} us  user-jit-tma "
+                f"{t_tma:9.1f} us  built-in {builtin:9.1f} us  (x{t_user / builtin:.3f}, jit x{t_jit / builtin:.3f}, "
+                f"jit-tma x{t_tma / builtin:.3f})  gemm {t_gemm:9.1f} us  err {err:.1e} / {err_jit:.1e} / "
+                f"{err_tma:.1e}")
         exe.close()
         jit_exe.close()
+        tma_exe.close()
     lib.close()
     if env.rank == 0 and rows:
         out = HERE / "results" / f"user_kernels_{'virtual' if v else 'real'}_w{W}{'' if graph else '_eager'}.csv"
