@@ -252,3 +252,29 @@ def test_run_virtual_compiles_one_variant_per_key():
             np.testing.assert_array_equal(out[r]["y_ptr"], 2 * (np.arange(n, dtype=np.float32) + r))
     keys = list(launch._VARIANTS)[before:]
     assert [k[4] for k in keys] == [("n", "x_ptr", "y_ptr"), ("x_ptr", "y_ptr")]
+
+
+@pytest.mark.parametrize("gemm", ["jit", "jit_tma"])
+def test_the_user_gemm_compiles_to_the_fast_loads(gemm):
+    """ag_gemm_user's user GEMM at the benchmark's 70B shape (bench_user_kernels --quick, W = 2), as ptxas builds it
+    for sm_90a on this CPU box: the pointer kernel specialised EVEN_K (no mask in its K loop) and every cp.async 16
+    bytes; the TMA kernel's operands through cp.async.bulk.tensor only; neither spills (H200: 1.03-1.08x and
+    0.99-1.04x the built-in's time, benchmarks/results/README.md)."""
+    from ditron.backends.nvidia.ptxas import ptxas_info
+    from ditron.device.kernel import JIT_KERNELS
+    example = _example("ag_gemm_user")
+    W, m, K, n = 2, 512, 8192, 14336
+    example.program(W, m, K, n, num_sms=64, gemm=gemm).to_mlir()
+    name = "ag_gemm_tiles_tma" if gemm == "jit_tma" else "ag_gemm_tiles"
+    (k,) = {id(k): k for k in JIT_KERNELS.values() if k.name == name and k.constexprs["CHUNK"] == m
+            and k.signature["a_ptr"] == "*bf16" and k.divisible and k.options["num_warps"] == 8}.values()
+    ptx = k.fn.emit("ptx", signature=k.signature, constexprs=k.constexprs, divisible=k.divisible, target="cuda:90",
+                    **k.options)
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], (0x[0-9a-f]+)", ptx)
+    if gemm == "jit":
+        assert k.constexprs["EVEN_K"] is True
+        assert copies and set(copies) == {"0x10"}, sorted(set(copies))
+    else:
+        assert not copies and "cp.async.bulk.tensor" in ptx
+    info = ptxas_info(ptx, 90)
+    assert info.spill_stores == 0 and info.spill_loads == 0 and not info.serialized_wgmma, info.log
