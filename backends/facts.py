@@ -77,6 +77,7 @@ class TargetFacts:
     launch_latency: float = 4e-6   # a kernel launch
     tma: bool = False
     barrier_smem: int = 0
+    regs_per_sm: int = 65536      # 32-bit registers an SM shares among its resident programs (255 at most a thread)
     tma_line: int = 0
     tma_off_line: tuple[float, float, float] = (0.0, 0.0, 0.0)
     fp8: bool = False             # fp8 (f8E4M3FN / f8E5M2) tensor-core GEMMs: the GEMM template's fp8 inputs

@@ -5,6 +5,8 @@
                                                    # kernel (make_record's own choice) with per-tensor and per-row
                                                    # scales fused, as .ttir + manifest.json
                                                    # (default DIR: build/fp8_kernels)
+    python benchmarks/bench_fp8.py --build [DIR] --variants   # also e4m3 precise tiles beside the candidates
+                                                   # ("e4m3v<i>" rows: VARIANTS)
     python benchmarks/bench_fp8.py --run [DIR]     # GPU box, torch + triton only: check every kernel against
                                                    # float32 torch and torch._scaled_mm, and time it against
                                                    # torch._scaled_mm (use_fast_accum off and on)
@@ -29,7 +31,6 @@ triton.testing.do_bench, median, L2 flushed before every repetition.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -48,10 +49,11 @@ SCALES = {
 
 
 def _bench_gemm():
-    spec = importlib.util.spec_from_file_location("bench_gemm", HERE / "bench_gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/bench_gemm.py, imported by name (its precompile's worker processes find it so)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import bench_gemm
+    return bench_gemm
 
 
 # ================================================================================ build (CPU box, needs MLIR)
@@ -63,7 +65,24 @@ MODES = {"e4m3": ("fp8e4m3", False), "e4m3fast": ("fp8e4m3", True), "e5m2": ("fp
 ALTERNATIVES = {"e4m3": 3, "e4m3fast": 2}
 
 
-def kernels(shapes=SHAPES, modes=tuple(MODES), alternatives=ALTERNATIVES) -> list[dict]:
+# ``--variants`` (with --build): e4m3 precise tiles beside the template's candidates, per-tensor scales, named
+# "e4m3v<i>": one warp group a program with two or three programs an SM (programs_per_sm, num_sms: another program's
+# wgmmas fill the tensor cores while one adds its partial accumulator), and Triton's warp specialization (a TMA
+# producer group and two consumer groups of 4 warps). Data for the precise tile rule (configs.candidates).
+VARIANTS = (  # as run for results/fp8.csv (v1, v2 and v8 then as num_sms=264: the same 264 programs)
+    dict(block_m=128, block_n=128, num_warps=4, num_stages=3, programs_per_sm=2),  # now the precise lead
+    dict(block_m=128, block_n=128, num_warps=4, num_stages=2, programs_per_sm=2),
+    dict(block_m=128, block_n=128, num_warps=4, num_stages=3, persistent=False, flatten=False),
+    dict(block_m=64, block_n=128, num_warps=4, num_stages=4, num_sms=264),
+    dict(block_m=64, block_n=128, num_warps=4, num_stages=2, num_sms=396),
+    dict(block_m=128, block_n=128, num_warps=4, num_stages=4, flatten=False, warp_specialize=True, programs_per_sm=1),
+    dict(block_m=128, block_n=128, num_warps=4, num_stages=3, flatten=False, warp_specialize=True, programs_per_sm=1),
+    dict(block_m=128, block_n=128, num_warps=4, num_stages=3, programs_per_sm=2, flatten=False),
+    dict(block_m=64, block_n=128, num_warps=4, num_stages=3, num_sms=264),
+)
+
+
+def kernels(shapes=SHAPES, modes=tuple(MODES), alternatives=ALTERNATIVES, variants=()) -> list[dict]:
     from ditron.kernels import gemm
     out = []
     for m, n, k in shapes:
@@ -75,6 +94,10 @@ def kernels(shapes=SHAPES, modes=tuple(MODES), alternatives=ALTERNATIVES) -> lis
                     fields["fast_accum"] = True
                 out.append({"name": f"{mode}_{kind}_{m}x{n}x{k}", "group": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
                             "fields": fields})
+                if kind == "per_tensor" and mode == "e4m3":
+                    for i, var in enumerate(variants, 1):
+                        out.append({"name": f"e4m3v{i}_{kind}_{m}x{n}x{k}", "group": f"{m}x{n}x{k}", "m": m, "n": n,
+                                    "k": k, "fields": dict(fields, **var)})
                 if kind != "per_tensor" or not alternatives.get(mode):
                     continue
                 cands = gemm.candidates(m, n, k, dtype, "cuda:90", b_trans=True, fast_accum=fast)
@@ -84,8 +107,8 @@ def kernels(shapes=SHAPES, modes=tuple(MODES), alternatives=ALTERNATIVES) -> lis
     return out
 
 
-def build(out_dir: Path, shapes=SHAPES) -> dict:
-    manifest = _bench_gemm().build_kernels(out_dir, kernels(shapes))
+def build(out_dir: Path, shapes=SHAPES, variants=()) -> dict:
+    manifest = _bench_gemm().build_kernels(out_dir, kernels(shapes, variants=variants))
     print(f"wrote {len(manifest['kernels'])} kernels to {out_dir}")
     return manifest
 
@@ -157,10 +180,18 @@ def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
     bg = _bench_gemm()
     bg.set_scratch_allocator()
     manifest = json.loads((kernel_dir / "manifest.json").read_text())
+    failed = bg.precompile(kernel_dir, manifest["kernels"])  # Triton's cache, in parallel
     rows = []
     for entry in manifest["kernels"]:
+        variant = entry["name"].startswith("e4m3v")  # --variants: data, not the template's own choices
+        if variant and entry["name"] in failed:
+            print(f"{entry['name']}: did not compile: {failed[entry['name']]}", flush=True)
+            continue
         t, fn, errors = check(bg, kernel_dir, entry)
         if not accurate(errors):
+            if variant:
+                print(f"{entry['name']}: off by {errors} (relative), left out", flush=True)
+                continue
             raise SystemExit(f"{entry['name']}: off by {errors} (relative)")
         ours = bg.bench_ms(fn, rep)
         precise = bg.bench_ms(lambda: scaled_mm(t, fast=False), rep)
@@ -185,7 +216,10 @@ def run(kernel_dir: Path, rep: int, out: Path) -> list[dict]:
 
 
 def main(argv=None) -> None:
-    _bench_gemm().build_run_main(__doc__, DEFAULT_DIR, RESULTS, build, run, argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    variants = VARIANTS if "--variants" in argv else ()
+    argv = [a for a in argv if a != "--variants"]
+    _bench_gemm().build_run_main(__doc__, DEFAULT_DIR, RESULTS, lambda out: build(out, variants=variants), run, argv)
 
 
 if __name__ == "__main__":

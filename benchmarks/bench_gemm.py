@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_DIR = HERE.parent / "build" / "gemm_kernels"
 RESULTS = HERE / "results"
 TARGET = "cuda:90"
+NUM_SMS = 132  # cuda:90's SMs (backends/nvidia/facts.py, an H200): describe() names other program counts
 SHAPES = [(8192, 8192, 8192), (8192, 14336, 4096), (8192, 28672, 8192), (8192, 8192, 28672), (8192, 29568, 8192),
           (8192, 49152, 12288), (128, 8192, 8192), (1024, 8192, 8192)]
 MAX_CANDIDATES = 7
@@ -334,6 +335,12 @@ def describe(rec: dict) -> str:
         parts.append("epi/2")
     if rec.get("m_split", 1) > 1:
         parts.append(f"msplit{rec['m_split']}")
+    if rec.get("warp_specialize"):
+        parts.append("ws")
+    if rec.get("programs_per_sm", 1) > 1:
+        parts.append(f"{rec['programs_per_sm']}/SM")
+    if rec.get("persistent") and rec["num_sms"] != NUM_SMS:
+        parts.append(f"sms{rec['num_sms']}")
     if rec.get("flatten"):
         parts.append("flat")
     if rec.get("fast_accum"):

@@ -42,20 +42,23 @@ GROUPED_GEMM_CANDIDATES = (
 
 # fp8 GEMM candidates (BLOCK_K 128, twice bf16's bytes per K element), precise accumulation (torch._scaled_mm's
 # default): one 64-row wgmma block per warpgroup and block_n <= 128 (kernels/gemm/configs.py fp8_tile_fits: a
-# second, partial accumulator per wgmma block; 128x256 spills), or two such blocks as two dots (256x128, m_split).
-# H200, e4m3 precise (results/fp8.csv): 256x128 as two dots 138.4 / 237.4 / 41.6 us against 149.1 / 263.9 / 44.5
-# for 128x128 at 4096^3, 2048x14336x4096, 1000x4096x4096 (0.90-0.93); the smaller tiles' efficiencies are
-# estimates.
+# second, partial accumulator per wgmma block; 128x256 spills), or two such blocks as two dots (m_split, implied by
+# the tile: 128x128 on 4 warps, 256x128 on 8). 128x128 on one warp group shares its SM with a second program
+# (configs.programs_per_sm, implied too). H200, e4m3 precise, per-tensor scales (results/fp8.csv, bench_fp8
+# --variants): 128x128 w4 s3 two a SM 0.877x torch._scaled_mm geomean, 256x128 w8 as two dots 0.798x, 128x128 w8
+# 0.752x (the efficiencies below are their ratios); the smaller tiles' efficiencies are estimates.
 FP8_GEMM_CANDIDATES = (
-    GemmConfig(256, 128, 128, 8, 4, 8, 1.00),  # as two 128-row dots sharing B (m_split, kernels/gemm/record.py)
-    GemmConfig(128, 128, 128, 8, 4, 8, 0.92),
+    GemmConfig(128, 128, 128, 4, 3, 8, 1.00),  # two 64-row dots, two programs an SM
+    GemmConfig(256, 128, 128, 8, 4, 8, 0.91),  # as two 128-row dots sharing B (m_split, kernels/gemm/record.py)
+    GemmConfig(128, 128, 128, 8, 4, 8, 0.86),
     GemmConfig(64, 128, 128, 4, 6, 8, 0.80),
     GemmConfig(128, 64, 128, 8, 6, 8, 0.75),
     GemmConfig(64, 64, 128, 4, 6, 8, 0.60),
 )
 # fast accumulation (fast_accum: no partial accumulator) also fits the bf16 rule's 128x256 on 8 warps (255 registers,
-# no spill): it leads, loading a third fewer operand bytes per FLOP than 128x128 (estimate, not measured per tile)
-FP8_FAST_GEMM_CANDIDATES = (GemmConfig(128, 256, 128, 8, 4, 8, 1.00),) + FP8_GEMM_CANDIDATES
+# no spill): it leads, loading a third fewer operand bytes per FLOP than 128x128 (estimate, not measured per tile);
+# precise accumulation's lead, whose second program per SM covers the partial accumulator's adds, is not its
+FP8_FAST_GEMM_CANDIDATES = (GemmConfig(128, 256, 128, 8, 4, 8, 1.00),) + FP8_GEMM_CANDIDATES[1:]
 
 # TMA loads of rows that start off 128-byte lines: H200, 128x256x64 w8 tiles, L2 flushed (benchmarks/bench_lines.py,
 # results/gemm_lines.csv): 5000x3000x5000 303 us with A and B as given (rows of 10000 / 6000 bytes), 244 with B's

@@ -14,6 +14,9 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
     block_m/n/k, group_m    tile shape; GROUP_M swizzle height
     num_warps, num_stages   compile options the config was chosen with
     persistent, num_sms     grid = min(num_sms, tiles) programs looping over tiles (else one program per tile)
+    programs_per_sm (opt.)  2: a persistent grid of min(2 * num_sms, tiles) programs, two sharing each SM
+                            (configs.programs_per_sm: precise fp8 128x128 tiles on one warp group, whose
+                            partial-accumulator adds stall its wgmmas); absent or 1: one
     loads                   'tma' (device-side tensor descriptors, sm_90) | 'pointer' (masked tt.load; any GPU)
     store                   'tma' | 'pointer'; notify needs 'pointer' (a TMA store is asynchronous)
     epilogue_split          1 | 2: store the C tile in two column halves (less shared memory, a 4th stage fits)
@@ -23,6 +26,10 @@ Record fields (``make_record`` fills defaults and checks them; ``choose_config``
                             (TMA loads), stacked into one [BM, BN] accumulator for the epilogue: a 256-row fp8
                             tile under precise accumulation without serialized wgmmas (configs.fp8_tile_fits);
                             absent or 1: one dot
+    warp_specialize (opt.)  True: the K loop carries tt.warp_specialize (tl.range(..., warp_specialize=True)):
+                            Triton's Hopper pass splits the kernel into a TMA producer warp group and two
+                            consumer groups of num_warps = 4 (12 warps in all); TMA loads, unflattened, no
+                            split-K; absent or False: none
     stream_k                T > 0: the last T tiles of the order are shared out by K steps (stream-K, see below);
                             absent or 0: none
     fast_accum (optional)   fp8 only, torch._scaled_mm's use_fast_accum: True lets the tensor cores accumulate

@@ -51,6 +51,31 @@ def fp8_dots(bm: int, warps: int) -> int:
     return max(1, bm // (16 * warps))
 
 
+# The most registers ptxas gives a thread (sm_90): what a program of num_warps warps may hold
+MAX_THREAD_REGS = 255
+
+
+def programs_per_sm(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, out_dtype: str, store: str,
+                    esplit: int, fast_accum: bool, target: str = "cuda:90") -> int:
+    """Programs of a persistent GEMM that share one SM (its ``programs_per_sm``): 2 for a precise fp8 tile of two
+    64-row dots on one warp group (``fp8_dots`` 2 on 4 warps: 128x128) whose two programs' shared memory (the
+    stages, C's TMA staging, the barriers) and registers (MAX_THREAD_REGS a thread) fit the SM, else 1. Precise
+    accumulation adds each dot's partial accumulator into the fp32 one right after its wgmmas, and ptxas waits for
+    them first: one warp group's tensor-core work stalls at every K step, and a second program's wgmmas fill the
+    gaps. H200, e4m3 precise, per-tensor scales (results/fp8.csv, the e4m3v rows of bench_fp8 --variants):
+    128x128 on 4 warps, 3 stages, 264 programs 0.877x torch._scaled_mm geomean (6 % to 14 % faster per shape
+    than 256x128 on 8 warps as two dots, 0.798x; 128x128 on 8 warps 0.752x); 2 stages (0.658x), 64x128 on 4 warps
+    two (0.687-0.701x) or three a SM (0.595x) and an unflattened tile loop (0.833x) lost."""
+    facts = target_facts(target)
+    if not dtype.startswith("fp8") or fast_accum or warps != 4 or fp8_dots(bm, warps) != 2 or not facts.tma:
+        return 1
+    smem = stages * (bm + bn) * bk * T.DTYPE_BYTES[dtype] + facts.barrier_smem
+    if store == "tma":
+        smem += bm * bn // esplit * T.DTYPE_BYTES[out_dtype]
+    regs = warps * facts.warp_size * MAX_THREAD_REGS
+    return 2 if 2 * smem <= facts.smem_per_sm and 2 * regs <= facts.regs_per_sm else 1
+
+
 def split_for(tiles: int, k_tiles: int, sms: int) -> int:
     """Split-K for a grid of ``tiles`` tiles of ``k_tiles`` K steps on ``sms`` SMs: as many K slices as fill the
     SMs with one wave of tiles * split programs, each slice at least 8 K steps long and none empty (1: no split)."""
@@ -72,10 +97,11 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     done by the last split) does both. ``epilogue_bytes``: bytes per C element of a fused epilogue's widest [m, n]
     operand, which Triton stages through shared memory to the accumulator's layout (the stages get what is left:
     a residual add beside 4 stages of 128x256 tiles asked for 262 KB on an H200). fp8 (BLOCK_K 128) takes only
-    the tiles ``fp8_tile_fits`` passes for its accumulation (``fast_accum``): precise accumulation leads with
-    128x128 on 8 warps, and its lead tile (not 128x256) sets the one-wave threshold: at 1000x4096x4096 there are 128
-    tiles of 128x256 (fewer than the SMs: the small-tile rule ran pointer loads at 0.45x torch._scaled_mm) but 256
-    of 128x128 (a compute-bound GEMM, persistent with TMA)."""
+    the tiles ``fp8_tile_fits`` passes for its accumulation (``fast_accum``): precise accumulation with TMA leads
+    with 128x128 on one warp group as two 64-row dots, 3 stages, two programs an SM (``programs_per_sm``), then
+    256x128 as two dots and 128x128 on 8 warps; its lead tile (not 128x256) sets the one-wave threshold: at
+    1000x4096x4096 there are 128 tiles of 128x256 (fewer than the SMs: the small-tile rule ran pointer loads at
+    0.45x torch._scaled_mm) but 256 of 128x128 (a compute-bound GEMM, persistent with TMA)."""
     out_dtype = out_dtype or ("bf16" if dtype.startswith("fp8") else dtype)
     facts = target_facts(target)
     sms = num_sms or facts.num_sms
@@ -104,7 +130,7 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     loads = "tma" if tma else "pointer"
 
     def cfg(bm, bn, stages=None, warps=8, persistent=True, split=1, esplit=None, flatten=None, group=8,
-            max_stages=4, pointers=False, m_split=1):
+            max_stages=4, pointers=False, m_split=1, shared=False):
         store = "tma" if tma_store and split == 1 and not pointers else "pointer"
         esplit = esplit if esplit is not None else (2 if store == "tma" and bn >= 128 else 1)
         if store != "tma":
@@ -118,6 +144,10 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
                    epilogue_split=esplit, flatten=flat and persistent, split_k=split)
         if m_split > 1:
             out["m_split"] = m_split
+        pps = programs_per_sm(bm, bn, bk, warps, stages, dtype, out_dtype, store, esplit, fast_accum, target) \
+            if shared and persistent and split == 1 and not fused else 1
+        if pps > 1:
+            out["programs_per_sm"] = pps
         return out
 
     def tiles(bm, bn):
@@ -126,8 +156,9 @@ def candidates(m: int, n: int, k: int, dtype: str = "bf16", target: str = "cuda:
     k_tiles = math.ceil(k / bk)
     fp8 = dtype.startswith("fp8")
     if fp8 and not fast_accum:  # one 64-row wgmma block per warpgroup (fp8_tile_fits)
-        big = [cfg(128, 128), cfg(256, 128, m_split=2), cfg(128, 128, max_stages=6), cfg(128, 128, flatten=False),
-               cfg(128, 128, esplit=1), cfg(128, 128, persistent=False), cfg(64, 128, warps=4)]
+        big = [cfg(128, 128, warps=4, max_stages=3, m_split=2, shared=True), cfg(256, 128, m_split=2),
+               cfg(128, 128), cfg(128, 128, max_stages=6), cfg(128, 128, flatten=False), cfg(128, 128, esplit=1),
+               cfg(128, 128, persistent=False), cfg(64, 128, warps=4)]
         if not tma:
             big = [c for c in big if c.get("m_split", 1) == 1]
         if fused:

@@ -244,7 +244,8 @@ class _Emitter(_GatherParts, _PushParts):
         if rec["loads"] == "tma":
             parts = rec.get("m_split", 1)  # the tile's rows as `parts` dots sharing B's tile
             rows = self.bm // parts
-            with T.For(0, n_k, 1, [T.zeros([rows, self.bn], "fp32") for _ in range(parts)]) as loop:
+            with T.For(0, n_k, 1, [T.zeros([rows, self.bn], "fp32") for _ in range(parts)],
+                       attrs={"tt.warp_specialize": bool(rec.get("warp_specialize"))}) as loop:
                 ki = T.add(loop.iv, k_start) if k_start is not None else loop.iv
                 kk = T.mul(ki, self.bk)
                 if rec["b_trans"]:

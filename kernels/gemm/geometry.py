@@ -29,7 +29,7 @@ def geometry(rec) -> Geometry:
     if rec.get("stream_k", 0):
         grid = rec["num_sms"]
     else:
-        grid = min(rec["num_sms"], tm * tn) if rec["persistent"] else tm * tn * s
+        grid = min(rec["num_sms"] * rec.get("programs_per_sm", 1), tm * tn) if rec["persistent"] else tm * tn * s
     return Geometry(tm, tn, kt, math.ceil(kt / s), grid)
 
 

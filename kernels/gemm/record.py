@@ -11,7 +11,7 @@ from ...errors import VerificationError
 from .. import KernelRecord, check_i32
 from .. import offset_type as _offset_type
 from . import epilogue as _epilogue
-from .configs import choose_config, fp8_dots
+from .configs import choose_config, fp8_dots, programs_per_sm
 from .geometry import TILE_ORDER_FNS, _rank_shift, geometry
 
 name = "gemm"
@@ -20,7 +20,8 @@ IN_DTYPES = ("bf16", "fp16", "fp8e4m3", "fp8e5m2")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 
 CONFIG_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "persistent", "num_sms",
-                 "loads", "store", "epilogue_split", "flatten", "split_k", "stream_k", "m_split")
+                 "loads", "store", "epilogue_split", "flatten", "split_k", "stream_k", "m_split", "warp_specialize",
+                 "programs_per_sm")
 
 
 def _err(message: str) -> VerificationError:
@@ -54,14 +55,27 @@ def make_record(m: int, n: int, k: int, *, name: str = "gemm", in_dtype: str = "
                            num_sms=config.get("num_sms"), pushes=bool(push), fast_accum=fast_accum,
                            epilogue_bytes=max([T.DTYPE_BYTES[s["dtype"]] for s in epilogue or ()
                                                if s.get("operand") == "full"], default=0))
-    if "m_split" not in config and any(f in config for f in ("block_m", "block_n", "num_warps")):
-        chosen.pop("m_split", None)  # the default's split belongs to the default's tile, not to the one given
+    if any(f in config for f in ("block_m", "block_n", "num_warps", "num_stages")):
+        for f in ("m_split", "programs_per_sm"):  # the default's belong to the default's tile, not to the one given
+            if f not in config:
+                chosen.pop(f, None)
     chosen.update(config)
     if "m_split" not in config and in_dtype.startswith("fp8") and not fast_accum and chosen.get("loads") == "tma" \
             and fp8_dots(chosen["block_m"], chosen["num_warps"]) == 2:
         # a precise fp8 tile of two 64-row wgmma blocks per warpgroup (ditron-tile's 256x128 on 8 warps) runs as
         # two dots sharing B's tile, or its accumulators spill (configs.fp8_tile_fits)
         chosen["m_split"] = 2
+    fused = bool(wait or notify or reduce_own or push or gather)
+    if "programs_per_sm" not in config and "programs_per_sm" not in chosen and chosen["persistent"] and not fused \
+            and chosen.get("split_k", 1) == 1 and not chosen.get("stream_k") and chosen["loads"] == "tma":
+        # a precise fp8 tile on one warp group shares its SM with a second program (configs.programs_per_sm)
+        pps = programs_per_sm(chosen["block_m"], chosen["block_n"], chosen["block_k"], chosen["num_warps"],
+                              chosen["num_stages"], in_dtype, out_dtype, chosen["store"],
+                              chosen["epilogue_split"], fast_accum, target)
+        if pps > 1:
+            chosen["programs_per_sm"] = pps
+    if fused and "programs_per_sm" not in config:
+        chosen.pop("programs_per_sm", None)  # a program that waits or pushes per tile keeps its SM (check)
     if gather and "loads" not in config:
         chosen["loads"] = "pointer"  # the gathered rows are SM stores (check_gather)
     rec = KernelRecord(template="gemm", name=name, m=m, n=n, k=k, lda=lda or k, ldb=ldb or (k if b_trans else n),
@@ -171,6 +185,18 @@ def check(rec) -> None:
         raise _err("epilogue_split must be 1, or 2 with store='tma'")
     if rec.get("m_split", 1) not in (1, 2) or (rec.get("m_split", 1) == 2 and rec["loads"] != "tma"):
         raise _err(f"m_split must be 1, or 2 with loads='tma' (got {rec.get('m_split')!r}, loads={rec['loads']!r})")
+    pps = rec.get("programs_per_sm", 1)
+    if pps not in (1, 2) or pps == 2 and (not rec["persistent"] or rec["split_k"] > 1 or rec.get("stream_k", 0)
+                                          or any(p in rec for p in ("wait", "notify", "reduce_own", "push",
+                                                                    "gather"))):
+        raise _err(f"programs_per_sm must be 1, or 2 (a persistent grid of 2 x num_sms programs) without split-K, "
+                   f"stream-K, wait, notify, reduce_own, push or gather (got {pps!r})")
+    if rec.get("warp_specialize") and (rec["num_warps"] != 4 or rec["loads"] != "tma" or rec["flatten"]
+                                       or rec["split_k"] > 1):
+        raise _err("warp_specialize (Triton's Hopper producer / consumer warp groups on the K loop) needs num_warps=4 "
+                   f"(the consumer group's; Triton adds a producer and a second consumer), loads='tma', an "
+                   f"unflattened tile loop and no split-K (num_warps={rec['num_warps']}, loads={rec['loads']!r}, "
+                   f"flatten={rec['flatten']}, split_k={rec['split_k']})")
     in_bytes = T.DTYPE_BYTES[rec["in_dtype"]]
     if rec["loads"] == "tma" and (rec["lda"] * in_bytes % 16 or rec["ldb"] * in_bytes % 16):
         raise _err(f"loads='tma' needs 16-byte aligned rows (lda={rec['lda']}, ldb={rec['ldb']} of "

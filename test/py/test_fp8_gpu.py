@@ -36,7 +36,7 @@ def build(out_dir: Path = KERNEL_DIR) -> dict:
     for s in specs:  # the first shape with TMA loads and stores, persistent; the last with pointer loads on a grid
         if (s["m"], s["n"], s["k"]) == SHAPES[0]:
             s["fields"].update(loads="tma", store="tma", persistent=True, epilogue_split=1, flatten=True, block_m=128,
-                               block_n=128, block_k=128, num_stages=4)  # 128 KiB of stages + a 32 KiB C tile
+                               block_n=128, block_k=128, num_warps=8, num_stages=4)  # 128 KiB of stages + 32 KiB C
         if (s["m"], s["n"], s["k"]) == SHAPES[-1]:
             s["fields"].update(loads="pointer", store="pointer", persistent=False, epilogue_split=1, flatten=False)
     # precise fp8's 256-row tile as two dots (m_split), ragged rows and columns, per-row scales, e4m3 and e5m2
@@ -45,6 +45,10 @@ def build(out_dir: Path = KERNEL_DIR) -> dict:
         specs.append(dict(s, name="msplit_" + s["name"], fields=dict(
             s["fields"], block_m=256, block_n=128, block_k=128, num_warps=8, num_stages=4, m_split=2, loads="tma",
             store="tma", persistent=True, epilogue_split=2, flatten=True)))
+        # the precise tiles bench_fp8 --variants times: one warp group a program, two or three programs an SM,
+        # warp specialization
+        specs += [dict(s, name=f"var{i}_" + s["name"], fields=dict(s["fields"], **var))
+                  for i, var in enumerate(be.VARIANTS, 1) if s["fields"]["in_dtype"] == "fp8e4m3"]
     return be._bench_gemm().build_kernels(out_dir, specs)
 
 

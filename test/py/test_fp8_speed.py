@@ -111,3 +111,62 @@ def test_every_fp8_candidate_compiles_without_spills(fast):
     for c in cands:
         info, _ = _ptxas(_record(4096, 4096, 4096, fast_accum=fast, **c))
         assert info.spill_stores == 0 and not info.serialized_wgmma, (c, info.log)
+
+
+def test_precise_lead_shares_its_sm_with_a_second_program():
+    """The precise fp8 lead: 128x128 on one warp group as two 64-row dots, 3 stages, two programs an SM
+    (configs.programs_per_sm; H200 0.877x torch._scaled_mm against 0.798x for 256x128 on 8 warps, results/fp8.csv):
+    a grid of twice the SMs, and the compiled kernel's shared memory and registers fit an SM twice."""
+    from ditron.backends import get_backend
+    from ditron.backends.nvidia.ptxas import ptxas_info
+    facts = target_facts("cuda:90")
+    rec = _record(4096, 4096, 4096)
+    assert (rec["block_m"], rec["block_n"], rec["num_warps"], rec["num_stages"], rec["m_split"],
+            rec["programs_per_sm"]) == (128, 128, 4, 3, 2, 2)
+    assert gemm.grid(rec) == (2 * facts.num_sms, 1, 1)
+    assert gemm.grid(_record(1000, 4096, 4096)) == (256, 1, 1)  # no more programs than tiles
+    be = get_backend("cuda:90")
+    k = be.compile(emit(rec, lower="cuda:90"), be.options(num_warps=4, num_stages=3))
+    info = ptxas_info(k.asm["ptx"], 90)
+    # an SM's 228 KiB: the 227 a block may take (smem_per_sm) and the 1 KiB (barrier_smem) each resident block keeps
+    assert 2 * (k.metadata["shared"] + facts.barrier_smem) <= facts.smem_per_sm + facts.barrier_smem
+    assert 2 * 4 * 32 * info.registers <= facts.regs_per_sm and info.spill_stores == 0
+    assert not info.serialized_wgmma
+    # ditron-tile's fp8 lead is the same tile; the template adds the second program for it too
+    lead = gemm_candidates(peaks_for("cuda:90"), 1)[0]
+    assert (lead.block_m, lead.block_n, lead.block_k, lead.num_warps, lead.num_stages) == (128, 128, 128, 4, 3)
+    tiled = gemm.make_record(4096, 4096, 4096, in_dtype="fp8e4m3", b_trans=True, block_m=128, block_n=128,
+                             block_k=128, num_warps=4, num_stages=3, num_sms=facts.num_sms)
+    assert tiled["programs_per_sm"] == 2 and tiled["m_split"] == 2
+
+
+def test_programs_per_sm_only_where_a_second_program_fits_and_helps():
+    base = dict(block_m=128, block_n=128, block_k=128, num_warps=4)
+    assert "programs_per_sm" not in _record(4096, 4096, 4096, fast_accum=True, **base)  # no partial to cover
+    assert "programs_per_sm" not in _record(4096, 4096, 4096, num_stages=4, **base)  # 2 x 4 stages do not fit
+    assert "programs_per_sm" not in _record(4096, 4096, 4096, block_m=256, block_n=128, num_warps=8)
+    assert "programs_per_sm" not in _record(4096, 4096, 4096, persistent=False, **base)
+    assert "programs_per_sm" not in gemm.make_record(4096, 4096, 4096, in_dtype="bf16", block_m=128, block_n=128,
+                                                     block_k=64, num_warps=4)
+    notify = {"arg": "pad", "rows_per_slot": 128}
+    assert "programs_per_sm" not in _record(4096, 4096, 4096, notify=notify, store="pointer")
+    with pytest.raises(VerificationError, match="programs_per_sm must be 1, or 2"):
+        _record(4096, 4096, 4096, notify=notify, store="pointer", programs_per_sm=2)
+    with pytest.raises(VerificationError, match="programs_per_sm must be 1, or 2"):
+        _record(4096, 4096, 4096, persistent=False, programs_per_sm=2, **base)
+
+
+def test_warp_specialize_reaches_the_k_loop_and_is_checked():
+    """warp_specialize (bench_fp8 --variants): Triton's Hopper pass makes 12 warps of the 4 given, with
+    setmaxnreg; the e4m3v6/v7 kernels it made left C tiles unwritten on an H200 (results/fp8.csv's README line),
+    so no candidate uses it."""
+    rec = _record(4096, 4096, 4096, block_m=128, block_n=128, num_warps=4, num_stages=4, flatten=False,
+                  warp_specialize=True)
+    assert "tt.warp_specialize" in emit(rec)
+    assert "tt.warp_specialize" not in emit(_record(4096, 4096, 4096))
+    with pytest.raises(VerificationError, match="warp_specialize .* needs num_warps=4"):
+        _record(4096, 4096, 4096, block_m=256, block_n=128, num_warps=8, flatten=False, warp_specialize=True)
+    with pytest.raises(VerificationError, match="warp_specialize"):
+        _record(4096, 4096, 4096, block_m=128, block_n=128, num_warps=4, flatten=True, warp_specialize=True)
+    assert not any(c.get("warp_specialize") for fast in (False, True)
+                   for c in gemm.candidates(4096, 4096, 4096, "fp8e4m3", "cuda:90", b_trans=True, fast_accum=fast))
