@@ -11,7 +11,10 @@ Record fields (``make_record`` fills and checks them):
     gated (optional)        an activation of ``GATED`` ('silu'): c = act(a @ b[:, :, :n]) * (a @ b[:, :, n:])
                             -- the gated MLP's gate and up projections in one launch, the gate's columns first;
                             each tile loads both b tiles of its columns (two accumulators) and applies
-                            elementwise's fn (``act``_mul, the GEMM epilogue's own) before its one store
+                            elementwise's fns (act, mul: the GEMM epilogue's own) before its one store, rounding
+                            gate, up and act(gate) to out_dtype as the unfused GEMM, act and mul would (a
+                            transformers block's numerics: ExpertParallelMoE equals the block to the GEMMs'
+                            accumulation order)
     dtype, out_dtype        'bf16' | 'fp16' | 'fp32' (a and b; c); fp32 accumulation
     sizes_dtype             'i32' | 'i64'
     block_m, block_n, block_k, num_warps, num_stages, grid
@@ -242,8 +245,10 @@ def _tile_step(rec, g: int, r0: int, rows: int, c0: int, cols: int, *, span: tup
         products = [matmul(x, np.asarray(view(b), np.float32)[0], rows=span) for b in bs]
         if rec.get("gated"):
             from .elementwise import NUMPY
+            gate, up = (np.asarray(round_to(rec["out_dtype"], p), np.float32) for p in products)
             with np.errstate(over="ignore"):
-                products = [np.asarray(NUMPY[rec["gated"] + "_mul"](*products), np.float32)]
+                act = np.asarray(round_to(rec["out_dtype"], NUMPY[rec["gated"]](gate)), np.float32)
+            products = [np.asarray(NUMPY["mul"](act, up), np.float32)]
         view(c)[...] = round_to(rec["out_dtype"], products[0])
     return TileStep(reads=[a, *bs], writes=[c], compute=compute)
 
@@ -351,9 +356,13 @@ def _emit(rec):
                           T.broadcast(T.int_cast(cols, idx), [bm, bn]))
             c_mask = T.and_(T.broadcast(T.lt(rows, end), [bm, bn]), T.broadcast(col_ok, [bm, bn]))
             acc = kloop.results[0]
-            if gated:  # act(gate) * up on the fp32 accumulators: elementwise's fn, as the GEMM epilogue applies it
+            if gated:  # act(gate) * up: elementwise's fns, each result rounded to c's type as the unfused ops do
                 from .elementwise import _fn_ir
-                acc = _fn_ir(gated + "_mul", kloop.results[0], kloop.results[1])
+
+                def rounded(x):
+                    return T.cast(T.cast(x, rec["out_dtype"]), "fp32") if rec["out_dtype"] != "fp32" else x
+                gate, up = rounded(kloop.results[0]), rounded(kloop.results[1])
+                acc = _fn_ir("mul", rounded(_fn_ir(gated, gate)), up)
             T.store(T.addptr(c_ptr, c_off), T.cast(acc, out_elem), c_mask)
         T.ret()
     return f

@@ -1313,11 +1313,11 @@ def test_grouped_gemm_ir_and_tiles_match_numpy(case):
     for g, size in enumerate(sizes):
         end = min(start + max(size, 0), t)
         rows, w = a[start:end].astype(np.float64), b[g % e_b].astype(np.float64)
-        if gated:  # silu(G) * U: |silu'| < 1.1, |silu(G)| <= |G| + 1
-            gate, up = rows @ w[:, :n], rows @ w[:, n:]
+        if gated:  # silu(G) * U: |silu'| < 1.1, |silu(G)| <= |G| + 1; G, U, silu(G) and the product each rounded
+            gate, up = rows @ w[:, :n], rows @ w[:, n:]     # to out_dtype: four roundings of the bound's one
             mag_gate, mag_up = np.abs(rows) @ np.abs(w[:, :n]), np.abs(rows) @ np.abs(w[:, n:])
             exact[start:end] = gate / (1 + np.exp(-gate)) * up
-            magnitude[start:end] = (np.abs(gate) + mag_gate + 1) * mag_up + 1.1 * mag_gate * np.abs(up)
+            magnitude[start:end] = 4 * ((np.abs(gate) + mag_gate + 1) * mag_up + 1.1 * mag_gate * np.abs(up))
         else:
             exact[start:end] = rows @ w
             magnitude[start:end] = np.abs(rows) @ np.abs(w)
