@@ -22,8 +22,9 @@ What each side includes, per call (every rank; a virtual world runs every rank's
 * **ditron** (``ExpertParallelMoE(block, world)(x)``, module ditron.nn.moe): the block's torch router (logits,
   softmax, top-2, renormalisation) and the sort of the (token, expert) pairs by expert; the dispatch
   ``ops.all_to_all(rows, splits=..., capacity=W*T*k)`` (split sizes exchanged on the device, no host sync) and the
-  static all_to_all of the per-expert counts; the regroup to expert-major rows; ``ops.grouped_gemm`` (gate+up),
-  SiLU(gate) * up, ``ops.grouped_gemm`` (down); the sized all_to_all combine; the weighted ``index_add_``.
+  static all_to_all of the per-expert counts; ``ops.grouped_gemm(gated='silu')`` (gate+up and SiLU(gate) * up in
+  one kernel) and ``ops.grouped_gemm`` (down) on the rows as received (W * E/W groups, source-major, cycling over
+  the rank's experts: no regroup, no unsort); the sized all_to_all combine; the weighted ``index_add_``.
 * **torch** (``TorchExpertParallel``): the same router and sort; the split sizes exchanged by
   ``all_to_all_single`` of the per-expert counts and read back to the host (the sync every torch EP
   implementation has: ``all_to_all_single`` takes its split sizes as host lists); the dispatch by

@@ -54,6 +54,9 @@ class Shard(TaskOp):
 # by Matmul.transpose_b / fast_accum and checked by the verifier (dialects/verify.py)
 _TRANSPOSE_B = BoolAttr("transpose_b")
 _FAST_ACCUM = BoolAttr("fast_accum")
+# grouped_matmul's optional gated activation, likewise
+_GATED = StrAttr("gated")
+GATED_ACTS = ("silu",)  # act(gate) * up fused into the grouped GEMM (kernels.grouped_gemm.GATED)
 
 
 class Matmul(TaskOp):
@@ -97,19 +100,31 @@ class Matmul(TaskOp):
 
 
 class GroupedMatmul(TaskOp):
+    """result[rows of group g] = lhs[rows of group g] @ rhs[g % E]: G group sizes (G a multiple of rhs's E
+    experts; G = E: one group an expert). ``gated`` (an activation of GATED_ACTS): rhs is [E, K, 2N], the gate's
+    N columns then the up's, and the result [T, N] is act(lhs @ gate) * (lhs @ up)."""
     NAME = "grouped_matmul"
     lhs = Operand(0)
     rhs = Operand(1)
     group_sizes = Operand(2)
     result = Result(0)
 
+    @property
+    def gated(self) -> str | None:
+        """Raises ValueError when the attribute is there but not a string."""
+        attrs = self.op.attributes
+        return _GATED.to_py(attrs["gated"]) if "gated" in attrs else None
+
     @classmethod
     def build(cls, a: ir.Value, b: ir.Value, group_sizes: ir.Value, *, result_type: ir.Type | None = None,
-              loc=None, ip=None) -> "GroupedMatmul":
+              gated: str | None = None, loc=None, ip=None) -> "GroupedMatmul":
         if result_type is None:
             at, bt = ir.RankedTensorType(a.type), ir.RankedTensorType(b.type)
-            result_type = tensor_type([at.shape[0], bt.shape[2]], at.element_type)
-        return cls.create(operands=[a, b, group_sizes], results=[result_type], loc=loc, ip=ip)
+            result_type = tensor_type([at.shape[0], bt.shape[2] // (2 if gated else 1)], at.element_type)
+        gm = cls.create(operands=[a, b, group_sizes], results=[result_type], loc=loc, ip=ip)
+        if gated:
+            gm.op.attributes["gated"] = _GATED.to_attr(gated)
+        return gm
 
 
 class Elementwise(TaskOp):

@@ -299,12 +299,23 @@ def _grouped_matmul(c: _Checker, op: ir.Operation) -> None:
         return
     if not _dims_agree(a.shape[1], b.shape[1]):
         c.error(op, f"contraction sizes differ: lhs has K = {a.shape[1]}, rhs has K = {b.shape[1]}")
-    if not _dims_agree(sizes.shape[0], b.shape[0]):
-        c.error(op, f"group_sizes has {sizes.shape[0]} entries but rhs has {b.shape[0]} groups")
+    if min(sizes.shape[0], b.shape[0]) > 0 and sizes.shape[0] % b.shape[0]:
+        c.error(op, f"group_sizes has {sizes.shape[0]} entries, not a multiple of the {b.shape[0]} groups of rhs "
+                    "(group g multiplies rhs[g % E])")
     if not isinstance(sizes.element_type, ir.IntegerType):
         c.error(op, f"group_sizes must hold integers, got {sizes.element_type}")
-    if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], b.shape[2])):
-        c.error(op, f"result {r} should be {a.shape[0]}x{b.shape[2]}")
+    try:
+        gated = g.gated
+    except ValueError:
+        c.error(op, "gated must be a string attribute")
+        return
+    if gated is not None and (gated not in task.GATED_ACTS or b.shape[2] % 2):
+        c.error(op, f"gated '{gated}' needs an activation of {', '.join(task.GATED_ACTS)} and rhs [E, K, 2N] "
+                    f"(gate, then up), got rhs {b}")
+        return
+    n = b.shape[2] // 2 if gated else b.shape[2]
+    if not (_dims_agree(r.shape[0], a.shape[0]) and _dims_agree(r.shape[1], n)):
+        c.error(op, f"result {r} should be {a.shape[0]}x{n}")
     _check_matmul_types(c, op, a, b, r)
 
 

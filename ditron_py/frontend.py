@@ -209,19 +209,25 @@ def matmul(a: Value, b: Value, *, out_dtype: str | None = None, transpose_b: boo
     return _wrap(trace, op, op.result, out)
 
 
-def grouped_matmul(x: Value, w: Value, group_sizes: Value) -> Value:
-    """MoE experts: x[T, K] rows grouped by group_sizes[E] (consecutive), each group times w[e] ([E, K, N])."""
+def grouped_matmul(x: Value, w: Value, group_sizes: Value, *, gated: str | None = None) -> Value:
+    """MoE experts: x[T, K] rows grouped by group_sizes[G] (consecutive), group g times w[g % E] ([E, K, N]; G a
+    multiple of E: an expert-parallel rank's received rows, source-major, are W * E groups). ``gated`` ('silu'): w
+    is [E, K, 2N], the gate's columns then the up's, and the result [T, N] is act(x @ gate) * (x @ up)."""
     trace, (x, w, g) = _values("grouped_matmul", (x, w, group_sizes))
     if (x.ndim, w.ndim, g.ndim) != (2, 3, 1):
-        raise _trace_error(f"grouped_matmul: expects x [T, K], w [E, K, N], group_sizes [E]; got "
+        raise _trace_error(f"grouped_matmul: expects x [T, K], w [E, K, N], group_sizes [G]; got "
                            f"{_shape(x.shape)}, {_shape(w.shape)}, {_shape(g.shape)}")
-    if x.shape[1] != w.shape[1] or g.shape[0] != w.shape[0]:
+    if x.shape[1] != w.shape[1] or g.shape[0] % w.shape[0]:
         raise _trace_error(f"grouped_matmul: sizes do not fit: x {_shape(x.shape)}, w {_shape(w.shape)}, "
-                           f"group_sizes {_shape(g.shape)} (need x K = w K and one group size per expert)")
+                           f"group_sizes {_shape(g.shape)} (need x K = w K and a multiple of E group sizes)")
     if x.dtype != w.dtype or not g.dtype.startswith("i"):
         raise _trace_error(f"grouped_matmul: x and w must share an element type and group_sizes hold integers; "
                            f"got {x.dtype}, {w.dtype}, {g.dtype}")
-    op = task.GroupedMatmul.build(x.ir, w.ir, g.ir, result_type=_ir_type((x.shape[0], w.shape[2]), x.dtype),
+    if gated is not None and (gated not in task.GATED_ACTS or w.shape[2] % 2):
+        raise _trace_error(f"grouped_matmul: gated={gated!r} needs one of {', '.join(task.GATED_ACTS)} and w "
+                           f"[E, K, 2N] (gate, then up); got w {_shape(w.shape)}")
+    n = w.shape[2] // 2 if gated else w.shape[2]
+    op = task.GroupedMatmul.build(x.ir, w.ir, g.ir, result_type=_ir_type((x.shape[0], n), x.dtype), gated=gated,
                                   loc=trace.location(), ip=trace.ip())
     return _wrap(trace, op, op.result, x.dtype)
 

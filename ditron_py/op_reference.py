@@ -15,7 +15,7 @@ def reference(sig: Any, per_rank_inputs: Sequence[Sequence[Any]]) -> list[Any]:
     cat = mod.concatenate if mod.__name__ == "numpy" else mod.cat
     up = (lambda x: x.astype("float64")) if mod.__name__ == "numpy" else (lambda x: x.float())
     if sig.op == "grouped_gemm":
-        return [grouped_gemm(*row) for row in per_rank_inputs]
+        return [grouped_gemm(*row, gated=sig.param["gated"]) for row in per_rank_inputs]
     xs = [[up(x) for x in row] for row in per_rank_inputs]
     if sig.op == "ag_gemm":
         gathered = cat([row[0] for row in xs], 0)
@@ -45,20 +45,28 @@ def reference(sig: Any, per_rank_inputs: Sequence[Sequence[Any]]) -> list[Any]:
     return [total[index(r)] for r in range(W)]
 
 
-def grouped_gemm(x: Any, w: Any, sizes: Any) -> Any:
-    """One rank's grouped GEMM: group e is the next sizes[e] rows of x (a negative size counts 0, the sum cut at x's
-    rows), times w[e]; the rows past the groups are zeros (float64 for numpy, float32 for torch)."""
+def grouped_gemm(x: Any, w: Any, sizes: Any, gated: str | None = None) -> Any:
+    """One rank's grouped GEMM: group g is the next sizes[g] rows of x (a negative size counts 0, the sum cut at x's
+    rows), times w[g % E]; the rows past the groups are zeros (float64 for numpy, float32 for torch). ``gated``
+    ('silu'): w [E, K, 2N], the result silu(x @ w[..., :N]) * (x @ w[..., N:])."""
     mod = _array_module(x)
+    n = w.shape[2] // 2 if gated else w.shape[2]
     if mod.__name__ == "numpy":
-        x, w, counts = x.astype("float64"), w.astype("float64"), [int(n) for n in mod.asarray(sizes).reshape(-1)]
-        out = mod.zeros((x.shape[0], w.shape[2]))
+        x, w, counts = x.astype("float64"), w.astype("float64"), [int(v) for v in mod.asarray(sizes).reshape(-1)]
+        out = mod.zeros((x.shape[0], n))
     else:
-        x, w, counts = x.float(), w.float(), [int(n) for n in sizes.reshape(-1).tolist()]
-        out = x.new_zeros((x.shape[0], w.shape[2]))
+        x, w, counts = x.float(), w.float(), [int(v) for v in sizes.reshape(-1).tolist()]
+        out = x.new_zeros((x.shape[0], n))
+    if gated not in (None, "silu"):
+        raise ValueError(f"grouped_gemm reference: gated {gated!r} is not 'silu' or None")
     start = 0
-    for e, n in enumerate(counts):
-        end = min(start + max(n, 0), x.shape[0])
-        out[start:end] = x[start:end] @ w[e]
+    for g, size in enumerate(counts):
+        end = min(start + max(size, 0), x.shape[0])
+        y = x[start:end] @ w[g % w.shape[0]]
+        if gated:
+            gate, up = y[:, :n], y[:, n:]
+            y = gate / (1 + mod.exp(-gate)) * up
+        out[start:end] = y
         start = end
     return out
 

@@ -17,8 +17,9 @@ GEMM_AR_ALGORITHMS = ALGORITHMS + ("push_sum",)  # push_sum: the sum in the GEMM
 PARAMS: dict[str, dict[str, Any]] = {
     "ag_gemm": {}, "gemm_rs": {}, "gemm_ar": {"algorithm": "auto"}, "all_gather": {"dim": 0},
     "reduce_scatter": {"dim": 0}, "all_reduce": {"algorithm": "auto"}, "all_to_all": {"split_dim": 0, "concat_dim": 0},
-    "grouped_gemm": {},
+    "grouped_gemm": {"gated": None},
 }
+GATED = ("silu",)  # grouped_gemm's gated activations: act(x @ gate) * (x @ up) in the GEMM
 ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1,
          "all_to_all": 1, "grouped_gemm": 3}
 # the arguments of an op that are int32 sizes (run-time data, not of the op's element type): grouped_gemm's
@@ -88,9 +89,12 @@ class Signature:
         p = self.param
         if op == "grouped_gemm":
             x, w, g = shapes
-            if len(x) != 2 or len(w) != 3 or len(g) != 1 or x[1] != w[1] or g[0] != w[0]:
-                raise OpError(f"grouped_gemm: needs x [T, K], w [E, K, N] and group_sizes [E] (one size per group, "
-                              f"the same K), got {list(x)}, {list(w)} and {list(g)}")
+            if len(x) != 2 or len(w) != 3 or len(g) != 1 or x[1] != w[1] or g[0] % w[0]:
+                raise OpError(f"grouped_gemm: needs x [T, K], w [E, K, N] and group_sizes [G] (G a multiple of E: "
+                              f"group g times w[g % E]; the same K), got {list(x)}, {list(w)} and {list(g)}")
+            if p["gated"] is not None and (p["gated"] not in GATED or w[2] % 2):
+                raise OpError(f"grouped_gemm: gated={p['gated']!r} needs one of {', '.join(GATED)} (or None) and w "
+                              f"[E, K, 2N] (the gate's columns, then the up's), got w {list(w)}")
             return
         if op in ("ag_gemm", "gemm_rs", "gemm_ar"):
             (a, b) = shapes
@@ -184,7 +188,7 @@ def output_shape(op: str, shapes: Sequence[Sequence[Any]], world_size: int, para
     fake implementations)."""
     W = world_size
     if op == "grouped_gemm":
-        return (shapes[0][0], shapes[1][2])
+        return (shapes[0][0], shapes[1][2] // 2 if params.get("gated") else shapes[1][2])
     if op == "ag_gemm":
         return (W * shapes[0][0], shapes[1][1])
     if op == "gemm_rs":

@@ -104,7 +104,7 @@ def task_program(sig: Signature):
 
         @dt.program(mesh, view="local")
         def grouped_gemm(a: dt.Tensor[x, t], b: dt.Tensor[w, t], sizes: dt.Tensor[g, "i32"]):
-            return dt.grouped_matmul(a, b, sizes)
+            return dt.grouped_matmul(a, b, sizes, gated=sig.param["gated"])
         return grouped_gemm
     shape, dim = sig.shapes[0], sig.param.get("dim", 0)
     if sig.op == "all_gather":
@@ -599,11 +599,13 @@ def all_reduce(x, world, algorithm: str = "auto", *, out=None, sync: bool = True
     return _call("all_reduce", (x,), world, {"algorithm": algorithm}, out, sync, library, passes, graph)
 
 
-def grouped_gemm(x, w, group_sizes, world, *, out=None, sync: bool = True, library: Library | None = None,
-                 passes=None, graph: bool = False):
-    """MoE experts, no communication: x [T, K] holds rows grouped by expert (group e: the next group_sizes[e] rows,
-    in order), w [E, K, N] the experts' weights -> [T, N], group e's rows times w[e]; rows past the groups' sum are
-    zeros. ``group_sizes`` [E] is a device tensor of any int dtype (run-time data: one program serves every routing;
+def grouped_gemm(x, w, group_sizes, world, *, gated: str | None = None, out=None, sync: bool = True,
+                 library: Library | None = None, passes=None, graph: bool = False):
+    """MoE experts, no communication: x [T, K] holds rows grouped by expert (group g: the next group_sizes[g] rows,
+    in order), w [E, K, N] the experts' weights -> [T, N], group g's rows times w[g % E] (G = E sizes: one group an
+    expert; G = W * E: an expert-parallel rank's received rows, source-major, used as they arrive); rows past the
+    groups' sum are zeros. ``gated`` ('silu'): w is [E, K, 2N] (the gate's columns, then the up's) and the result
+    [T, N] is silu(x @ gate) * (x @ up), fused in the GEMM. ``group_sizes`` [E] is a device tensor of any int dtype (run-time data: one program serves every routing;
     int64 sizes become int32 on the device, no sync; a negative size counts 0, a sum past T is cut at T)."""
     import torch
     sizes = [group_sizes] if isinstance(group_sizes, torch.Tensor) else group_sizes
@@ -616,7 +618,7 @@ def grouped_gemm(x, w, group_sizes, world, *, out=None, sync: bool = True, libra
     big = torch.iinfo(torch.int32).max
     sizes = [s if s.dtype == torch.int32 else s.clamp(-1, big).to(torch.int32) for s in sizes]
     g = sizes[0] if isinstance(group_sizes, torch.Tensor) else sizes
-    return _call("grouped_gemm", (x, w, g), world, {}, out, sync, library, passes, graph)
+    return _call("grouped_gemm", (x, w, g), world, {"gated": gated}, out, sync, library, passes, graph)
 
 
 for _f in (ag_gemm, gemm_rs, gemm_ar, all_gather, reduce_scatter, all_reduce, all_to_all, grouped_gemm):

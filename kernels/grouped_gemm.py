@@ -3,7 +3,18 @@ consecutive in ``a`` in group order, their sizes read from ``sizes`` at run time
 
 Record fields (``make_record`` fills and checks them):
 
-    t, k, n, e              a [t, k], b [e, k, n], sizes [e], c [t, n] (row-major, contiguous)
+    t, k, n, e              a [t, k], b [b_groups, k, n] (or [b_groups, k, 2n] gated), sizes [e], c [t, n]
+                            (row-major, contiguous)
+    b_groups                the weight matrices in b (default e): e is a multiple of it, and group g multiplies
+                            b[g % b_groups] -- an expert-parallel MoE's received rows, source-major and
+                            expert-minor, are W * E_l groups over E_l experts, used as they arrive (no regroup)
+    gated (optional)        an activation of ``GATED`` ('silu'): c = act(a @ b[:, :, :n]) * (a @ b[:, :, n:])
+                            -- the gated MLP's gate and up projections in one launch, the gate's columns first;
+                            each tile loads both b tiles of its columns (two accumulators) and applies
+                            elementwise's fns (act, mul: the GEMM epilogue's own) before its one store, rounding
+                            gate, up and act(gate) to out_dtype as the unfused GEMM, act and mul would (a
+                            transformers block's numerics: ExpertParallelMoE equals the block to the GEMMs'
+                            accumulation order)
     dtype, out_dtype        'bf16' | 'fp16' | 'fp32' (a and b; c); fp32 accumulation
     sizes_dtype             'i32' | 'i64'
     block_m, block_n, block_k, num_warps, num_stages, grid
@@ -25,6 +36,8 @@ routing, and the simulator sees each tile's real rows (``tiles()``: a data-depen
 ``sizes`` and expands into the program's tiles).
 
 Arguments (``record["args"]``): a, b, sizes, c.
+
+A gated tile holds two [block_m, block_n] fp32 accumulators: the planner halves the GEMM's block_n for it.
 """
 from __future__ import annotations
 
@@ -45,6 +58,7 @@ name = "grouped_gemm"
 DTYPES = ("bf16", "fp16", "fp32")
 SIZES_DTYPES = ("i32", "i64")
 LOADS = ("tma", "pointer")
+GATED = ("silu",)  # act(gate) * up: the activations elementwise has a fused <act>_mul for
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 ARGS = ["a", "b", "sizes", "c"]
 
@@ -56,13 +70,16 @@ def _err(message: str) -> VerificationError:
 def make_record(t: int, k: int, n: int, e: int, *, name: str = "grouped_gemm", dtype: str = "bf16",
                 out_dtype: str | None = None, sizes_dtype: str = "i32", block_m: int = 64, block_n: int = 128,
                 block_k: int = 64, group_m: int = 8, num_warps: int = 4, num_stages: int = 3,
-                loads: str | None = None, num_sms: int = 132, waves: int = 1) -> KernelRecord:
+                loads: str | None = None, num_sms: int = 132, waves: int = 1, b_groups: int | None = None,
+                gated: str | None = None) -> KernelRecord:
     """A checked record: a persistent grid of at most ``waves`` programs per SM, each looping over its tiles; TMA
     loads where the row strides allow them (``loads``: force one)."""
     if loads is None:
         aligned = (k * _BYTES.get(dtype, 2)) % 16 == 0 and (n * _BYTES.get(dtype, 2)) % 16 == 0
-        loads = "tma" if aligned and _b_rows_fit_a_descriptor(e, k, block_k) else "pointer"
-    rec = KernelRecord(template="grouped_gemm", name=name, t=t, k=k, n=n, e=e, dtype=dtype,
+        loads = "tma" if aligned and _b_rows_fit_a_descriptor(b_groups or e, k, block_k) else "pointer"
+    extra = {"gated": gated} if gated else {}
+    rec = KernelRecord(template="grouped_gemm", name=name, t=t, k=k, n=n, e=e, b_groups=b_groups or e, **extra,
+                       dtype=dtype,
                        out_dtype=out_dtype or dtype, sizes_dtype=sizes_dtype, block_m=block_m, block_n=block_n,
                        block_k=block_k, group_m=group_m, num_warps=num_warps, num_stages=num_stages, loads=loads,
                        grid=1, args=list(ARGS))
@@ -72,10 +89,17 @@ def make_record(t: int, k: int, n: int, e: int, *, name: str = "grouped_gemm", d
 
 
 def check(rec) -> None:
-    for key in ("t", "k", "n", "e", "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "grid"):
+    rec.setdefault("b_groups", rec.get("e"))
+    for key in ("t", "k", "n", "e", "b_groups", "block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "grid"):
         v = rec.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise _err(f"field '{key}' must be a positive integer, got {v!r}")
+    if rec["e"] % rec["b_groups"]:
+        raise _err(f"e = {rec['e']} groups do not cycle over b_groups = {rec['b_groups']} weight matrices (group g "
+                   "multiplies b[g % b_groups]); e must be a multiple of b_groups")
+    if rec.get("gated") is not None and rec["gated"] not in GATED:
+        raise _err(f"gated '{rec['gated']}' is not supported (act(gate) * up); use one of {', '.join(GATED)}, or "
+                   "the GEMM without gated followed by the activation")
     for key in ("dtype", "out_dtype"):
         if rec.get(key) not in DTYPES:
             raise _err(f"{key} '{rec.get(key)}' is not supported; use one of {', '.join(DTYPES)}")
@@ -93,8 +117,9 @@ def check(rec) -> None:
         raise _err("TMA boxes are at most 256 elements a side")
     if rec.get("args") != ARGS:
         raise _err(f"args must be {ARGS}, got {rec.get('args')}")
-    if rec["loads"] == "tma" and not _b_rows_fit_a_descriptor(rec["e"], rec["k"], rec["block_k"]):
-        raise _err(f"TMA loads read b as one descriptor of e * k = {rec['e'] * rec['k']} rows, past its 32-bit "
+    if rec["loads"] == "tma" and not _b_rows_fit_a_descriptor(rec["b_groups"], rec["k"], rec["block_k"]):
+        raise _err(f"TMA loads read b as one descriptor of b_groups * k = {rec['b_groups'] * rec['k']} rows, past "
+                   "its 32-bit "
                    "shape; use loads 'pointer'")
     if rec["e"] > MAX_GROUPS:
         raise _err(f"e = {rec['e']} groups: every program keeps the groups' row slots in registers, at most "
@@ -110,8 +135,13 @@ MAX_GROUPS = 4095
 
 def offset_type(rec) -> str:
     """The width of the element offsets into a, b and c: i64 where one can pass 2**31, else i32."""
-    t, k, n, e = rec["t"], rec["k"], rec["n"], rec["e"]
-    return _offset_type(name, max(t * k, e * k * n, t * n), 4)
+    t, k, n = rec["t"], rec["k"], rec["n"]
+    return _offset_type(name, max(t * k, rec.get("b_groups", rec["e"]) * k * b_columns(rec), t * n), 4)
+
+
+def b_columns(rec) -> int:
+    """The columns of each weight matrix: n, or 2n (gate, then up) when gated."""
+    return 2 * rec["n"] if rec.get("gated") else rec["n"]
 
 
 def _b_rows_fit_a_descriptor(e: int, k: int, block_k: int) -> bool:
@@ -205,13 +235,22 @@ def _tile_step(rec, g: int, r0: int, rows: int, c0: int, cols: int, *, span: tup
             view(c)[...] = 0.0
         return TileStep(writes=[c], compute=zeros)
     a = Region("a", (r0, 0), (rows, rec["k"]))
-    b = Region("b", (g, 0, c0), (1, rec["k"], cols))
+    w = g % rec.get("b_groups", rec["e"])
+    bs = [Region("b", (w, 0, c0 + half), (1, rec["k"], cols)) for half in ((0, rec["n"]) if rec.get("gated")
+                                                                            else (0,))]
 
     def compute(view):
         # the group's rows of a (a simulator may batch the products of a group's tiles: ditron.sim.products)
-        product = matmul(np.asarray(view(a), np.float32), np.asarray(view(b), np.float32)[0], rows=span)
-        view(c)[...] = round_to(rec["out_dtype"], product)
-    return TileStep(reads=[a, b], writes=[c], compute=compute)
+        x = np.asarray(view(a), np.float32)
+        products = [matmul(x, np.asarray(view(b), np.float32)[0], rows=span) for b in bs]
+        if rec.get("gated"):
+            from .elementwise import NUMPY
+            gate, up = (np.asarray(round_to(rec["out_dtype"], p), np.float32) for p in products)
+            with np.errstate(over="ignore"):
+                act = np.asarray(round_to(rec["out_dtype"], NUMPY[rec["gated"]](gate)), np.float32)
+            products = [np.asarray(NUMPY["mul"](act, up), np.float32)]
+        view(c)[...] = round_to(rec["out_dtype"], products[0])
+    return TileStep(reads=[a, *bs], writes=[c], compute=compute)
 
 
 # ------------------------------------------------------------------------------------------------ build()
@@ -264,51 +303,66 @@ def _emit(rec):
     idx = T.dtype(offset_type(rec))
     precision = "ieee" if rec["dtype"] == "fp32" else "tf32"
     tiles_n = _tiles_n(rec)
+    e_b, nb, gated = rec.get("b_groups", e), b_columns(rec), rec.get("gated")
+    halves = (0, n) if gated else (0,)  # the b tiles' column offsets: gate and up, or the one
     with ir.InsertionPoint(f.regions[0].blocks[0]):
         k_tiles = math.ceil(k / bk)
         if tma:
             one = T.c(1, T.i64())
             a_desc = T.make_desc(a_ptr, [T.c(t_rows), T.c(k)], [T.c(k, T.i64()), one], [bm, bk])
-            b_desc = T.make_desc(b_ptr, [T.c(e * k), T.c(n)], [T.c(n, T.i64()), one], [bk, bn])
+            b_desc = T.make_desc(b_ptr, [T.c(e_b * k), T.c(nb)], [T.c(nb, T.i64()), one], [bk, bn])
         lanes, starts, ends, incl_slots, first_slots, total = _slots(rec, sizes_ptr)
         with T.For(T.program_id(0), T.mul(total, tiles_n), rec["grid"]) as loop:
             slot, pid_n = _coords(IrOps, loop.iv, total, tiles_n, rec["group_m"])
             g = T.reduce_sum(T.int_cast(T.cmp("sle", incl_slots, T.splat(slot, T.shape(lanes))), T.i32()))
             start, end = _pick(starts, lanes, g), _pick(ends, lanes, g)
+            wg = T.rem(g, T.c(e_b, T.i32())) if e_b != e else g  # the weight matrix: b[g % b_groups]
             r0 = T.add(start, T.mul(T.sub(slot, _pick(first_slots, lanes, g)), bm))
             c0 = T.mul(pid_n, bn)
             rows = T.add(T.expand_dims(T.make_range(0, bm), 1), r0)  # [bm, 1]
             cols = T.add(T.expand_dims(T.make_range(0, bn), 0), c0)  # [1, bn]
             col_ok = T.lt(cols, n)
             n_k = T.select(T.lt(g, e), T.c(k_tiles, T.i32()), T.c(0, T.i32()))  # the rows past the groups: zeros
-            acc0 = T.zeros([bm, bn], "fp32")
+            accs0 = [T.zeros([bm, bn], "fp32") for _ in halves]
             if tma:
-                with T.For(0, n_k, 1, [acc0]) as kloop:
-                    (part,) = kloop.args
+                with T.For(0, n_k, 1, accs0) as kloop:
                     k0 = T.mul(kloop.iv, bk)
-                    b_tile = T.desc_load(b_desc, [T.add(T.mul(g, k), k0), c0])
-                    kloop.yield_(T.dot(T.desc_load(a_desc, [r0, k0]), b_tile, part, precision=precision))
+                    a_tile = T.desc_load(a_desc, [r0, k0])
+                    b_row = T.add(T.mul(wg, k), k0)
+                    kloop.yield_(*[T.dot(a_tile, T.desc_load(b_desc, [b_row, T.add(c0, half) if half else c0]),
+                                         part, precision=precision) for half, part in zip(halves, kloop.args)])
             else:
                 row_ok = T.broadcast(T.lt(rows, end), [bm, bk])
                 a_rows = T.broadcast(T.mul(T.int_cast(rows, idx), T.c(k, idx)), [bm, bk])
                 b_cols = T.broadcast(T.int_cast(cols, idx), [bk, bn])
-                b_group = T.mul(T.int_cast(g, idx), T.c(k * n, idx))
-                with T.For(0, n_k, 1, [acc0]) as kloop:
-                    (part,) = kloop.args
+                b_group = T.mul(T.int_cast(wg, idx), T.c(k * nb, idx))
+                with T.For(0, n_k, 1, accs0) as kloop:
                     k0 = T.mul(kloop.iv, bk)
                     ka = T.add(T.expand_dims(T.make_range(0, bk), 0), k0)  # [1, bk]
                     a_mask = T.and_(row_ok, T.broadcast(T.lt(ka, k), [bm, bk]))
                     a_tile = T.load(T.addptr(a_ptr, T.add(a_rows, T.broadcast(T.int_cast(ka, idx), [bm, bk]))),
                                     a_mask, 0.0)
                     kb = T.add(T.expand_dims(T.make_range(0, bk), 1), k0)  # [bk, 1]
-                    b_off = T.add(T.add(T.broadcast(T.mul(T.int_cast(kb, idx), T.c(n, idx)), [bk, bn]), b_cols),
+                    b_off = T.add(T.add(T.broadcast(T.mul(T.int_cast(kb, idx), T.c(nb, idx)), [bk, bn]), b_cols),
                                   T.splat(b_group, [bk, bn]))
                     b_mask = T.and_(T.broadcast(T.lt(kb, k), [bk, bn]), T.broadcast(col_ok, [bk, bn]))
-                    b_tile = T.load(T.addptr(b_ptr, b_off), b_mask, 0.0)
-                    kloop.yield_(T.dot(a_tile, b_tile, part, precision=precision))
+                    parts = []
+                    for half, part in zip(halves, kloop.args):
+                        off = T.add(b_off, T.splat(T.c(half, idx), [bk, bn])) if half else b_off
+                        parts.append(T.dot(a_tile, T.load(T.addptr(b_ptr, off), b_mask, 0.0), part,
+                                           precision=precision))
+                    kloop.yield_(*parts)
             c_off = T.add(T.broadcast(T.mul(T.int_cast(rows, idx), T.c(n, idx)), [bm, bn]),
                           T.broadcast(T.int_cast(cols, idx), [bm, bn]))
             c_mask = T.and_(T.broadcast(T.lt(rows, end), [bm, bn]), T.broadcast(col_ok, [bm, bn]))
-            T.store(T.addptr(c_ptr, c_off), T.cast(kloop.results[0], out_elem), c_mask)
+            acc = kloop.results[0]
+            if gated:  # act(gate) * up: elementwise's fns, each result rounded to c's type as the unfused ops do
+                from .elementwise import _fn_ir
+
+                def rounded(x):
+                    return T.cast(T.cast(x, rec["out_dtype"]), "fp32") if rec["out_dtype"] != "fp32" else x
+                gate, up = rounded(kloop.results[0]), rounded(kloop.results[1])
+                acc = _fn_ir("mul", rounded(_fn_ir(gated, gate)), up)
+            T.store(T.addptr(c_ptr, c_off), T.cast(acc, out_elem), c_mask)
         T.ret()
     return f

@@ -105,10 +105,14 @@ def _tiles(m: int, n: int, config: dict) -> int:
 # ----------------------------------------------------------------------------------------------- elementwise
 
 def grouped_gemm_record(a_shape: Sequence[int], b_shape: Sequence[int], sizes_type: ir.Type, a_type: ir.Type,
-                        c_type: ir.Type, t: Tiling) -> KernelRecord:
+                        c_type: ir.Type, t: Tiling, *, groups: int | None = None,
+                        gated: str | None = None) -> KernelRecord:
+    """``groups``: the group sizes (a multiple of b's experts; default one an expert); ``gated``: b holds the gate's
+    and the up's columns, the result act(gate) * up."""
     from ..kernels import grouped_gemm
-    (rows, k), (groups, _, n) = a_shape, b_shape
-    return grouped_gemm.make_record(rows, k, n, groups, dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
+    (rows, k), (experts, _, n) = a_shape, b_shape
+    return grouped_gemm.make_record(rows, k, n // 2 if gated else n, groups or experts, b_groups=experts,
+                                    gated=gated, dtype=dtype_name(a_type), out_dtype=dtype_name(c_type),
                                     sizes_dtype=dtype_name(sizes_type), block_m=t.block_m or 64,
                                     block_n=t.block_n or 128, block_k=t.block_k or 64, num_warps=t.num_warps or 4,
                                     num_stages=t.num_stages or 3, num_sms=t.sm_budget or _target_sms(t))

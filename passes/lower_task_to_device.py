@@ -407,7 +407,8 @@ class _FunctionLowering(LoweringContext):
     def grouped_matmul(self, op: ir.Operation, t: Tiling) -> None:
         g = task.GroupedMatmul(op)
         c = self.dest(g.result, "gmm")
-        rec = K.grouped_gemm_record(shape_of(g.lhs), shape_of(g.rhs), g.group_sizes.type, g.lhs.type, g.result.type, t)
+        rec = K.grouped_gemm_record(shape_of(g.lhs), shape_of(g.rhs), g.group_sizes.type, g.lhs.type, g.result.type, t,
+                                    groups=shape_of(g.group_sizes)[0], gated=g.gated)
         self.launch(rec, [self.buf(g.lhs), self.buf(g.rhs), self.buf(g.group_sizes), c], lane="compute",
                     role="grouped_gemm")
 

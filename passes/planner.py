@@ -527,12 +527,16 @@ class OpPlanner(PlannerBase):
         g = task.GroupedMatmul(op)
         eb = elem_bytes(g.lhs)
         (rows, k), (groups, _, n) = shape_of(g.lhs), shape_of(g.rhs)
+        groups = max(groups, shape_of(g.group_sizes)[0])  # cycled weights: every group may add a partial tile
         try:
             cfg, t = best_grouped_gemm_config(rows, k, n, max(groups, 1), self.peaks, elem_bytes=eb)
         except TargetError as err:
             raise op_error(self.o.name, op, str(err)) from None
+        # gated: a tile of block_n output columns computes the gate's and the up's (two accumulators), the work
+        # and the registers of the model's tile of 2 * block_n columns
+        block_n = max(16, cfg.block_n // 2) if g.gated else cfg.block_n
         return Tiling(kind="grouped_matmul", target=self.peaks.target, block_m=self.o.block_m or cfg.block_m,
-                      block_n=self.o.block_n or cfg.block_n, block_k=self.o.block_k or cfg.block_k,
+                      block_n=self.o.block_n or block_n, block_k=self.o.block_k or cfg.block_k,
                       num_warps=self.o.num_warps or cfg.num_warps, num_stages=self.o.num_stages or cfg.num_stages,
                       sm_budget=self.peaks.num_sms, est_us=t * 1e6)
 

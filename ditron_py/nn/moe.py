@@ -14,10 +14,13 @@ synchronisation unless a capacity below the worst case is given, whose overflow 
    the device) sends each rank the rows of its experts; the per-expert counts go along by a static
    ``ops.all_to_all`` (f32, exact below 2^24) so that each rank knows, per source rank, how many of the rows it
    received belong to each of its experts.
-3. **Experts**: the received rows (source-major, expert-minor) are regrouped expert-major (``regroup``, a stable
-   sort on the device), then ``ops.grouped_gemm`` with the gate and up projections, ``act(gate) * up`` (the
-   block's own activation: SiLU for Mixtral), ``ops.grouped_gemm`` with the down projection; the rows are put back
-   in their received order.
+3. **Experts**: the received rows (source-major, expert-minor) are used as they arrive: W * E_l groups (source s,
+   expert j: the rows s sent for j), group s * E_l + j times expert j's weights (ops.grouped_gemm cycles the
+   groups over the experts) -- no regroup and no unsort, nothing of the capacity's padding rows touched but the
+   GEMMs' zero rows. ``ops.grouped_gemm(gated='silu')`` computes silu(x @ gate) * (x @ up) in one launch (the
+   gate and up tiles in one program, the [rows, I] result stored once; ``fused_act``: SiLU, Mixtral's and
+   Qwen3-MoE's), then ``ops.grouped_gemm`` with the down projection. Another activation runs unfused: the GEMM of
+   [rows, 2I], then the block's ``act(gate) * up`` in torch.
 4. **Combine**: ``ops.all_to_all(results, splits=recv counts, capacity=T*k)`` returns every row to its source, in
    the order it was sent; each is weighted by its router weight and added into its token (``index_add_``, as the
    block does).
@@ -65,10 +68,19 @@ def call_exchange(x, world, library):
     return ops.all_to_all(x, world, sync=False, library=library)
 
 
-def call_grouped_gemm(x, w, sizes, world, library):
-    """ops.grouped_gemm: rows of x grouped by ``sizes`` times w[e] (per rank in a virtual world)."""
+def call_grouped_gemm(x, w, sizes, world, library, gated=None):
+    """ops.grouped_gemm: rows of x grouped by ``sizes`` times w[g % E] (per rank in a virtual world); ``gated``:
+    act(gate) * up fused."""
     from .. import ops
-    return ops.grouped_gemm(x, w, sizes, world, sync=False, library=library)
+    return ops.grouped_gemm(x, w, sizes, world, gated=gated, sync=False, library=library)
+
+
+def fused_act(act) -> str | None:
+    """The grouped GEMM's gated activation for a block's ``act_fn`` ('silu'), None where it has none (the
+    activation then runs in torch)."""
+    if isinstance(act, torch.nn.SiLU) or act is torch.nn.functional.silu or type(act).__name__ == "SiLUActivation":
+        return "silu"
+    return None
 
 
 def route(expert_index, num_experts: int):
@@ -81,20 +93,6 @@ def route(expert_index, num_experts: int):
     counts = torch.zeros(num_experts, dtype=torch.int64, device=flat.device)
     counts.scatter_add_(0, flat, torch.ones_like(flat))
     return order, order // k, counts
-
-
-def regroup(counts_from, rows: int):
-    """The received rows' permutation to expert-major order. ``counts_from`` [W, E_l]: row s holds, for each of this
-    rank's experts, the rows source rank s sent (which arrive source-major, expert-minor, in ``rows`` slots; the
-    slots past them are padding). Returns (perm [rows]: the received row at each expert-major position, padding
-    last; group sizes [E_l] int32). On the device, no sync."""
-    w, e_l = counts_from.shape
-    flat = counts_from.reshape(-1).to(torch.int64)
-    ends = torch.cumsum(flat, 0)
-    slot = torch.arange(rows, device=flat.device)
-    segment = torch.searchsorted(ends, slot, right=True)          # (source, expert) block of each slot; w*e_l: pad
-    expert = torch.where(segment < w * e_l, segment % e_l, torch.full_like(segment, e_l))
-    return torch.argsort(expert, stable=True), counts_from.sum(0).to(torch.int32)
 
 
 def expert_weights(experts) -> tuple[Any, Any, Any]:
@@ -159,6 +157,7 @@ class ExpertParallelMoE(torch.nn.Module):
                 raise ParallelError(f"ExpertParallelMoE: library= takes a ditron.ops.Library, got "
                                     f"{type(library).__name__}")
         self.world, self.library, self.capacity, self.top_k, self.act = world, library, capacity, top_k, act
+        self.gated = fused_act(act)
         self.gate = gate
         self.num_experts, self.world_size = e, w
         self.local_experts = e // w
@@ -221,22 +220,15 @@ class ExpertParallelMoE(torch.nn.Module):
         sent_counts = [torch.nn.functional.pad(counts.view(w, e_l).float(), (0, cols - e_l))
                        for _, _, counts, _ in routed]
         counts_from = many(call_exchange(one(sent_counts), self.world, self.library))
-        # 3. experts: expert-major rows, gate+up, act(gate) * up, down, back to the received order
-        groups = [regroup(c[:, :e_l].round().to(torch.int64), capacity) for c in counts_from]
-        grouped = [rx[perm] for rx, (perm, _) in zip(received, groups)]
-        sizes = [s for _, s in groups]
+        # 3. experts on the rows as received: group s * E_l + j (rows from s for expert j) times expert j
+        sizes = [c[:, :e_l].round().to(torch.int32).reshape(-1) for c in counts_from]
         weights = [self._rank_weights(r) for r in range(len(xs))]
-        h = many(call_grouped_gemm(one(grouped), one([g for g, _ in weights]), one(sizes), self.world, self.library))
-        act = []
-        for hr in h:
-            g, u = hr.chunk(2, dim=-1)
-            act.append((self.act(g) * u).contiguous())
-        y = many(call_grouped_gemm(one(act), one([d for _, d in weights]), one(sizes), self.world, self.library))
-        back_in = []
-        for yr, (perm, _) in zip(y, groups):
-            unsorted = torch.empty_like(yr)
-            unsorted[perm] = yr
-            back_in.append(unsorted)
+        h = many(call_grouped_gemm(one(received), one([g for g, _ in weights]), one(sizes), self.world,
+                                   self.library, self.gated))
+        if self.gated is None:  # an activation the GEMM does not fuse: act(gate) * up in torch
+            h = [(self.act(g) * u).contiguous() for g, u in (hr.chunk(2, dim=-1) for hr in h)]
+        back_in = many(call_grouped_gemm(one(h), one([d for _, d in weights]), one(sizes), self.world,
+                                         self.library))
         # 4. combine: every row back to its source, in the order sent; weighted, added into its token
         back, _ = call_dispatch(one(back_in), one(recv), self.world, pairs, self.library, False)
         outs = []
@@ -248,9 +240,11 @@ class ExpertParallelMoE(torch.nn.Module):
 
 
 def programs(world_size: int, virtual: bool, tokens: int, hidden: int, intermediate: int, num_experts: int,
-             top_k: int, *, dtype: str = "bf16", capacity: int | None = None, target: str = "cuda:90"):
+             top_k: int, *, dtype: str = "bf16", capacity: int | None = None, target: str = "cuda:90",
+             gated: str | None = "silu"):
     """What a call of ExpertParallelMoE with ``tokens`` tokens a rank runs: (the ops.Signature list of its static
-    all_to_all and grouped GEMMs, the ops_sized cases (w, shape, dtype, capacity) of its dispatch and combine)."""
+    all_to_all and grouped GEMMs, the ops_sized cases (w, shape, dtype, capacity) of its dispatch and combine).
+    ``gated``: the block's fused_act (None: an activation run in torch, the first GEMM unfused)."""
     from .. import ops
     w, e_l = world_size, num_experts // world_size
     if num_experts % w:
@@ -259,9 +253,9 @@ def programs(world_size: int, virtual: bool, tokens: int, hidden: int, intermedi
     cap = capacity or w * pairs
     cols = -(-e_l // COUNT_COLS) * COUNT_COLS
     sigs = [ops.Signature("all_to_all", ((w, cols),), "f32", w, virtual, target),
-            ops.Signature("grouped_gemm", ((cap, hidden), (e_l, hidden, 2 * intermediate), (e_l,)), dtype, w,
-                          virtual, target),
-            ops.Signature("grouped_gemm", ((cap, intermediate), (e_l, intermediate, hidden), (e_l,)), dtype, w,
+            ops.Signature("grouped_gemm", ((cap, hidden), (e_l, hidden, 2 * intermediate), (w * e_l,)), dtype, w,
+                          virtual, target, (("gated", gated),)),
+            ops.Signature("grouped_gemm", ((cap, intermediate), (e_l, intermediate, hidden), (w * e_l,)), dtype, w,
                           virtual, target)]
     sized = [(w, (pairs, hidden), dtype, cap), (w, (cap, hidden), dtype, pairs)]
     return sigs, sized
@@ -269,12 +263,12 @@ def programs(world_size: int, virtual: bool, tokens: int, hidden: int, intermedi
 
 def build(directory, world_size: int, virtual: bool, tokens: int, hidden: int, intermediate: int,
           num_experts: int, top_k: int, *, dtype: str = "bf16", capacity: int | None = None,
-          target: str = "cuda:90") -> None:
+          target: str = "cuda:90", gated: str | None = "silu") -> None:
     """Compile the artifacts of ``programs(...)`` into directory (where the MLIR bindings are); a GPU box then runs
     the module with ``library=ops.Library(directory)``."""
     from .. import ops, ops_sized
     sigs, sized = programs(world_size, virtual, tokens, hidden, intermediate, num_experts, top_k, dtype=dtype,
-                           capacity=capacity, target=target)
+                           capacity=capacity, target=target, gated=gated)
     ops.build(sigs, directory)
     from pathlib import Path
     for case in sized:

@@ -1274,34 +1274,53 @@ GROUPED_CASES = {  # t, k, n, sizes (their sum at most t), dtype, tile
                                        (16, 16, 16)),
     # sizes past t are clamped to the rows a has, a negative size counts as 0
     "sizes-past-t-and-negative": (30, 16, 16, [12, -5, 40, 7], "bf16", (16, 16, 16)),
+    # an expert-parallel MoE's received rows: W = 3 sources x 2 experts, group g times b[g % 2], empty groups
+    "cycled-weights-w3": (60, 32, 32, [4, 0, 17, 9, 0, 21], "bf16", (16, 16, 16), dict(b_groups=2)),
+    # act(gate) * up: b [e, k, 2n], gate columns first; ragged n (the gate tile's last columns read up's)
+    "gated-silu-pointer": (50, 40, 50, [20, 0, 25], "bf16", (16, 32, 16), dict(gated="silu")),
+    "gated-silu-tma-cycled": (70, 32, 48, [0, 30, 5, 0, 20, 11], "bf16", (16, 32, 16),
+                              dict(gated="silu", b_groups=3)),
 }
+
+
+def _case(name):
+    t, k, n, sizes, dtype, tile, *extra = GROUPED_CASES[name]
+    return t, k, n, sizes, dtype, tile, (extra[0] if extra else {})
 
 
 def test_grouped_gemm_cases_cover_both_loads():
     from ditron.kernels import grouped_gemm
-    loads = {grouped_gemm.make_record(t, k, n, len(sizes), dtype=dtype)["loads"]
-             for t, k, n, sizes, dtype, _ in GROUPED_CASES.values()}
+    loads = {grouped_gemm.make_record(t, k, n, len(sizes), dtype=dtype, **extra)["loads"]
+             for t, k, n, sizes, dtype, _, extra in map(_case, GROUPED_CASES)}
     assert loads == {"tma", "pointer"}  # 16-byte row strides or not
 
 
 @pytest.mark.parametrize("case", sorted(GROUPED_CASES))
 def test_grouped_gemm_ir_and_tiles_match_numpy(case):
     """The emitted IR (interpreted) and tiles()' compute both give each row its own group's product, rows past the
-    last group zero; Triton parses the kernel for both vendors."""
+    last group zero (group g times b[g % b_groups]; gated: silu(gate) * up); Triton parses the kernel for both
+    vendors."""
     from ditron.kernels import grouped_gemm
-    t, k, n, sizes, dtype, (bm, bn, bk) = GROUPED_CASES[case]
+    t, k, n, sizes, dtype, (bm, bn, bk), extra = _case(case)
     out_dtype, sizes_dtype = ("fp32", "i64") if dtype == "fp16" else (dtype, "i32")
     rec = grouped_gemm.make_record(t, k, n, len(sizes), dtype=dtype, out_dtype=out_dtype, sizes_dtype=sizes_dtype,
-                                   block_m=bm, block_n=bn, block_k=bk, num_sms=2, waves=1)
+                                   block_m=bm, block_n=bn, block_k=bk, num_sms=2, waves=1, **extra)
+    gated, e_b = extra.get("gated"), extra.get("b_groups", len(sizes))
     rng = np.random.default_rng(RNG_SEED)
-    a, b = random(dtype, (t, k), rng), random(dtype, (len(sizes), k, n), rng)
-    # each row's product with its group's b, exact (float64), and the sum of its terms' magnitudes
+    a, b = random(dtype, (t, k), rng), random(dtype, (e_b, k, 2 * n if gated else n), rng)
+    # each row's product with its group's b, exact (float64), and a bound of its terms' magnitudes
     exact, magnitude, start = np.zeros((t, n)), np.zeros((t, n)), 0
     for g, size in enumerate(sizes):
         end = min(start + max(size, 0), t)
-        rows = a[start:end].astype(np.float64)
-        exact[start:end] = rows @ b[g].astype(np.float64)
-        magnitude[start:end] = np.abs(rows) @ np.abs(b[g].astype(np.float64))
+        rows, w = a[start:end].astype(np.float64), b[g % e_b].astype(np.float64)
+        if gated:  # silu(G) * U: |silu'| < 1.1, |silu(G)| <= |G| + 1; G, U, silu(G) and the product each rounded
+            gate, up = rows @ w[:, :n], rows @ w[:, n:]     # to out_dtype: four roundings of the bound's one
+            mag_gate, mag_up = np.abs(rows) @ np.abs(w[:, :n]), np.abs(rows) @ np.abs(w[:, n:])
+            exact[start:end] = gate / (1 + np.exp(-gate)) * up
+            magnitude[start:end] = 4 * ((np.abs(gate) + mag_gate + 1) * mag_up + 1.1 * mag_gate * np.abs(up))
+        else:
+            exact[start:end] = rows @ w
+            magnitude[start:end] = np.abs(rows) @ np.abs(w)
         start = end
 
     def check(got):  # the kernel adds K steps in its own order: within fp32 accumulation + output rounding
@@ -1327,11 +1346,14 @@ def test_grouped_gemm_ir_and_tiles_match_numpy(case):
             step.compute(view)
             (c,) = step.writes
             written[c.offsets[0]:c.offsets[0] + c.sizes[0], c.offsets[1]:c.offsets[1] + c.sizes[1]] += 1
-            if step.reads:  # a tile of group g reads only its group's rows of a and b[g]
-                a_reg, b_reg = step.reads
-                g = b_reg.offsets[0]
+            if step.reads:  # a tile of group g reads only its group's rows of a and b[g % b_groups] (twice gated)
+                a_reg, *b_regs = step.reads
+                assert len(b_regs) == (2 if gated else 1)
                 rows = np.arange(a_reg.offsets[0], a_reg.offsets[0] + a_reg.sizes[0])
-                assert (grouped_gemm.group_of_rows(group_sizes, rows) == g).all()
+                groups = grouped_gemm.group_of_rows(group_sizes, rows)
+                assert all((groups % e_b == r.offsets[0]).all() for r in b_regs)
+                if gated:
+                    assert b_regs[1].offsets[2] == b_regs[0].offsets[2] + n
     assert (written == 1).all()  # every element of c written once: tiles never straddle or overlap
     check(views["c"])
     for target in ("cuda:90", "hip:gfx942"):
@@ -1342,6 +1364,7 @@ def test_grouped_gemm_ir_and_tiles_match_numpy(case):
     (dict(block_m=8), "block_m must be a power of two >= 16"), (dict(sizes_dtype="f32"), "sizes_dtype 'f32'"),
     (dict(e=0), "field 'e' must be a positive integer"), (dict(dtype="fp8e4m3"), "dtype 'fp8e4m3' is not supported"),
     (dict(n=33, loads="tma"), "TMA loads need 16-byte row strides"), (dict(loads="cp.async"), "loads 'cp.async'"),
+    (dict(gated="gelu"), "gated 'gelu' is not supported"), (dict(b_groups=3), "e = 2 groups do not cycle"),
 ])
 def test_grouped_gemm_rejects_bad_records(change, match):
     from ditron.kernels import grouped_gemm

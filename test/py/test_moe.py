@@ -29,14 +29,15 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.delenv("DITRON_OPS_DIR", raising=False)
 
 
-def gsig(t, k, n, e, w=1, virtual=True, dtype="bf16"):
-    return ops.Signature("grouped_gemm", ((t, k), (e, k, n), (e,)), dtype, w, virtual, "cuda:90")
+def gsig(t, k, n, e, w=1, virtual=True, dtype="bf16", groups=None, gated=None):
+    return ops.Signature("grouped_gemm", ((t, k), (e, k, n), (groups or e,)), dtype, w, virtual, "cuda:90",
+                         (("gated", gated),))
 
 
 # --------------------------------------------------------------------------------------- the grouped GEMM op
 
 @pytest.mark.parametrize("shapes,message", [
-    (((8, 16), (2, 8, 4), (2,)), "the same K"), (((8, 16), (2, 16, 4), (3,)), "one size per group"),
+    (((8, 16), (2, 8, 4), (2,)), "the same K"), (((8, 16), (2, 16, 4), (3,)), "G a multiple of E"),
     (((8, 16, 1), (2, 16, 4), (2,)), "x \\[T, K\\]"), (((8, 16), (2, 16, 4)), "takes 3 tensor"),
 ])
 def test_signature_checks_the_shapes(shapes, message):
@@ -78,17 +79,48 @@ def _groups(kind: str, t: int, e: int, rng, rank: int) -> np.ndarray:
 def test_grouped_gemm_program_simulates_to_the_reference(w, kind):
     """The op's compiled program (ditron-device) in the simulator, each rank its own rows, groups and weights, at
     an uneven row count (T = 37 over E = 5 groups), against ops.reference."""
-    s = gsig(37, 16, 24, 5, w=w)
+    _simulate(gsig(37, 16, 24, 5, w=w), w, kind, seed=w)
+
+
+def _simulate(s, w, kind, seed):
+    """The compiled program of signature s (T = 37, K = 16, w [5, 16, 24]) in the simulator at w ranks, each rank
+    its own rows, groups (``kind``) and weights, two calls, against ops.reference."""
     text, choices = ops.lower(s)
     assert [c["op"] for c in choices] == ["ditron_task.grouped_matmul"]
-    rng = np.random.default_rng(w)
+    rng = np.random.default_rng(seed)
+    groups = s.shapes[2][0]
 
     def inputs(call):
         return [[rng.standard_normal((37, 16)).astype(np.float32), rng.standard_normal((5, 16, 24)).astype(
-            np.float32) / 4, _groups(kind, 37, 5, rng, r + call)] for r in range(w)]
-    result = simulate(text, world_size=w, inputs=inputs, seed=w, calls=2, num_sms=s.cta_budget(),
+            np.float32) / 4, _groups(kind, 37, groups, rng, r + call)] for r in range(w)]
+    result = simulate(text, world_size=w, inputs=inputs, seed=seed, calls=2, num_sms=s.cta_budget(),
                       reference=lambda xs: [[y] for y in ops.reference(s, xs)])
     assert result.ok, result.summary()
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("kind", ["uneven", "skewed", "empty"])
+def test_gated_cycled_grouped_gemm_simulates_to_the_reference(w, kind):
+    """The MoE's first GEMM: 10 groups cycling over 5 experts' weights (source-major received rows, group g times
+    w[g % 5]), silu(x @ gate) * (x @ up) fused (w [5, 16, 2 * 12] -> [37, 12]), in the simulator at W ranks."""
+    s = gsig(37, 16, 24, 5, w=w, groups=10, gated="silu")
+    assert s.output_shape() == (37, 12) and 'gated = "silu"' in ops.lower(s)[0]
+    _simulate(s, w, kind, seed=10 + w)
+
+
+def test_gated_and_cycled_signatures_check_their_shapes():
+    with pytest.raises(ops.OpError, match="G a multiple of E"):
+        gsig(8, 16, 24, 5, groups=7)
+    with pytest.raises(ops.OpError, match="gated='gelu' needs one of silu"):
+        gsig(8, 16, 24, 5, gated="gelu")
+    with pytest.raises(ops.OpError, match=r"w \[E, K, 2N\]"):
+        gsig(8, 16, 25, 5, gated="silu")
+    x = np.arange(4, dtype=np.float64)[:, None] + np.zeros((4, 2))
+    w = np.stack([np.concatenate([np.eye(2), np.eye(2)], 1), np.concatenate([np.eye(2), 2 * np.eye(2)], 1)])
+    got = ops.reference(gsig(4, 2, 4, 2, groups=4, gated="silu"), [[x, w, np.array([1, 1, 1, 0])]])[0]
+    silu = lambda v: v / (1 + np.exp(-v))  # noqa: E731
+    # rows 0, 1, 2 in groups 0, 1, 2 (weights 0, 1, 0); row 3 past the groups
+    np.testing.assert_allclose(got[:, 0], [silu(0) * 0, silu(1) * 2, silu(2) * 2, 0])
 
 
 def test_reference_by_hand_and_numpy_torch_agree():
@@ -226,10 +258,12 @@ class Fakes:
         assert all(x.shape[0] == w and x.dtype == torch.float32 and x.shape[1] % moe.COUNT_COLS == 0 for x in xs)
         return [torch.cat([xs[s][r:r + 1] for s in range(w)]) for r in range(w)]
 
-    def grouped_gemm(self, xs, ws, sizes, world, library):
+    def grouped_gemm(self, xs, ws, sizes, world, library, gated=None):
         self.calls["grouped_gemm"].append(tuple(xs[0].shape))
-        assert all(s.dtype == torch.int32 and w.is_contiguous() for s, w in zip(sizes, ws))
-        return [grouped_gemm_reference(x, w, s).to(x.dtype) for x, w, s in zip(xs, ws, sizes)]
+        self.calls.setdefault("gated", []).append(gated)
+        assert all(s.dtype == torch.int32 and w.is_contiguous() and s.shape[0] == world.world_size * w.shape[0]
+                   for s, w in zip(sizes, ws))
+        return [grouped_gemm_reference(x, w, s, gated).to(x.dtype) for x, w, s in zip(xs, ws, sizes)]
 
 
 def test_route_sorts_pairs_by_expert_stably():
@@ -240,18 +274,19 @@ def test_route_sorts_pairs_by_expert_stably():
     assert counts.tolist() == [3, 1, 2, 2, 0]
 
 
-@pytest.mark.parametrize("w,e_l", [(1, 3), (3, 2), (4, 1)])
-def test_regroup_against_a_loop(w, e_l):
-    """Rows arrive source-major, expert-minor, then padding; regroup orders them expert-major (source order within
-    an expert), padding last."""
-    rng = np.random.default_rng(w)
-    counts = torch.tensor(rng.integers(0, 4, (w, e_l)))
-    counts[0, 0] = 0
-    rows = int(counts.sum()) + 3
-    labels = [(s, e) for s in range(w) for e in range(e_l) for _ in range(int(counts[s, e]))]
-    perm, sizes = moe.regroup(counts, rows)
-    want = sorted(range(len(labels)), key=lambda i: (labels[i][1], labels[i][0], i)) + list(range(len(labels), rows))
-    assert perm.tolist() == want and sizes.tolist() == counts.sum(0).tolist() and sizes.dtype == torch.int32
+@pytest.mark.parametrize("w", [2, 3])
+def test_an_activation_the_gemm_does_not_fuse_runs_in_torch(monkeypatch, w):
+    """A block whose act_fn is not SiLU: the first GEMM unfused ([rows, 2I]), act(gate) * up in torch."""
+    fakes = Fakes(monkeypatch)
+    block = mixtral_block()
+    block.experts.act_fn = torch.nn.GELU()
+    layer = ExpertParallelMoE(block, World.virtual(w, device="cpu"))
+    assert layer.gated is None and moe.fused_act(torch.nn.SiLU()) == "silu"
+    xs = tokens(w, seed=3)
+    for x, y in zip(xs, layer(xs)):
+        with torch.no_grad():
+            torch.testing.assert_close(y, block(x[None])[0], rtol=1e-5, atol=1e-5)
+    assert fakes.calls["gated"] == [None, None]
 
 
 @pytest.mark.parametrize("w", [1, 2, 3, 4, 8])
@@ -268,6 +303,7 @@ def test_moe_equals_the_block_in_virtual_worlds(monkeypatch, w):
     pairs = TOKENS * 2
     assert fakes.calls["dispatch"] == [((pairs, H), w * pairs, False), ((w * pairs, H), pairs, False)]
     assert fakes.calls["grouped_gemm"] == [(w * pairs, H), (w * pairs, I_)] and fakes.calls["exchange"] == 1
+    assert fakes.calls["gated"] == ["silu", None]  # Mixtral's SiLU fused into the gate+up GEMM
     assert layer.gate_up.shape == (E, H, 2 * I_) and layer.down.shape == (E, I_, H)
 
 
@@ -347,7 +383,9 @@ def test_programs_lists_what_a_call_runs():
     sigs, sized = moe.programs(2, True, 64, H, I_, 8, 2)
     assert [s.op for s in sigs] == ["all_to_all", "grouped_gemm", "grouped_gemm"]
     assert sigs[0].shapes == ((2, 4),) and sigs[0].dtype == "f32"
-    assert sigs[1].shapes == ((256, H), (4, H, 2 * I_), (4,)) and sigs[2].shapes == ((256, I_), (4, I_, H), (4,))
+    assert sigs[1].shapes == ((256, H), (4, H, 2 * I_), (8,)) and sigs[2].shapes == ((256, I_), (4, I_, H), (8,))
+    assert sigs[1].param["gated"] == "silu" and sigs[2].param["gated"] is None
+    assert moe.programs(2, True, 64, H, I_, 8, 2, gated=None)[0][1].param["gated"] is None
     assert sized == [(2, (128, H), "bf16", 256), (2, (256, H), "bf16", 128)]
     with pytest.raises(ParallelError):
         moe.programs(3, True, 64, H, I_, 8, 2)
@@ -394,7 +432,8 @@ def test_moe_real_worlds_of_threads(monkeypatch, w):
 
     monkeypatch.setattr(moe, "call_dispatch", dispatch)
     monkeypatch.setattr(moe, "call_exchange", exchange)
-    monkeypatch.setattr(moe, "call_grouped_gemm", lambda x, wt, s, world, library: grouped_gemm_reference(x, wt, s))
+    monkeypatch.setattr(moe, "call_grouped_gemm",
+                        lambda x, wt, s, world, library, gated=None: grouped_gemm_reference(x, wt, s, gated))
     block = mixtral_block()
     xs = tokens(w, seed=5)
 

@@ -11,9 +11,10 @@ The GPU machine has no MLIR: every program called here is built beforehand,
     python test/py/test_moe_gpu.py build DIR                                            # CPU machine
     DITRON_MOE_ARTS=DIR python -m pytest -q -m gpu test/py/test_moe_gpu.py             # GPU machine
 
-Tolerance. Both blocks compute in bf16 from the same bf16 weights and round the same intermediates to bf16 (the
-gate/up output, act(gate) * up, the down output, the weighted row); they differ in the GEMMs' accumulation order
-only, and where one such difference flips a bf16 rounding. Every output element must be within 2^-6 of the largest
+Tolerance. Both blocks compute in bf16 from the same bf16 weights and round the same intermediates to bf16
+(act(gate) * up, the down output, the weighted row; the block also rounds the gate/up output, which ditron's fused
+gated GEMM keeps in fp32); they differ in the GEMMs' accumulation order and that one rounding, and where one such
+difference flips a bf16 rounding. Every output element must be within 2^-6 of the largest
 output (|want| max) plus 2^-6 relative, and the RMS error within 2^-8 of the output's RMS: a token that misses an
 expert, gets one twice or gets another rank's rows is off by its own size.
 """
@@ -156,7 +157,8 @@ def test_moe_virtual_world_matches_the_block(library_dir):
 
 
 def test_grouped_gemm_op_skewed_and_empty_groups(library_dir):
-    """ops.grouped_gemm alone, one of the module's programs: every row to one group, empty groups, int64 sizes."""
+    """ops.grouped_gemm alone, the module's first program (W * E/W groups cycling over the rank's E/W experts,
+    silu(gate) * up fused): every row to one group, empty groups, int64 sizes."""
     _need_gpu()
     import torch
 
@@ -166,13 +168,14 @@ def test_grouped_gemm_op_skewed_and_empty_groups(library_dir):
     library = ops.Library(library_dir, target=TARGET, compile=None if not os.environ.get("DITRON_MOE_ARTS") else
                           False)
     rows, e_l = W * TOKENS * 2, EXPERTS // W
-    s = ops.Signature("grouped_gemm", ((rows, H), (e_l, H, 2 * INTER), (e_l,)), "bf16", W, True, TARGET)
+    s = ops.Signature("grouped_gemm", ((rows, H), (e_l, H, 2 * INTER), (W * e_l,)), "bf16", W, True, TARGET,
+                      (("gated", "silu"),))
     g = torch.Generator().manual_seed(3)
     xs = [torch.randn(rows, H, generator=g).to(torch.bfloat16).cuda() for _ in range(W)]
     ws = [(torch.randn(e_l, H, 2 * INTER, generator=g) / H ** 0.5).to(torch.bfloat16).cuda() for _ in range(W)]
-    for sizes in ([[rows, 0, 0, 0], [0, 0, 0, rows]], [[100, 0, 0, 60], [0, 7, 0, 0]]):
+    for sizes in ([[rows] + [0] * 7, [0] * 7 + [rows]], [[100, 0, 0, 60, 0, 33, 0, 1], [0, 7, 0, 0, 90, 0, 0, 0]]):
         ss = [torch.tensor(v, dtype=torch.int64).cuda() for v in sizes]
-        got = ops.grouped_gemm(xs, ws, ss, world, library=library)
+        got = ops.grouped_gemm(xs, ws, ss, world, gated="silu", library=library)
         for r in range(W):
             want = ops.reference(s, [[xs[r], ws[r], ss[r]]])[0]
             assert close_enough(r, f"grouped_gemm {sizes[r]}", got[r], want)

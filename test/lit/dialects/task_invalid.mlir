@@ -213,9 +213,25 @@ func.func @grouped_matmul_contraction(%a: tensor<64x32xbf16>, %b: tensor<4x16x16
 
 // -----
 
-func.func @grouped_matmul_groups(%a: tensor<64x32xbf16>, %b: tensor<4x32x16xbf16>, %g: tensor<8xi32>) -> tensor<64x16xbf16> {
-  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.grouped_matmul' op group_sizes has 8 entries but rhs has 4 groups
-  %0 = "ditron_task.grouped_matmul"(%a, %b, %g) : (tensor<64x32xbf16>, tensor<4x32x16xbf16>, tensor<8xi32>) -> tensor<64x16xbf16>
+func.func @grouped_matmul_groups(%a: tensor<64x32xbf16>, %b: tensor<4x32x16xbf16>, %g: tensor<6xi32>) -> tensor<64x16xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.grouped_matmul' op group_sizes has 6 entries, not a multiple of the 4 groups of rhs (group g multiplies rhs[g % E])
+  %0 = "ditron_task.grouped_matmul"(%a, %b, %g) : (tensor<64x32xbf16>, tensor<4x32x16xbf16>, tensor<6xi32>) -> tensor<64x16xbf16>
+  return %0 : tensor<64x16xbf16>
+}
+
+// -----
+
+func.func @grouped_matmul_gated_act(%a: tensor<64x32xbf16>, %b: tensor<4x32x16xbf16>, %g: tensor<4xi32>) -> tensor<64x8xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.grouped_matmul' op gated 'gelu' needs an activation of silu and rhs [E, K, 2N] (gate, then up), got rhs tensor<4x32x16xbf16>
+  %0 = "ditron_task.grouped_matmul"(%a, %b, %g) {gated = "gelu"} : (tensor<64x32xbf16>, tensor<4x32x16xbf16>, tensor<4xi32>) -> tensor<64x8xbf16>
+  return %0 : tensor<64x8xbf16>
+}
+
+// -----
+
+func.func @grouped_matmul_gated_result(%a: tensor<64x32xbf16>, %b: tensor<4x32x16xbf16>, %g: tensor<4xi32>) -> tensor<64x16xbf16> {
+  // CHECK-NEXT: {{.*}}task_invalid.mlir:[[# @LINE + 1]]:8: error: 'ditron_task.grouped_matmul' op result tensor<64x16xbf16> should be 64x8
+  %0 = "ditron_task.grouped_matmul"(%a, %b, %g) {gated = "silu"} : (tensor<64x32xbf16>, tensor<4x32x16xbf16>, tensor<4xi32>) -> tensor<64x16xbf16>
   return %0 : tensor<64x16xbf16>
 }
 

@@ -47,6 +47,14 @@ module attributes {ditron.mesh = {axes = ["dp", "tp"], shape = array<i64: 2, 4>}
     return %c, %d : tensor<256x128xbf16>, tensor<?x128xbf16>
   }
 
+  // 16 groups cycling over 8 experts (an expert-parallel rank's received rows from 2 sources), silu(gate) * up
+  // CHECK-LABEL: func.func @grouped_matmul_gated_cycled
+  // CHECK: "ditron_task.grouped_matmul"(%arg0, %arg1, %arg2) {gated = "silu"} : (tensor<256x64xbf16>, tensor<8x64x128xbf16>, tensor<16xi32>) -> tensor<256x64xbf16>
+  func.func @grouped_matmul_gated_cycled(%a: tensor<256x64xbf16>, %b: tensor<8x64x128xbf16>, %g: tensor<16xi32>) -> tensor<256x64xbf16> {
+    %c = "ditron_task.grouped_matmul"(%a, %b, %g) {gated = "silu"} : (tensor<256x64xbf16>, tensor<8x64x128xbf16>, tensor<16xi32>) -> tensor<256x64xbf16>
+    return %c : tensor<256x64xbf16>
+  }
+
   // CHECK-LABEL: func.func @elementwise
   // CHECK: %[[ADD:.*]] = "ditron_task.elementwise"(%arg0, %arg1) {fn = "add"} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
   // CHECK: %[[SM:.*]] = "ditron_task.elementwise"(%[[ADD]], %arg1) {fn = "silu_mul"}
