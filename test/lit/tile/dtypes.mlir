@@ -28,7 +28,7 @@ module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
 
 module attributes {ditron.mesh = {axes = ["tp"], shape = array<i64: 1>}} {
   func.func @e5m2(%a: tensor<4096x4096xf8E5M2>, %b: tensor<4096x4096xf8E5M2>) -> tensor<4096x4096xbf16> attributes {ditron.view = "local"} {
-    // OK: "ditron_task.matmul"{{.*}}block_k = 128 : i64, block_m = 256 : i64, block_n = 128 : i64{{.*}}kind = "matmul"{{.*}}num_warps = 8 : i64{{.*}}f8E5M2
+    // OK: "ditron_task.matmul"{{.*}}block_k = 128 : i64, block_m = 128 : i64, block_n = 128 : i64{{.*}}kind = "matmul"{{.*}}num_stages = 3 : i64, num_warps = 4 : i64{{.*}}f8E5M2
     // A100: dtypes.mlir:[[# @LINE + 1]]:10: error: ditron-tile: 'ditron_task.matmul' op has f8E5M2 operands, which need tensor cores that take fp8; cuda:80 has none (fp8 GEMMs need cuda:90 or hip:gfx950; use bf16 or f16 here)
     %c = "ditron_task.matmul"(%a, %b) : (tensor<4096x4096xf8E5M2>, tensor<4096x4096xf8E5M2>) -> tensor<4096x4096xbf16>
     return %c : tensor<4096x4096xbf16>
