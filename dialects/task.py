@@ -7,6 +7,7 @@ from mlir import ir
 
 from .opbase import Attr, BoolAttr, DictAttr, IntAttr, Operand, OpWrapper, Result, StrAttr
 from .sharding import Sharding
+from ..schema import GATED_ACTS  # noqa: F401 - grouped_matmul's gated activations, checked by verify.py
 
 REDUCTIONS = ("sum", "max", "min", "prod")
 
@@ -56,7 +57,6 @@ _TRANSPOSE_B = BoolAttr("transpose_b")
 _FAST_ACCUM = BoolAttr("fast_accum")
 # grouped_matmul's optional gated activation, likewise
 _GATED = StrAttr("gated")
-GATED_ACTS = ("silu",)  # act(gate) * up fused into the grouped GEMM (kernels.grouped_gemm.GATED)
 
 
 class Matmul(TaskOp):

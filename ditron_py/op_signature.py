@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import DitronError
+from .schema import GATED_ACTS as GATED  # grouped_gemm's gated activations
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "all_gather", "reduce_scatter", "all_reduce", "all_to_all", "grouped_gemm")
 ALGORITHMS = ("auto", "one_shot", "two_shot", "push")
@@ -19,7 +20,6 @@ PARAMS: dict[str, dict[str, Any]] = {
     "reduce_scatter": {"dim": 0}, "all_reduce": {"algorithm": "auto"}, "all_to_all": {"split_dim": 0, "concat_dim": 0},
     "grouped_gemm": {"gated": None},
 }
-GATED = ("silu",)  # grouped_gemm's gated activations: act(x @ gate) * (x @ up) in the GEMM
 ARITY = {"ag_gemm": 2, "gemm_rs": 2, "gemm_ar": 2, "all_gather": 1, "reduce_scatter": 1, "all_reduce": 1,
          "all_to_all": 1, "grouped_gemm": 3}
 # the arguments of an op that are int32 sizes (run-time data, not of the op's element type): grouped_gemm's

@@ -23,6 +23,10 @@ OVERLAP_ATTR = "ditron.overlap"            # on ops ditron-fuse-overlap paired
 EPILOGUE_ATTR = "ditron.epilogue"          # on a matmul and the elementwise ops ditron-fuse-epilogue fused into it
 TILING_ATTR = "ditron.tiling"              # on ops: ditron-tile's choices
 
+# grouped_matmul's gated activations (act(x @ gate) * (x @ up) fused in the grouped GEMM: the activations
+# kernels/elementwise.py has a fused <act>_mul for), as the frontend, the verifier, ops and the kernel accept them
+GATED_ACTS = ("silu",)
+
 # -------------------------------------------------------------------------------------------------- device level
 LEVEL_ATTR = "ditron.level"                # = "device" on a device-level func.func
 IO_ATTR = "ditron.io"                      # per argument of a device function: "in", "out" or "epoch"

@@ -48,6 +48,7 @@ from mlir import ir
 
 from ..dialects import ttir as T
 from ..errors import VerificationError
+from ..schema import GATED_ACTS as GATED  # act(gate) * up: the activations elementwise has a fused <act>_mul for
 from . import I32_LIMIT, KERNEL_ATTR, KernelRecord, Region, TileStep, check_i32
 from . import offset_type as _offset_type
 from .gemm import IrOps, PyOps
@@ -58,7 +59,6 @@ name = "grouped_gemm"
 DTYPES = ("bf16", "fp16", "fp32")
 SIZES_DTYPES = ("i32", "i64")
 LOADS = ("tma", "pointer")
-GATED = ("silu",)  # act(gate) * up: the activations elementwise has a fused <act>_mul for
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 ARGS = ["a", "b", "sizes", "c"]
 
