@@ -1,11 +1,14 @@
 """Shared pytest set-up for ditron.
 
-* MLIR context leak guard (autouse): after every test, ``gc.collect()`` and fail the test if it left more MLIR
-  contexts alive than there were when it started. Contexts still alive when the interpreter exits can abort
+* MLIR context leak guard (autouse): after every test, ``gc.collect()`` (only when contexts are alive) and fail
+  the test if it left more MLIR contexts alive than there were when it started. Contexts still alive when the interpreter exits can abort
   Python ("Fatal Python error: PyThreadState_Get", see MLIR_NOTES.md), so every test must drop the contexts it
   creates: keep ``ir.Context``/``ir.Module`` inside a ``with ditron_context():`` block and do not stash IR objects in
   globals. Fixtures of module or session scope may hold a context for their lifetime (they are set up before the
   count is taken); at the end of the session no context may be left at all.
+* Cheap collections: once the test modules are imported, everything alive is moved out of the collector's sight
+  (``gc.freeze()``), so a ``gc.collect()`` scans only what the tests made since: 0.1 ms instead of 0.1 s with
+  torch, triton and MLIR loaded -- it was a third of the suite's time.
 * ``gpu`` marker: skipped where torch sees no CUDA device.
 * ``mlir_context`` fixture: a fresh ditron context (dialects loaded), current during one test.
 """
@@ -41,15 +44,20 @@ def pytest_runtest_makereport(item, call):
 _FAILED = pytest.StashKey[bool]()
 
 
+def _live_after_collecting() -> int:
+    """Live MLIR contexts once garbage is collected (no collection when none is alive: nothing to find)."""
+    if live_mlir_contexts():
+        gc.collect()
+    return live_mlir_contexts()
+
+
 @pytest.fixture(autouse=True)
 def _no_leaked_mlir_context(request):
-    gc.collect()
-    before = live_mlir_contexts()
+    before = _live_after_collecting()
     yield
     if request.node.stash.get(_FAILED, False):
         return
-    gc.collect()
-    after = live_mlir_contexts()
+    after = _live_after_collecting()
     assert after <= before, (
         f"{request.node.nodeid} leaked {after - before} MLIR context(s) ({before} alive before, {after} after "
         f"gc.collect()): keep contexts inside 'with ditron_context():' and drop every IR object built in them")
@@ -57,7 +65,11 @@ def _no_leaked_mlir_context(request):
 
 @pytest.fixture(scope="session", autouse=True)
 def _no_mlir_context_at_exit(request):
+    gc.collect()
+    assert live_mlir_contexts() == 0, "an MLIR context is alive before the first test (made at import time)"
+    gc.freeze()  # the imported modules' objects: never garbage, no longer scanned by each collection
     yield
+    gc.unfreeze()
     gc.collect()
     if request.session.testsfailed:
         return
