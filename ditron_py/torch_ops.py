@@ -20,7 +20,8 @@ each op computes):
     ditron::all_reduce(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor           x's shape
     ditron::all_to_all(Tensor x, str world, int split_dim=0, int concat_dim=0, int max_rows=0) -> Tensor
                                                                                           split / W, concat * W
-    ditron::grouped_gemm(Tensor x, Tensor w, Tensor group_sizes, str world, int max_rows=0) -> Tensor  [T, N]
+    ditron::grouped_gemm(Tensor x, Tensor w, Tensor group_sizes, str world, str? gated=None, int max_rows=0)
+                   -> Tensor        [T, N]; gated="silu": w [E, K, 2N] -> silu(x @ gate) * (x @ up), fused [T, N]
                                                                      (group_sizes int32; max_rows must be 0)
 
 ``max_rows`` (every operator): 0 runs the program of the call's exact shapes (one program per row count); N > 0
@@ -344,7 +345,8 @@ SIGNATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "all_reduce": ('(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor', ("algorithm",)),
     "all_to_all": ("(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0, int max_rows=0) -> Tensor",
                    ("split_dim", "concat_dim")),
-    "grouped_gemm": ("(Tensor x, Tensor w, Tensor group_sizes, str world, int max_rows=0) -> Tensor", ()),
+    "grouped_gemm": ("(Tensor x, Tensor w, Tensor group_sizes, str world, str? gated=None, int max_rows=0) -> "
+                     "Tensor", ("gated",)),
 }
 assert set(SIGNATURES) == set(ops.OPS), "every op of ditron.ops is a torch operator"
 
@@ -491,6 +493,12 @@ def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, max_rows: int 
     return torch.ops.ditron.all_to_all(x, _handle(world), split_dim, concat_dim, max_rows)
 
 
+def grouped_gemm(x, w, group_sizes, world, gated: str | None = None, max_rows: int = 0):
+    """torch.ops.ditron.grouped_gemm: x [T, K] grouped by expert, w [E, K, N], group_sizes [G] int32 -> [T, N]
+    (ditron.ops.grouped_gemm says what it computes); gated="silu": w [E, K, 2N] -> silu(x @ gate) * (x @ up)."""
+    return torch.ops.ditron.grouped_gemm(x, w, group_sizes, _handle(world), gated, max_rows)
+
+
 __all__ = ["NAMESPACE", "OPERATORS", "WorldHandleError", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "close",
-           "gemm_ar", "gemm_rs", "reduce_scatter", "register_custom_op", "register_world", "synchronize",
+           "gemm_ar", "gemm_rs", "grouped_gemm", "reduce_scatter", "register_custom_op", "register_world", "synchronize",
            "unregister_world", "world_of"]

@@ -241,7 +241,7 @@ def test_bounded_form_builder_and_accessors():
 
 def test_kernel_parses_and_compiles_for_both_vendors():
     """Lowered by ditron-lower-core-to-triton, Triton's parser takes it and its stages build a binary (no GPU)."""
-    from test_kernels import compile_text, emit, triton_parse
+    from kernel_checks import compile_text, emit, triton_parse
     rec = a2a_sized.make_record(100, 96, 400, 4, dtype="bf16", grid=8)
     for target, triple in (("cuda:90", ("cuda", 90, 32)), ("hip:gfx942", ("hip", "gfx942", 64))):
         text = emit(rec, lower=target)

@@ -13,7 +13,7 @@ from ditron.kernels import gemm
 from ditron.kernels.numerics import random, round_to, storage_dtype
 from ditron.sim import simulate, task_reference
 from test_collectives import lower
-from test_kernels import RNG_SEED, SMALL, close, emit, gemm_lds, gemm_memory, run_both, triton_parse
+from kernel_checks import RNG_SEED, SMALL, close, emit, gemm_lds, gemm_memory, run_both, triton_parse
 
 CONFIGS = {
     "pointer-plain": dict(loads="pointer", store="pointer", persistent=False, epilogue_split=1, flatten=False),

@@ -13,7 +13,7 @@ from ditron.cost_model import gemm_candidates, gemm_time, peaks_for
 from ditron.errors import VerificationError
 from ditron.kernels import gemm
 from ditron.kernels.gemm.configs import fp8_tile_fits
-from test_kernels import compile_text, emit
+from kernel_checks import compile_text, emit
 
 SCALES = [{"fn": "mul", "arg": "sa", "operand": "scalar", "dtype": "fp32"},
           {"fn": "mul", "arg": "sb", "operand": "scalar", "dtype": "fp32"}]

@@ -20,7 +20,7 @@ from ditron.errors import VerificationError
 from ditron.kernels import (I32_LIMIT, MAX_DIM, copy, elementwise, gemm, get_template, grouped_gemm, interp, reduce)
 from ditron.kernels.gemm import PyOps
 from ditron.kernels.numerics import random, round_to, storage_dtype
-from test_kernels import emit, triton_parse
+from kernel_checks import emit, triton_parse
 
 RNG = np.random.default_rng(25)
 MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux; Python's mmap names it from 3.13

@@ -23,7 +23,8 @@ SCHEMAS = {
     "all_reduce": 'ditron::all_reduce(Tensor x, str world, str algorithm="auto", int max_rows=0) -> Tensor',
     "all_to_all": ("ditron::all_to_all(Tensor x, str world, SymInt split_dim=0, SymInt concat_dim=0, int max_rows=0) "
                    "-> Tensor"),
-    "grouped_gemm": "ditron::grouped_gemm(Tensor x, Tensor w, Tensor group_sizes, str world, int max_rows=0) -> Tensor",
+    "grouped_gemm": "ditron::grouped_gemm(Tensor x, Tensor w, Tensor group_sizes, str world, str? gated=None, "
+                    "int max_rows=0) -> Tensor",
 }
 BF16 = torch.bfloat16
 
@@ -47,6 +48,8 @@ CASES = [
     ("reduce_scatter", (meta(8, 16),), {"dim": 0}, (2, 16)),
     ("all_reduce", (meta(8, 16),), {"algorithm": "two_shot"}, (8, 16)),
     ("all_to_all", (meta(8, 16),), {"split_dim": 1, "concat_dim": 0}, (32, 4)),
+    ("grouped_gemm", (meta(10, 16), meta(4, 16, 32), meta(4, dtype=torch.int32)), {}, (10, 32)),
+    ("grouped_gemm", (meta(10, 16), meta(4, 16, 32), meta(8, dtype=torch.int32)), {"gated": "silu"}, (10, 16)),
 ]
 
 
@@ -84,7 +87,8 @@ def test_fake_implementations_give_the_output_of_the_world(op, args, params, wan
     sig = ops.signature_for(op, [a.shape for a in args], "bf16", 4, False, **params)
     assert sig.output_shape() == want  # the same arithmetic as ops.Signature
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
-        fakes = [mode.from_tensor(torch.empty(a.shape, dtype=torch.float16)) for a in args]
+        fakes = [mode.from_tensor(torch.empty(a.shape, dtype=torch.float16 if a.dtype.is_floating_point else a.dtype))
+                 for a in args]
         y = getattr(torch.ops.ditron, op)(*fakes, h, **params)
         assert tuple(y.shape) == want and y.dtype == torch.float16
     one = torch_ops.register_world(World.virtual(1, device="cpu"))
@@ -107,6 +111,10 @@ def test_opcheck(op, args, params, want):
     (lambda h: torch.ops.ditron.reduce_scatter(meta(6, 16), h), "dim 0 of \\[6, 16\\] \\(size 6\\) does not split"),
     (lambda h: torch.ops.ditron.all_to_all(meta(8, 6), h, 1, 0), "split_dim 1 of \\[8, 6\\] \\(size 6\\) does not"),
     (lambda h: torch.ops.ditron.all_reduce(meta(8, 6, dtype=torch.int32), h), "tensors of torch.int32 are not"),
+    (lambda h: torch.ops.ditron.grouped_gemm(meta(10, 16), meta(4, 16, 33), meta(4, dtype=torch.int32), h, "silu"),
+     "gated='silu' needs one of"),
+    (lambda h: torch.ops.ditron.grouped_gemm(meta(10, 16), meta(4, 16, 32), meta(4, dtype=torch.int32), h, "gelu"),
+     "gated='gelu' needs one of"),
     (lambda h: torch.ops.ditron.ag_gemm(meta(8, 16), meta(16, 32, dtype=torch.float16), h), "different element "
                                                                                              "types"),
 ])
