@@ -29,6 +29,14 @@ DriverMemops binds C functions that do nothing (hotpath.c's dry_entry_points) in
 ctypes calls (memops, event record, stream waits) and the call plans' C path (hotpath.c's launch, fork, join and
 memops) run up to the driver -- so what is timed is the host path alone, with the call plans and interpreted (written to host_dry.csv). The driver calls and
 torch's allocator cost a few microseconds more per call on a GPU host; ``--run`` measures them.
+
+``--breakdown DIR`` (a GPU, or no GPU: then dry as above) splits the eager call with fresh inputs of the W = 1
+cases into its layers, us per call (the median of 5 runs of 3000 calls): the whole ``ops`` call, the call plan's
+``enqueue`` (fork, steps, join) and ``bind`` (argument slots, the outputs allocated) with the call's tensors
+already checked, the outputs alone, the fork + join alone (hotpath.c: two cuEventRecord, two cuStreamWaitEvent),
+the plan's steps alone (the launches: ``steps_gpu_us`` is the GPU's time per call over the same loop, CUDA events;
+where it is as large as ``steps_us`` the loop waited for the GPU, not the host), and torch's ``add_`` and
+``matmul`` of the op's operands for scale. Written to host_breakdown.csv.
 """
 from __future__ import annotations
 
@@ -400,6 +408,88 @@ def dry_run(directory: Path, out_dir: Path = RESULTS) -> int:
     return 0
 
 
+def breakdown_rows(directory: Path) -> list[dict]:
+    import contextlib
+    import gc
+    import itertools
+    import warnings
+
+    import torch
+
+    from ditron import ops
+    from ditron.runtime.executor import Executor
+    from ditron.runtime.world import World
+    rows = []
+    warnings.simplefilter("ignore", FutureWarning)  # gc's walk touches torch's deprecated module attributes
+    with contextlib.ExitStack() as stack:
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        if dev == "cpu":
+            dry_gpu(stack)
+        timer = _dry_timed if dev == "cpu" else lambda call, warmup=0: timed(call, CALLS)
+        lib = ops.Library(directory, target="cuda:90")
+        for op, shapes, params, W in [c for c in DRY_CASES if c[3] == 1]:
+            world = World.virtual(1, device=dev)
+            pool = [[(torch.randn(shapes[0], device=dev) * 0.1).to(torch.bfloat16)] for _ in range(FRESH)]
+            rest = [[(torch.randn(sh, device=dev) * 0.1).to(torch.bfloat16)] for sh in shapes[1:]]
+            nxt = itertools.cycle(pool).__next__
+            fn = getattr(ops, op)
+            before = {id(o) for o in gc.get_objects() if isinstance(o, Executor)}
+            row = {"op": op, "device": "dry (no GPU)" if dev == "cpu" else torch.cuda.get_device_name()}
+            row["full_us"] = timer(lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params), warmup=50)
+            plan = next(p for o in gc.get_objects() if isinstance(o, Executor) and id(o) not in before and
+                        not o._closed for p in getattr(o, "_eager_plans", {}).values() if hasattr(p, "steps"))
+            args = [nxt()[0], *[r[0] for r in rest]]
+            tensors, _ = plan.bind([args], None)
+            row["enqueue_us"] = timer(lambda: plan.enqueue(tensors, False))
+            row["bind_us"] = timer(lambda: plan.bind([args], None))
+            row["outputs_us"] = timer(plan.new_outputs)
+            e, cur = plan.entries, plan.current_raw(plan.index) if plan.current_raw else None
+            if e is not None:
+                row["fork_join_us"] = timer(lambda: (e.fork(plan.start[1], cur, *plan.fork_handles),
+                                                     e.join(cur, *plan.join_args[0])))
+            steps, t, epoch = plan.steps[0][0][1], tensors[plan.ex.ranks[0]], plan.ex.epoch
+
+            def run_steps():
+                for step in steps:
+                    step(epoch, t)
+            row["steps"] = len(steps)
+            row["steps_us"] = timer(run_steps)
+            if dev == "cuda":
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(CALLS):
+                    run_steps()
+                end.record()
+                end.synchronize()
+                row["steps_gpu_us"] = start.elapsed_time(end) * 1e3 / CALLS
+            y = torch.zeros(SHAPE, dtype=torch.bfloat16, device=dev)
+            row["torch_add_us"] = timer(lambda: y.add_(y))
+            if rest and args[0].shape[-1] == rest[0][0].shape[0]:
+                row["torch_matmul_us"] = timer(lambda: torch.matmul(nxt()[0], rest[0][0]))
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            rows.append({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
+            print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+        lib.close()
+    return rows
+
+
+def breakdown(directory: Path, out_dir: Path = RESULTS) -> int:
+    rows = breakdown_rows(directory)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    keys = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    path = out_dir / "host_breakdown.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {path}")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group(required=True)
@@ -407,6 +497,7 @@ def main() -> int:
     g.add_argument("--run", type=Path, metavar="DIR", help="time the calls with the artifact in DIR")
     g.add_argument("--cpu-dry", type=Path, metavar="DIR", help="no GPU: time the Python host path of eager calls "
                    "(artifacts in DIR, built there if missing and the compiler is here)")
+    g.add_argument("--breakdown", type=Path, metavar="DIR", help="the eager call's layers, us each (a GPU, else dry)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where host_w1.csv goes (default: benchmarks/results)")
     args = p.parse_args()
     if args.build:
@@ -414,6 +505,8 @@ def main() -> int:
         return 0
     if args.cpu_dry:
         return dry_run(args.cpu_dry, args.out)
+    if args.breakdown:
+        return breakdown(args.breakdown, args.out)
     return run(args.run, args.out)
 
 

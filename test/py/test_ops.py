@@ -4,6 +4,7 @@ semantics for W in {1, 2, 4, 8} (M = 4091·W included), and the artifact library
 without the compiler). The GPU side is test_ops_gpu.py."""
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -621,6 +622,27 @@ def test_host_benchmark_builds_its_artifact(tmp_path):
     bench.build(tmp_path)
     lib = ops.Library(tmp_path, compile=False)
     assert lib.path(bench.signature()).is_dir() and lib.executable(bench.signature()).host_program is not None
+
+
+def test_host_benchmark_breakdown_runs_dry(tmp_path, monkeypatch):
+    """bench_host --breakdown without a GPU (device calls no-ops): a row per W = 1 case with every layer timed, the
+    whole call the largest, written to host_breakdown.csv."""
+    from ditron.runtime import memops
+    if memops.hotpath() is None:
+        pytest.skip("no C compiler or Python headers here: the dry driver's helper cannot be built")
+    bench = _bench("bench_host")
+    bench.build(tmp_path / "arts")
+    monkeypatch.setattr(bench, "DRY_CALLS", 20)
+    monkeypatch.setattr(bench, "REPEATS", 1)
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the dry path, on a GPU host too
+    assert bench.breakdown(tmp_path / "arts", tmp_path / "out") == 0
+    rows = list(csv.DictReader(open(tmp_path / "out" / "host_breakdown.csv")))
+    assert [r["op"] for r in rows] == [c[0] for c in bench.DRY_CASES if c[3] == 1]
+    for r in rows:
+        layers = [float(r[k]) for k in ("enqueue_us", "bind_us", "outputs_us", "fork_join_us", "steps_us")]
+        assert all(v > 0 for v in layers) and float(r["full_us"]) > float(r["enqueue_us"]), r
+        assert r["device"] == "dry (no GPU)" and int(r["steps"]) >= 1
 
 
 def test_link_benchmark_kernels_compile_with_the_flags_they_claim():
