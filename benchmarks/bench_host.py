@@ -35,7 +35,8 @@ cases into its layers, us per call (the median of 5 runs of 3000 calls): the who
 ``enqueue`` (fork, steps, join) and ``bind`` (argument slots, the outputs allocated) with the call's tensors
 already checked, the outputs alone, the fork + join alone (hotpath.c: two cuEventRecord, two cuStreamWaitEvent),
 the plan's steps alone (the launches: ``steps_gpu_us`` is the GPU's time per call over the same loop, CUDA events;
-where it is as large as ``steps_us`` the loop waited for the GPU, not the host), and torch's ``add_`` and
+where it is as large as ``steps_us`` the loop waited for the GPU, not the host; ``steps_alone_us`` and
+``full_alone_us``: one call into an idle GPU, synchronized before each, the median of 1000), and torch's ``add_`` and
 ``matmul`` of the op's operands for scale. Written to host_breakdown.csv.
 """
 from __future__ import annotations
@@ -463,16 +464,33 @@ def breakdown_rows(directory: Path) -> list[dict]:
                 end.record()
                 end.synchronize()
                 row["steps_gpu_us"] = start.elapsed_time(end) * 1e3 / CALLS
+                row["steps_alone_us"] = _alone_us(run_steps)
+                row["full_alone_us"] = _alone_us(lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params))
             y = torch.zeros(SHAPE, dtype=torch.bfloat16, device=dev)
             row["torch_add_us"] = timer(lambda: y.add_(y))
             if rest and args[0].shape[-1] == rest[0][0].shape[0]:
                 row["torch_matmul_us"] = timer(lambda: torch.matmul(nxt()[0], rest[0][0]))
+                if dev == "cuda":
+                    row["torch_matmul_alone_us"] = _alone_us(lambda: torch.matmul(nxt()[0], rest[0][0]))
             if dev == "cuda":
                 torch.cuda.synchronize()
             rows.append({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
             print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
         lib.close()
     return rows
+
+
+def _alone_us(call, n: int = 1000) -> float:
+    """The host time of one call made into an idle GPU (synchronized before each): the median of n."""
+    import torch
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def breakdown(directory: Path, out_dir: Path = RESULTS) -> int:
