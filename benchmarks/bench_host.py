@@ -418,6 +418,7 @@ def breakdown_rows(directory: Path) -> list[dict]:
     import torch
 
     from ditron import ops
+    from ditron.runtime import eager
     from ditron.runtime.executor import Executor
     from ditron.runtime.world import World
     rows = []
@@ -437,8 +438,11 @@ def breakdown_rows(directory: Path) -> list[dict]:
             before = {id(o) for o in gc.get_objects() if isinstance(o, Executor)}
             row = {"op": op, "device": "dry (no GPU)" if dev == "cpu" else torch.cuda.get_device_name()}
             row["full_us"] = timer(lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params), warmup=50)
-            plan = next(p for o in gc.get_objects() if isinstance(o, Executor) and id(o) not in before and
-                        not o._closed for p in getattr(o, "_eager_plans", {}).values() if hasattr(p, "steps"))
+            plan = next((p for o in gc.get_objects() if isinstance(o, Executor) and id(o) not in before and
+                         not o._closed for p in getattr(o, "_eager_plans", {}).values() if hasattr(p, "steps")), None)
+            if plan is None:
+                sys.exit(f"bench_host --breakdown: the {op} call made no eager call plan (eager.ENABLED is "
+                         f"{eager.ENABLED}); its layers cannot be timed")
             args = [nxt()[0], *[r[0] for r in rest]]
             tensors, _ = plan.bind([args], None)
             row["enqueue_us"] = timer(lambda: plan.enqueue(tensors, False))
