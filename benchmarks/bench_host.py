@@ -31,7 +31,7 @@ memops) run up to the driver -- so what is timed is the host path alone, with th
 torch's allocator cost a few microseconds more per call on a GPU host; ``--run`` measures them.
 
 ``--breakdown DIR`` (a GPU, or no GPU: then dry as above) splits the eager call with fresh inputs of the W = 1
-cases into its layers, us per call (the median of 5 runs of 3000 calls): the whole ``ops`` call, the call plan's
+cases into its layers, us per call (the median of 5 runs of 3000 calls, 2000 dry): the whole ``ops`` call, the call plan's
 ``enqueue`` (fork, steps, join) and ``bind`` (argument slots, the outputs allocated) with the call's tensors
 already checked, the outputs alone, the fork + join alone (hotpath.c: two cuEventRecord, two cuStreamWaitEvent),
 the plan's steps alone (the launches: ``steps_gpu_us`` is the GPU's time per call over the same loop, CUDA events;
@@ -437,7 +437,9 @@ def breakdown_rows(directory: Path) -> list[dict]:
             fn = getattr(ops, op)
             before = {id(o) for o in gc.get_objects() if isinstance(o, Executor)}
             row = {"op": op, "device": "dry (no GPU)" if dev == "cpu" else torch.cuda.get_device_name()}
-            row["full_us"] = timer(lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params), warmup=50)
+            def call():
+                return fn(nxt(), *rest, world, sync=False, library=lib, **params)
+            row["full_us"] = timer(call, warmup=50)
             plan = next((p for o in gc.get_objects() if isinstance(o, Executor) and id(o) not in before and
                          not o._closed for p in getattr(o, "_eager_plans", {}).values() if hasattr(p, "steps")), None)
             if plan is None:
@@ -469,7 +471,7 @@ def breakdown_rows(directory: Path) -> list[dict]:
                 end.synchronize()
                 row["steps_gpu_us"] = start.elapsed_time(end) * 1e3 / CALLS
                 row["steps_alone_us"] = _alone_us(run_steps)
-                row["full_alone_us"] = _alone_us(lambda: fn(nxt(), *rest, world, sync=False, library=lib, **params))
+                row["full_alone_us"] = _alone_us(call)
             y = torch.zeros(SHAPE, dtype=torch.bfloat16, device=dev)
             row["torch_add_us"] = timer(lambda: y.add_(y))
             if rest and args[0].shape[-1] == rest[0][0].shape[0]:
