@@ -14,6 +14,10 @@ tensor's shape, dtype, device, contiguity) to the output's shape and dtype and t
 operator call allocates its output and enqueues, with the capture plan made by the first call (outside any capture;
 a call inside the caller's capture always takes the capture path).
 
+After the first such operator call, the next one is a single C call (``op_front``: hotpath.c's op_call, which the
+operator's kernel tries first, and ``torch_ops.call`` without torch's dispatcher in plain eager code): the
+positional arguments matched against the checked call's, the output made, the plan's C program run.
+
 ``ditron.runtime.eager.ENABLED = False`` turns both off (every call interpreted, as before: the benchmark's
 baseline). Imports torch only.
 """
@@ -157,10 +161,84 @@ def op_remember(op: str, handle: str, params: dict[str, Any], tensors: Sequence[
         _ops[k] = (entry, eager.output_maker(tuple(out.shape), out.dtype, out.device), fast)
 
 
+# ------------------------------------------------------------------------------ operator calls in one C call
+
+fronts: dict[str, tuple] = {}   # op -> its C calls (hotpath.c's make_op_call), newest first: the operator's kernel
+_front_keys: dict[str, list[tuple[tuple, Any]]] = {}   # op -> [(the _ops key, its C call)], newest first
+FRONTS_PER_OP = 16              # the C calls kept per operator (a call matches them in turn)
+run_front = None                # hotpath.c's op_call(calls, args), set with the first front
+
+
+def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: dict[str, Any], worlds) -> None:
+    """After a torch operator's eager call made with positional arguments only (``args`` as the dispatcher gave
+    them): where that call left a FastCall whose plan is C programs (``EagerPlan.native``: one row, no
+    prechecks), the whole next such call in one C call (hotpath.c's op_call; the operator's kernel tries
+    ``fronts[op]`` first): the arguments matched, the output made, the epoch taken (and, where buffers rotate, its
+    parity's pads bound), the program run, the milestones of the call's end queued. ``worlds``: torch_ops'
+    registered worlds."""
+    if not (eager.ENABLED and eager.NATIVE):
+        return
+    try:
+        k = op_key(op, handle, params, tensors)
+        found = _ops.get(k)
+    except (AttributeError, TypeError):
+        return
+    if found is None or any(key == k for key, _ in _front_keys.get(op, ())):
+        return
+    entry, make, fast = found
+    plan = fast.plan
+    native = getattr(plan, "native", None)
+    rotates = bool(fast.ex._rotates)
+    if not native or sorted(native) != ([0, 1] if rotates else [0]) or plan.prechecks or len(plan.rows) != 1 or \
+            len(plan.output_slots) != 1 or len(plan.inputs) != len(tensors) or not fast.live:
+        return
+    from .runtime.memops import hotpath
+    from .runtime.timeouts import Milestone
+    hot = hotpath()
+    if hot is None or not hasattr(hot, "make_op_call"):
+        return
+    torch = eager.torch_module()
+    programs = tuple(native[p][0] for p in sorted(native))
+    global run_front
+    run_front = hot.op_call
+
+    def fail(res, epoch):
+        raise plan._native_failure(native[epoch & 1 if rotates else 0][1], tuple(res), epoch)
+    marks = tuple(tuple((q.append, ev, rank, s) for q, ev, rank, s in plan.join_marks[i])
+                  for i in range(len(plan.join_marks)))
+    c = hot.make_op_call(handle, tuple(args[len(tensors) + 1:]), tuple(type(t) for t in tensors),
+                         tuple(t.shape for t in tensors),
+                         tuple(t.dtype for t in tensors), tuple(t.device for t in tensors), plan.n_args,
+                         (*plan.inputs, plan.output_slots[0]), make, worlds, entry, fast.ex, plan.max_epoch, programs,
+                         fast.ex._use_parity if rotates else None, plan.current_raw, plan.index, plan.get_device, torch.cuda.is_current_stream_capturing,
+                         plan.hooks, fast.ex.watch.prune, eager.PRUNE_AT, Milestone, marks, fail)
+    kept = [(k, c)] + _front_keys.get(op, [])[:FRONTS_PER_OP - 1]
+    _front_keys[op] = kept
+    fronts[op] = tuple(cap for _, cap in kept)
+
+
+def drop_fronts() -> None:
+    """Forget every operator's C calls (later calls take the Python way until a checked call makes them again;
+    ``eager.NATIVE = False`` first keeps them away: the benchmark's baseline)."""
+    fronts.clear()
+    _front_keys.clear()
+
+
+def _prune_fronts() -> None:
+    """Keep only the C calls whose _ops entry is still there."""
+    for op in list(_front_keys):
+        kept = [(k, c) for k, c in _front_keys[op] if k in _ops]
+        _front_keys[op] = kept
+        fronts[op] = tuple(c for _, c in kept)
+        if not kept:
+            del _front_keys[op], fronts[op]
+
+
 def forget_world(world=None) -> None:
     """Drop the operators' fast calls in ``world`` (else all)."""
     for k in [k for k, v in _ops.items() if world is None or v[0][0] is world]:
         del _ops[k]
+    _prune_fronts()
 
 
 def forget(exe=None, lib=None) -> None:
@@ -169,6 +247,8 @@ def forget(exe=None, lib=None) -> None:
         lib._eager = {k: v for k, v in lib._eager.items() if exe is not None and v.exe is not exe}
     for k in [k for k, v in _ops.items() if exe is None or v[2].exe is exe]:
         del _ops[k]
+    _prune_fronts()
 
 
-__all__ = ["MISS", "FastCall", "call", "forget", "key", "forget_world", "op_call", "op_key", "op_remember", "remember"]
+__all__ = ["FRONTS_PER_OP", "MISS", "FastCall", "call", "drop_fronts", "forget", "forget_world", "fronts", "key", "op_call", "op_front",
+           "op_key", "op_remember", "remember"]

@@ -63,6 +63,7 @@ from typing import Any
 import torch
 
 from . import fastcall, ops
+from .runtime import eager
 from .errors import DitronError
 
 NAMESPACE = "ditron"
@@ -367,7 +368,15 @@ def _define(op: str) -> None:
         return args[:arity], args[arity], p, p.pop("max_rows", 0)
 
     def kernel(*args, **kwargs):
-        return _run(op, *split(args, kwargs))
+        if not kwargs and eager.ENABLED and (calls := fastcall.fronts.get(op)) is not None:
+            out = fastcall.run_front(calls, args)  # like a checked earlier call: one C call (fastcall.op_front)
+            if out is not None:
+                return out
+        tensors, handle, p, max_rows = split(args, kwargs)
+        out = _run(op, tensors, handle, p, max_rows)
+        if not kwargs and not max_rows:
+            fastcall.op_front(op, args, tensors, handle, p, _worlds)
+        return out
 
     def fake(*args, **kwargs):
         return _fake(op, *split(args, kwargs))
@@ -452,53 +461,71 @@ def register_custom_op(op, **params: Any):
 
 # ------------------------------------------------------------------------------- Python-facing wrappers
 # Each takes the world's handle (or a World, registered here with the default library: outside a compiled region,
-# since registering is Python that torch.compile does not trace) and calls torch.ops.ditron.<op>.
+# since registering is Python that torch.compile does not trace) and calls torch.ops.ditron.<op> (through ``call``).
 
 def _handle(world) -> str:
     return world if isinstance(world, str) else register_world(world)
 
 
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
+
+
+def call(op: str, *args):
+    """``torch.ops.ditron.<op>(*args)`` (positional arguments, in the schema's order). In plain eager code -- not
+    traced or compiled, no torch function or dispatch mode active -- a call like a checked earlier one (the same
+    argument form, plain tensors of the same shapes) goes straight to its one C call (fastcall.op_front) without
+    torch's dispatcher in front of it; anything else is the operator's call. ditron.nn's layers and the wrappers
+    below call this."""
+    if not torch.compiler.is_compiling() and eager.ENABLED and (calls := fastcall.fronts.get(op)) is not None \
+            and not _dispatch_modes() and not _function_modes():
+        out = fastcall.run_front(calls, args)
+        if out is not None:
+            return out
+    return getattr(torch.ops.ditron, op)(*args)
+
+
 def ag_gemm(a, b, world, max_rows: int = 0):
     """torch.ops.ditron.ag_gemm: a [m, K] (this rank's rows), b [K, n] -> [W*m, n] = all_gather(a) @ b."""
-    return torch.ops.ditron.ag_gemm(a, b, _handle(world), max_rows)
+    return call("ag_gemm", a, b, _handle(world), max_rows)
 
 
 def gemm_rs(a, b, world, max_rows: int = 0):
     """torch.ops.ditron.gemm_rs: a [M, k], b [k, N] (K sharded) -> [M/W, N] = this rank's rows of sum(a @ b)."""
-    return torch.ops.ditron.gemm_rs(a, b, _handle(world), max_rows)
+    return call("gemm_rs", a, b, _handle(world), max_rows)
 
 
 def gemm_ar(a, b, world, algorithm: str = "auto", max_rows: int = 0):
     """torch.ops.ditron.gemm_ar: a [M, k], b [k, N] (K sharded) -> [M, N] = sum over ranks of a @ b."""
-    return torch.ops.ditron.gemm_ar(a, b, _handle(world), algorithm, max_rows)
+    return call("gemm_ar", a, b, _handle(world), algorithm, max_rows)
 
 
 def all_gather(x, world, dim: int = 0, max_rows: int = 0):
     """torch.ops.ditron.all_gather: every rank's x concatenated along dim."""
-    return torch.ops.ditron.all_gather(x, _handle(world), dim, max_rows)
+    return call("all_gather", x, _handle(world), dim, max_rows)
 
 
 def reduce_scatter(x, world, dim: int = 0, max_rows: int = 0):
     """torch.ops.ditron.reduce_scatter: the sum over ranks of x, this rank's part r of W along dim."""
-    return torch.ops.ditron.reduce_scatter(x, _handle(world), dim, max_rows)
+    return call("reduce_scatter", x, _handle(world), dim, max_rows)
 
 
 def all_reduce(x, world, algorithm: str = "auto", max_rows: int = 0):
     """torch.ops.ditron.all_reduce: the sum over ranks of x."""
-    return torch.ops.ditron.all_reduce(x, _handle(world), algorithm, max_rows)
+    return call("all_reduce", x, _handle(world), algorithm, max_rows)
 
 
 def all_to_all(x, world, split_dim: int = 0, concat_dim: int = 0, max_rows: int = 0):
     """torch.ops.ditron.all_to_all: part r of x along split_dim to rank r, concatenated along concat_dim."""
-    return torch.ops.ditron.all_to_all(x, _handle(world), split_dim, concat_dim, max_rows)
+    return call("all_to_all", x, _handle(world), split_dim, concat_dim, max_rows)
 
 
 def grouped_gemm(x, w, group_sizes, world, gated: str | None = None, max_rows: int = 0):
     """torch.ops.ditron.grouped_gemm: x [T, K] grouped by expert, w [E, K, N], group_sizes [G] int32 -> [T, N]
     (ditron.ops.grouped_gemm says what it computes); gated="silu": w [E, K, 2N] -> silu(x @ gate) * (x @ up)."""
-    return torch.ops.ditron.grouped_gemm(x, w, group_sizes, _handle(world), gated, max_rows)
+    return call("grouped_gemm", x, w, group_sizes, _handle(world), gated, max_rows)
 
 
-__all__ = ["NAMESPACE", "OPERATORS", "WorldHandleError", "ag_gemm", "all_gather", "all_reduce", "all_to_all", "close",
+__all__ = ["NAMESPACE", "OPERATORS", "WorldHandleError", "ag_gemm", "call", "all_gather", "all_reduce", "all_to_all", "close",
            "gemm_ar", "gemm_rs", "grouped_gemm", "reduce_scatter", "register_custom_op", "register_world", "synchronize",
            "unregister_world", "world_of"]

@@ -41,7 +41,9 @@ from typing import Any
 
 import torch
 
+from .. import torch_ops
 from ..errors import DitronError
+from ..op_signature import PARAMS
 
 INPUTS = ("replicated", "sequence")
 OUTPUTS = ("replicated", "sequence")
@@ -54,8 +56,17 @@ class ParallelError(DitronError, ValueError):
 def call_op(op: str, a, b, handle: str, params: dict[str, Any]):
     """Run ditron op ``op`` (ag_gemm, gemm_rs, gemm_ar) on this rank's a [M, K] and b [K, N] through its torch
     operator (torch.ops.ditron.<op>, ditron.torch_ops), in the world ``handle`` names; enqueued on the current stream,
-    traced by torch.compile without a graph break, captured into the caller's CUDA graph."""
-    return getattr(torch.ops.ditron, op)(a, b, handle, **params)
+    traced by torch.compile without a graph break, captured into the caller's CUDA graph. The parameters go
+    positionally, in the schema's order (their defaults between), through ``torch_ops.call``: an eager call like an
+    earlier one is one C call."""
+    names = torch_ops.SIGNATURES[op][1] + ("max_rows",)
+    if not params:
+        return torch_ops.call(op, a, b, handle)
+    if not set(params) <= set(names):  # torch's own error names the parameter
+        return getattr(torch.ops.ditron, op)(a, b, handle, **params)
+    last = max(names.index(name) for name in params)
+    defaults = {**PARAMS[op], "max_rows": 0}
+    return torch_ops.call(op, a, b, handle, *[params.get(name, defaults[name]) for name in names[:last + 1]])
 
 
 def check_world(world, what: str) -> None:

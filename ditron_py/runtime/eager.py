@@ -28,6 +28,13 @@ What a plan does instead (``EagerPlan.call``):
   not cover (cluster, cooperative or PDL launches, profile scratch, global scratch the executor does not own, an
   argument type it does not pack), a call while a Triton launch hook is registered and one with no current
   context (``launch`` returns -1) go through Triton's launcher as below; without the helper, the ctypes calls.
+* **One C call per call** (``NATIVE``, where the helper has programs): the fork, the steps and the join as one
+  C program per parity (``_programs``: hotpath.c's make_program / run) -- launches, memops and row copies run in
+  C from the descriptors their steps carry (``step.native``; a launch's tag and milestone through its ``pre`` /
+  ``post`` callbacks), every other step called back from C as a Python step; the program stops at a refused
+  driver call and returns it, and ``step.fail`` makes that step's error. Not built where a step switches torch's
+  current stream (the C program cannot restore it); a call with a launch hook registered, or with no current
+  context (nothing enqueued), takes the steps one C call each as above.
 * **Outputs** are ``torch.empty_like`` of a one-element prototype expanded to the shape (``output_maker``): one
   argument for torch to parse instead of three.
 * **Launches** otherwise go to Triton's launcher directly (``CompiledKernel.run`` with the grid, the function handle, the
@@ -61,6 +68,7 @@ from .regions import copy_rows
 from .timeouts import Milestone
 
 ENABLED = True      # eager calls through plans (False: every call interpreted, as before)
+NATIVE = True       # a plan's whole call as one C call (hotpath.c's programs) where it builds (False: a C call per step)
 EVENT_RING = 64     # events per (rank, stream) end and per blocking step, reused round-robin
 C_PATH = True       # launches, fork and join through hotpath.c where it is built (False: Triton's launcher, ctypes)
 PRUNE_AT = 32       # completed milestones are dropped every PRUNE_AT calls (an event query costs ~1 us)
@@ -109,6 +117,13 @@ def current_raw_stream():
 def _knobs_runtime():
     from triton import knobs
     return knobs.runtime
+
+
+def _hooked(hooks) -> bool:
+    """Whether a Triton launch hook is registered (a HookChain with calls, or a function): launches then go
+    through Triton's launcher, which calls it."""
+    enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
+    return (enter is not None and getattr(enter, "calls", True)) or (leave is not None and getattr(leave, "calls", True))
 
 
 def _f16(v):
@@ -212,6 +227,41 @@ class EagerPlan:
         self.inputs = [spec.index for spec in ex.program.inputs]
         self.n_args = len(ex.program.args) - 1
         self.rows = list(enumerate(ex.ranks))
+        self.ranks = list(ex.ranks)
+        self.hooks = _knobs_runtime() if self.c_launches else None
+        self.native = self._programs()
+
+    def _programs(self) -> dict[int, tuple[Any, list]]:
+        """Per parity the whole call as one C program (hotpath.c's make_program: the fork, every step, the join)
+        and its steps in order (what names a refused one), where the C path is here and no step switches torch's
+        current stream; else {} (a C call per step). A step the C program does not run itself (a barrier's count,
+        the executor's own actions) is a Python step in it."""
+        if not NATIVE or self.entries is None or self.sets_stream or self.entries.run is None:
+            return {}
+        rows = {r: k for k, r in enumerate(self.ranks)}
+        out = {}
+        for parity, per_rank in self.steps.items():
+            descs, order = [], []
+            for r, rank_steps in per_rank:
+                for step in rank_steps:
+                    d = getattr(step, "native", None)
+                    descs.append(("P", rows[r], step) if d is None else d if d[0] == "M" else
+                                 (d[0], rows[r], *d[1:]))
+                    order.append(step)
+            prog = self.entries.make_program(self.start[1], self.fork_handles, tuple(self.join_args), tuple(descs))
+            if prog is None:
+                return {}
+            out[parity] = (prog, order)
+        return out
+
+    def _native_failure(self, steps: list, res: tuple[int, int], epoch: int) -> Exception:
+        """The error of a native program's refused driver call ((index, code), hotpath.c's run)."""
+        index, code = res
+        if index < 0:
+            where = "start" if index == -1 else "end"
+            return DitronRuntimeError(f"{'cuEventRecord' if code > 0 else 'cuStreamWaitEvent'} failed at the {where} "
+                                      f"of an eager call: CUresult {abs(code)} ({self.drv.error_name(abs(code))})")
+        return steps[index].fail(code, epoch)
 
     # ------------------------------------------------------------------------------------------ building
     def _events(self, n: int) -> list[tuple[Any, int]]:
@@ -497,9 +547,7 @@ class EagerPlan:
         self.c_launches += 1
 
         def launch(epoch, t):
-            enter, leave = hooks.launch_enter_hook, hooks.launch_exit_hook
-            if (enter is not None and getattr(enter, "calls", True)) or \
-                    (leave is not None and getattr(leave, "calls", True)):
+            if _hooked(hooks):
                 return triton_launch(epoch, t)  # a hook (a HookChain with calls, or a function): Triton's launcher
             vals = [t[index].data_ptr() for index in ptrs]
             if affine:
@@ -515,6 +563,16 @@ class EagerPlan:
                 return triton_launch(epoch, t)  # no current context: Triton's launcher makes the primary one current
             if milestone is not None:
                 milestone(epoch, lazy)
+
+        pre = None
+        if tag_pos is not None or milestone is not None:
+            def pre(epoch):  # the native program's: (the tag, what the milestone and the error record name)
+                lazy = Lazy(et.action, i, epoch) if affine else a
+                return (new_tag(rank, lazy, (), -1) if tag_pos is not None else 0), lazy
+        launch.native = ("L", cap, tuple(arg_slots), tuple(varying), -1 if tag_pos is None else tag_pos, pre,
+                         milestone)
+        launch.fail = lambda code, epoch: DitronRuntimeError(f"cuLaunchKernel of @{kernel} failed: CUresult {code} "
+                                                             f"({drv.error_name(code)})")
         return launch
 
     def _divisibility_check(self, rank, a, values, arg_slots, claims) -> None:
@@ -593,13 +651,20 @@ class EagerPlan:
         self.c_copies += 1
         c_copy, handle, name, where = self.entries.copy, stream.cuda_stream, self.drv.error_name, a.loc or f"#{a.site}"
 
+        def fail(code, epoch):
+            return DitronRuntimeError(f"{'cuMemcpy2DAsync' if height > 1 else 'cuMemcpyDtoDAsync'} of the copy at "
+                                      f"{where} failed: CUresult {code} ({name(code)})")
+
         def run(epoch, t):
             src = s_ptr if s_ptr is not None else t[sv].data_ptr() + s_off
             dst = d_ptr if d_ptr is not None else t[dv].data_ptr() + d_off
             code = c_copy(handle, dst, src, width, height, dst_pitch, src_pitch)
             if code:
-                raise DitronRuntimeError(f"{'cuMemcpy2DAsync' if height > 1 else 'cuMemcpyDtoDAsync'} of the copy "
-                                         f"at {where} failed: CUresult {code} ({name(code)})")
+                raise fail(code, epoch)
+        run.native = ("C", handle, -1 if s_ptr is not None else sv, s_ptr if s_ptr is not None else s_off,
+                      -1 if d_ptr is not None else dv, d_ptr if d_ptr is not None else d_off, width, height, dst_pitch,
+                      src_pitch)
+        run.fail = fail
         return run
 
     def _memops(self, handle, n_writes, addrs, base, slope, after):
@@ -614,6 +679,8 @@ class EagerPlan:
                 raise error(code, n_writes, addrs, v, name)
             if after is not None:
                 after(epoch)
+        run.native = ("M", handle, base, slope, n_writes, tuple(addrs), after)
+        run.fail = lambda code, epoch: error(code, n_writes, addrs, base + slope * (epoch - 1), name)
         return run
 
     def _barrier(self, rank, parity, a: BarrierAction, stream):
@@ -705,6 +772,20 @@ class EagerPlan:
         drv = self.drv
         current = torch.cuda.current_stream(ex.device) if (self.sets_stream or drv is None) else None
         entries = self.entries
+        native = self.native.get(epoch & 1 if ex._rotates else 0) if self.native else None
+        if native is not None and (self.hooks is None or not _hooked(self.hooks)):
+            cur = self.current_raw(self.index)
+            res = entries.run(native[0], epoch, cur, [tensors[r] for r in self.ranks])
+            if res == 0:
+                i = epoch % EVENT_RING
+                for queue, ev, rank, s in self.join_marks[i]:
+                    queue.append(Milestone(ev, rank, s, None, epoch))
+                if sync:
+                    ex._synchronize()
+                return
+            if res != -1:
+                raise self._native_failure(native[1], res, epoch)
+            # no current context (nothing enqueued): the steps below, where Triton's launcher makes one current
         if entries is not None:
             cur = self.current_raw(self.index)
             code = entries.fork(self.start[1], cur, *self.fork_handles)

@@ -1,6 +1,7 @@
 /* The host paths in C: a graph-mode call's cuGraphLaunch, then cuEventRecord on the same stream, in one call from
  * Python (ctypes costs a fraction of a microsecond per call on top of the driver's own work, twice); and the eager
- * call plans' kernel launches, fork, join, memops and copies (below). The driver
+ * call plans' kernel launches, fork, join, memops and copies (below), a plan's whole call as one program, and a
+ * torch operator's whole eager call (its arguments matched, its output made, the program run). The driver
  * entry points come in as addresses (ctypes resolves them in libcuda.so.1), so nothing here links against CUDA.
  * Built at run time by ditron.runtime.memops through Triton's own helper builder (as Triton builds its launchers). */
 #define PY_SSIZE_T_CLEAN
@@ -355,6 +356,861 @@ static PyObject *copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromLong(code);
 }
 
+/* ------------------------------------------------------------------------------------------ whole calls
+ * An eager call plan's whole call in one C call (runtime/eager.py, EagerPlan's native programs): the fork of the
+ * caller's stream to the plan's streams, every step in order, the join back -- the work of the fork / launch /
+ * memops / copy / join calls above and of the Python frames around each, without those frames.
+ *
+ * make_program(entries, start, fork, join, steps) -> a capsule for run():
+ *   entries  (cuEventRecord, cuStreamWaitEvent, cuStreamWriteValue32, cuStreamWaitValue32, cuMemcpyDtoDAsync,
+ *             cuMemcpy2DAsync, cuCtxGetCurrent) addresses;
+ *   start    the fork's event; fork: the plan's streams (each waits for start, recorded on the caller's stream);
+ *   join     per ring slot a tuple of (event, stream) pairs, flat: each event recorded on its stream, then the
+ *            caller's stream waits for it (slot epoch % len(join));
+ *   steps    per step a tuple, by its first item:
+ *            ("L", row, launch capsule, ((arg, tensor), ...), ((arg, base, slope), ...), tag_arg, pre, post): the
+ *                call's tensors' data pointers (row `row` of the call's tensors) and the values affine in the epoch
+ *                (base + slope * (epoch - 1)) written into the packed launch, then cuLaunchKernel; pre (or None)
+ *                is called first as pre(epoch) -> (tag, lazy): the tag written at tag_arg (-1: none); post (or
+ *                None) after as post(epoch, lazy) (lazy None without pre);
+ *            ("M", stream, base, slope, n_writes, (addr, ...), after): memops' writes then waits of
+ *                base + slope * (epoch - 1); after(epoch) where not None;
+ *            ("C", row, stream, src_tensor, src, dst_tensor, dst, width, height, dst_pitch, src_pitch): copy()'s
+ *                rows; an end's address is `src` / `dst` itself where its tensor is -1, else that tensor's data
+ *                pointer plus it;
+ *            ("P", row, fn): a Python step, fn(epoch, the row's tensors).
+ * run(program, epoch, stream, rows) -> 0 when all is enqueued; -1 where no context is current (nothing enqueued:
+ *   the caller takes its Python path); (index, code) where the driver refused a call (index -1: the fork, -2: the
+ *   join, else the step's; code as fork / join / launch / memops / copy return it; the steps before are enqueued).
+ *   A Python step's, pre's or post's exception, or a tensor's data_ptr(), propagates. */
+
+#define MAX_VAR 64
+
+typedef struct {
+    int kind;
+    Py_ssize_t row;
+    PyObject *ref;          /* the launch capsule, or a Python step's function (owned) */
+    Launch *l;
+    Py_ssize_t n_ptr, ptr_arg[MAX_VAR], ptr_tensor[MAX_VAR];
+    Py_ssize_t n_aff, aff_arg[MAX_VAR];
+    long long aff_base[MAX_VAR], aff_slope[MAX_VAR];
+    Py_ssize_t tag_arg;
+    PyObject *pre, *post;   /* owned, or NULL */
+    uintptr_t stream;
+    long long base, slope;
+    Py_ssize_t n_writes, n_addrs;
+    uintptr_t addrs[MAX_HANDLES];
+    Py_ssize_t src_t, dst_t;
+    unsigned long long src, dst, width, height, dst_pitch, src_pitch;
+} Step;
+
+typedef struct {
+    driver_fn record;
+    cu_wait_event_fn wait_event;
+    cu_value_fn write, wait_value;
+    cu_dtod_fn dtod;
+    cu_copy2d_fn copy2d;
+    cu_ctx_fn ctx;
+    uintptr_t start;
+    Py_ssize_t n_fork, ring, n_join, n_steps;
+    uintptr_t fork[MAX_HANDLES];
+    uintptr_t *join;        /* ring x n_join x (event, stream) */
+    Step *steps;
+} Program;
+
+#define PROGRAM_CAPSULE "ditron_hotpath.Program"
+
+static void program_free_steps(Program *p) {
+    if (p->steps) {
+        for (Py_ssize_t i = 0; i < p->n_steps; i++) {
+            Py_XDECREF(p->steps[i].ref);
+            Py_XDECREF(p->steps[i].pre);
+            Py_XDECREF(p->steps[i].post);
+        }
+    }
+    PyMem_Free(p->steps);
+    PyMem_Free(p->join);
+    PyMem_Free(p);
+}
+
+static void program_free(PyObject *capsule) {
+    Program *p = (Program *)PyCapsule_GetPointer(capsule, PROGRAM_CAPSULE);
+    if (p)
+        program_free_steps(p);
+}
+
+static int as_handle(PyObject *o, uintptr_t *out) {
+    *out = (uintptr_t)PyLong_AsUnsignedLongLong(o);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int as_ssize(PyObject *o, Py_ssize_t *out) {
+    *out = PyLong_AsSsize_t(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int as_ll(PyObject *o, long long *out) {
+    *out = PyLong_AsLongLong(o);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static PyObject *optional(PyObject *o) {  /* a new reference, or NULL for None */
+    if (o == Py_None)
+        return NULL;
+    Py_INCREF(o);
+    return o;
+}
+
+static int bad_step(Py_ssize_t i, const char *what) {
+    PyErr_Format(PyExc_ValueError, "make_program: step %zd: %s", i, what);
+    return -1;
+}
+
+static int parse_step(Step *s, PyObject *t, Py_ssize_t i) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
+        return bad_step(i, "not a (kind, ...) tuple");
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0));
+    if (!kind)
+        return -1;
+    s->kind = kind[0];
+    s->tag_arg = -1;
+    s->src_t = s->dst_t = -1;
+    if (s->kind != 'M' && as_ssize(PyTuple_GET_ITEM(t, 1), &s->row) < 0)
+        return -1;
+    if (s->kind == 'L') {
+        if (n != 8 || !PyTuple_Check(PyTuple_GET_ITEM(t, 3)) || !PyTuple_Check(PyTuple_GET_ITEM(t, 4)))
+            return bad_step(i, "a launch is (\"L\", row, capsule, ptrs, affine, tag_arg, pre, post)");
+        s->l = (Launch *)PyCapsule_GetPointer(PyTuple_GET_ITEM(t, 2), LAUNCH_CAPSULE);
+        if (!s->l)
+            return -1;
+        s->ref = PyTuple_GET_ITEM(t, 2);
+        Py_INCREF(s->ref);
+        PyObject *ptrs = PyTuple_GET_ITEM(t, 3), *aff = PyTuple_GET_ITEM(t, 4);
+        s->n_ptr = PyTuple_GET_SIZE(ptrs);
+        s->n_aff = PyTuple_GET_SIZE(aff);
+        if (s->n_ptr > MAX_VAR || s->n_aff > MAX_VAR)
+            return bad_step(i, "more than 64 pointers or affine values");
+        for (Py_ssize_t k = 0; k < s->n_ptr; k++) {
+            PyObject *e = PyTuple_GET_ITEM(ptrs, k);
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2)
+                return bad_step(i, "a pointer is (arg, tensor)");
+            if (as_ssize(PyTuple_GET_ITEM(e, 0), &s->ptr_arg[k]) < 0 ||
+                as_ssize(PyTuple_GET_ITEM(e, 1), &s->ptr_tensor[k]) < 0)
+                return -1;
+            if (s->ptr_arg[k] < 0 || s->ptr_arg[k] >= s->l->n_args || s->l->types[s->ptr_arg[k]] != 'Q')
+                return bad_step(i, "a pointer's argument is not a 64-bit argument of the launch");
+        }
+        for (Py_ssize_t k = 0; k < s->n_aff; k++) {
+            PyObject *e = PyTuple_GET_ITEM(aff, k);
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3)
+                return bad_step(i, "an affine value is (arg, base, slope)");
+            if (as_ssize(PyTuple_GET_ITEM(e, 0), &s->aff_arg[k]) < 0 ||
+                as_ll(PyTuple_GET_ITEM(e, 1), &s->aff_base[k]) < 0 ||
+                as_ll(PyTuple_GET_ITEM(e, 2), &s->aff_slope[k]) < 0)
+                return -1;
+            if (s->aff_arg[k] < 0 || s->aff_arg[k] >= s->l->n_args)
+                return bad_step(i, "an affine value's argument is out of range");
+        }
+        if (as_ssize(PyTuple_GET_ITEM(t, 5), &s->tag_arg) < 0)
+            return -1;
+        if (s->tag_arg >= s->l->n_args)
+            return bad_step(i, "the tag's argument is out of range");
+        s->pre = optional(PyTuple_GET_ITEM(t, 6));
+        s->post = optional(PyTuple_GET_ITEM(t, 7));
+        if (s->tag_arg >= 0 && !s->pre)
+            return bad_step(i, "a tag needs pre");
+        return 0;
+    }
+    if (s->kind == 'M') {
+        if (n != 7 || !PyTuple_Check(PyTuple_GET_ITEM(t, 5)))
+            return bad_step(i, "memops are (\"M\", stream, base, slope, n_writes, addrs, after)");
+        PyObject *addrs = PyTuple_GET_ITEM(t, 5);
+        s->n_addrs = PyTuple_GET_SIZE(addrs);
+        if (s->n_addrs > MAX_HANDLES)
+            return bad_step(i, "more than 64 addresses");
+        if (as_handle(PyTuple_GET_ITEM(t, 1), &s->stream) < 0 || as_ll(PyTuple_GET_ITEM(t, 2), &s->base) < 0 ||
+            as_ll(PyTuple_GET_ITEM(t, 3), &s->slope) < 0 || as_ssize(PyTuple_GET_ITEM(t, 4), &s->n_writes) < 0)
+            return -1;
+        for (Py_ssize_t k = 0; k < s->n_addrs; k++)
+            if (as_handle(PyTuple_GET_ITEM(addrs, k), &s->addrs[k]) < 0)
+                return -1;
+        s->post = optional(PyTuple_GET_ITEM(t, 6));
+        return 0;
+    }
+    if (s->kind == 'C') {
+        if (n != 11)
+            return bad_step(i, "a copy is (\"C\", row, stream, src_tensor, src, dst_tensor, dst, width, height, "
+                               "dst_pitch, src_pitch)");
+        if (as_handle(PyTuple_GET_ITEM(t, 2), &s->stream) < 0 || as_ssize(PyTuple_GET_ITEM(t, 3), &s->src_t) < 0 ||
+            as_ssize(PyTuple_GET_ITEM(t, 5), &s->dst_t) < 0)
+            return -1;
+        unsigned long long *u[6] = {&s->src, &s->dst, &s->width, &s->height, &s->dst_pitch, &s->src_pitch};
+        int at[6] = {4, 6, 7, 8, 9, 10};
+        for (int k = 0; k < 6; k++) {
+            *u[k] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, at[k]));
+            if (PyErr_Occurred())
+                return -1;
+        }
+        return 0;
+    }
+    if (s->kind == 'P') {
+        if (n != 3 || !PyCallable_Check(PyTuple_GET_ITEM(t, 2)))
+            return bad_step(i, "a Python step is (\"P\", row, fn)");
+        s->ref = PyTuple_GET_ITEM(t, 2);
+        Py_INCREF(s->ref);
+        return 0;
+    }
+    return bad_step(i, "unknown kind (L, M, C or P)");
+}
+
+static PyObject *make_program(PyObject *self, PyObject *args) {
+    PyObject *entries, *fork, *join, *steps;
+    unsigned long long start;
+    if (!PyArg_ParseTuple(args, "O!KO!O!O!", &PyTuple_Type, &entries, &start, &PyTuple_Type, &fork, &PyTuple_Type,
+                          &join, &PyTuple_Type, &steps))
+        return NULL;
+    uintptr_t e[7];
+    if (PyTuple_GET_SIZE(entries) != 7) {
+        PyErr_SetString(PyExc_ValueError, "make_program: 7 entry points");
+        return NULL;
+    }
+    for (int i = 0; i < 7; i++)
+        if (as_handle(PyTuple_GET_ITEM(entries, i), &e[i]) < 0)
+            return NULL;
+    Py_ssize_t n_fork = PyTuple_GET_SIZE(fork), ring = PyTuple_GET_SIZE(join), n_steps = PyTuple_GET_SIZE(steps);
+    if (n_fork > MAX_HANDLES || ring < 1) {
+        PyErr_SetString(PyExc_ValueError, "make_program: at most 64 streams, at least one join slot");
+        return NULL;
+    }
+    Program *p = PyMem_Calloc(1, sizeof(Program));
+    if (!p)
+        return PyErr_NoMemory();
+    p->record = (driver_fn)e[0];
+    p->wait_event = (cu_wait_event_fn)e[1];
+    p->write = (cu_value_fn)e[2];
+    p->wait_value = (cu_value_fn)e[3];
+    p->dtod = (cu_dtod_fn)e[4];
+    p->copy2d = (cu_copy2d_fn)e[5];
+    p->ctx = (cu_ctx_fn)e[6];
+    p->start = (uintptr_t)start;
+    p->n_fork = n_fork;
+    p->ring = ring;
+    for (Py_ssize_t i = 0; i < n_fork; i++)
+        if (as_handle(PyTuple_GET_ITEM(fork, i), &p->fork[i]) < 0)
+            goto fail;
+    PyObject *first = PyTuple_GET_ITEM(join, 0);
+    if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) % 2 || PyTuple_GET_SIZE(first) > 2 * MAX_HANDLES) {
+        PyErr_SetString(PyExc_ValueError, "make_program: a join slot is a flat tuple of (event, stream) pairs");
+        goto fail;
+    }
+    p->n_join = PyTuple_GET_SIZE(first) / 2;
+    p->join = PyMem_Calloc(ring * p->n_join * 2 + 1, sizeof(uintptr_t));
+    p->steps = PyMem_Calloc(n_steps ? n_steps : 1, sizeof(Step));
+    if (!p->join || !p->steps) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t r = 0; r < ring; r++) {
+        PyObject *slot = PyTuple_GET_ITEM(join, r);
+        if (!PyTuple_Check(slot) || PyTuple_GET_SIZE(slot) != 2 * p->n_join) {
+            PyErr_SetString(PyExc_ValueError, "make_program: every join slot has the same pairs");
+            goto fail;
+        }
+        for (Py_ssize_t k = 0; k < 2 * p->n_join; k++)
+            if (as_handle(PyTuple_GET_ITEM(slot, k), &p->join[r * 2 * p->n_join + k]) < 0)
+                goto fail;
+    }
+    for (Py_ssize_t i = 0; i < n_steps; i++) {
+        p->n_steps = i + 1;  /* what program_free releases */
+        if (parse_step(&p->steps[i], PyTuple_GET_ITEM(steps, i), i) < 0)
+            goto fail;
+    }
+    p->n_steps = n_steps;
+    PyObject *capsule = PyCapsule_New(p, PROGRAM_CAPSULE, program_free);
+    if (capsule)
+        return capsule;
+fail:
+    program_free_steps(p);
+    return NULL;
+}
+
+static PyObject *fail_at(Py_ssize_t index, long code) {
+    return Py_BuildValue("(nl)", index, code);
+}
+
+/* the data pointer of rows[row][index] (0 with a Python error) */
+static int data_ptr(PyObject *rows, Py_ssize_t row, Py_ssize_t index, unsigned long long *out) {
+    static PyObject *name = NULL;
+    if (!name && !(name = PyUnicode_InternFromString("data_ptr")))
+        return -1;
+    if (row < 0 || row >= PySequence_Fast_GET_SIZE(rows)) {
+        PyErr_Format(PyExc_IndexError, "run: no row %zd of the call's tensors", row);
+        return -1;
+    }
+    PyObject *r = PySequence_Fast_GET_ITEM(rows, row);
+    if (!PyList_Check(r) || index < 0 || index >= PyList_GET_SIZE(r)) {
+        PyErr_Format(PyExc_IndexError, "run: no tensor %zd in row %zd of the call's tensors", index, row);
+        return -1;
+    }
+    PyObject *v = PyObject_CallMethodNoArgs(PyList_GET_ITEM(r, index), name);
+    if (!v)
+        return -1;
+    *out = PyLong_AsUnsignedLongLong(v);
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* an int at its argument's width: -1 with a Python error where it does not fit */
+static int put_ll(Launch *l, Py_ssize_t i, long long v) {
+    PyObject *o = PyLong_FromLongLong(v);
+    if (!o)
+        return -1;
+    int rc = put(l->types[i], &l->slots[i], o, i);
+    Py_DECREF(o);
+    return rc;
+}
+
+static PyObject *run_core(Program *p, long long epoch, uintptr_t stream, PyObject *rows_in) {
+    PyObject *rows = PySequence_Fast(rows_in, "run: rows is a sequence of lists of tensors");
+    if (!rows)
+        return NULL;
+    PyObject *result = NULL, *epoch_obj = NULL;
+    uintptr_t current = 0;
+    if (p->ctx(&current) || !current) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    if (!(epoch_obj = PyLong_FromLongLong(epoch)))
+        goto done;
+    long code = 0;
+    Py_BEGIN_ALLOW_THREADS
+    code = p->record(p->start, stream);
+    for (Py_ssize_t i = 0; !code && i < p->n_fork; i++)
+        code = -p->wait_event(p->fork[i], p->start, 0);
+    Py_END_ALLOW_THREADS
+    if (code) {
+        result = fail_at(-1, code);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < p->n_steps; i++) {
+        Step *s = &p->steps[i];
+        if (s->kind == 'L') {
+            Launch *l = s->l;
+            PyObject *lazy = NULL;
+            for (Py_ssize_t k = 0; k < s->n_ptr; k++) {
+                unsigned long long ptr;
+                if (data_ptr(rows, s->row, s->ptr_tensor[k], &ptr) < 0)
+                    goto done;
+                l->slots[s->ptr_arg[k]] = ptr;
+            }
+            for (Py_ssize_t k = 0; k < s->n_aff; k++)
+                if (put_ll(l, s->aff_arg[k], s->aff_base[k] + s->aff_slope[k] * (epoch - 1)) < 0)
+                    goto done;
+            if (s->pre) {
+                PyObject *got = PyObject_CallOneArg(s->pre, epoch_obj);
+                if (!got)
+                    goto done;
+                if (!PyTuple_Check(got) || PyTuple_GET_SIZE(got) != 2) {
+                    Py_DECREF(got);
+                    PyErr_SetString(PyExc_TypeError, "run: pre(epoch) returns (tag, lazy)");
+                    goto done;
+                }
+                if (s->tag_arg >= 0 && put(l->types[s->tag_arg], &l->slots[s->tag_arg], PyTuple_GET_ITEM(got, 0),
+                                           s->tag_arg) < 0) {
+                    Py_DECREF(got);
+                    goto done;
+                }
+                lazy = PyTuple_GET_ITEM(got, 1);
+                Py_INCREF(lazy);
+                Py_DECREF(got);
+            }
+            if ((unsigned long long)l->grid[0] * l->grid[1] * l->grid[2]) {
+                Py_BEGIN_ALLOW_THREADS
+                code = l->launch(l->function, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                                 l->block[2], l->smem, l->stream, l->params, NULL);
+                Py_END_ALLOW_THREADS
+            }
+            if (code) {
+                Py_XDECREF(lazy);
+                result = fail_at(i, code);
+                goto done;
+            }
+            if (s->post) {
+                PyObject *r = PyObject_CallFunctionObjArgs(s->post, epoch_obj, lazy ? lazy : Py_None, NULL);
+                Py_XDECREF(lazy);
+                if (!r)
+                    goto done;
+                Py_DECREF(r);
+            } else {
+                Py_XDECREF(lazy);
+            }
+        } else if (s->kind == 'M') {
+            uint32_t v = (uint32_t)(s->base + s->slope * (epoch - 1));
+            Py_ssize_t k;
+            Py_BEGIN_ALLOW_THREADS
+            for (k = 0; !code && k < s->n_addrs; k++)
+                code = (k < s->n_writes ? p->write : p->wait_value)(s->stream, s->addrs[k], v, 0);
+            Py_END_ALLOW_THREADS
+            if (code) {
+                result = fail_at(i, (code << 8) | (long)k);
+                goto done;
+            }
+            if (s->post) {
+                PyObject *r = PyObject_CallOneArg(s->post, epoch_obj);
+                if (!r)
+                    goto done;
+                Py_DECREF(r);
+            }
+        } else if (s->kind == 'C') {
+            unsigned long long src = s->src, dst = s->dst, base;
+            if (s->src_t >= 0) {
+                if (data_ptr(rows, s->row, s->src_t, &base) < 0)
+                    goto done;
+                src += base;
+            }
+            if (s->dst_t >= 0) {
+                if (data_ptr(rows, s->row, s->dst_t, &base) < 0)
+                    goto done;
+                dst += base;
+            }
+            Py_BEGIN_ALLOW_THREADS
+            if (s->height == 1) {
+                code = p->dtod(dst, src, (size_t)s->width, s->stream);
+            } else {
+                Memcpy2D c;
+                memset(&c, 0, sizeof c);
+                c.srcMemoryType = c.dstMemoryType = 2;  /* CU_MEMORYTYPE_DEVICE */
+                c.srcDevice = src;
+                c.srcPitch = (size_t)s->src_pitch;
+                c.dstDevice = dst;
+                c.dstPitch = (size_t)s->dst_pitch;
+                c.WidthInBytes = (size_t)s->width;
+                c.Height = (size_t)s->height;
+                code = p->copy2d(&c, s->stream);
+            }
+            Py_END_ALLOW_THREADS
+            if (code) {
+                result = fail_at(i, code);
+                goto done;
+            }
+        } else {
+            if (s->row < 0 || s->row >= PySequence_Fast_GET_SIZE(rows)) {
+                PyErr_Format(PyExc_IndexError, "run: no row %zd of the call's tensors", s->row);
+                goto done;
+            }
+            PyObject *r = PyObject_CallFunctionObjArgs(s->ref, epoch_obj, PySequence_Fast_GET_ITEM(rows, s->row),
+                                                       NULL);
+            if (!r)
+                goto done;
+            Py_DECREF(r);
+        }
+    }
+    uintptr_t *pairs = p->join + (Py_ssize_t)(((epoch % p->ring) + p->ring) % p->ring) * 2 * p->n_join;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; !code && k < p->n_join; k++) {
+        code = p->record(pairs[2 * k], pairs[2 * k + 1]);
+        if (!code)
+            code = -p->wait_event(stream, pairs[2 * k], 0);
+    }
+    Py_END_ALLOW_THREADS
+    result = code ? fail_at(-2, code) : PyLong_FromLong(0);
+done:
+    Py_XDECREF(epoch_obj);
+    Py_DECREF(rows);
+    return result;
+}
+
+static PyObject *run_program(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "run(program, epoch, stream, rows)");
+        return NULL;
+    }
+    Program *p = (Program *)PyCapsule_GetPointer(args[0], PROGRAM_CAPSULE);
+    if (!p)
+        return NULL;
+    long long epoch;
+    uintptr_t stream;
+    if (as_ll(args[1], &epoch) < 0 || as_handle(args[2], &stream) < 0)
+        return NULL;
+    return run_core(p, epoch, stream, args[3]);
+}
+
+/* ------------------------------------------------------------------------------------------ operator calls
+ * A torch operator's eager call with fresh tensors in one C call (ditron.fastcall's operator fronts): the match of
+ * the call's arguments against those of a checked earlier call, the output allocated, the executor's epoch taken,
+ * the plan's program run, the watchdog's milestones of the call's end queued -- what fastcall.op_call, FastCall.one
+ * and EagerPlan.call / enqueue do in Python, without their frames.
+ *
+ * make_op_call(handle, rest, types, shapes, dtypes, devices, n_slots, slots, maker, worlds, entry, ex, max_epoch, programs,
+ *              use_parity, raw_stream, index, get_device, capturing, hooks, prune, prune_at, milestone, marks, fail)
+ *   -> a capsule for op_call():
+ *   handle, rest  the world handle and the arguments after it (a tuple), as the checked call had them;
+ *   types, shapes, dtypes, devices  per tensor argument what it had: its exact type (a subclass, a FakeTensor,
+ *                 does not match), shape, dtype, device (the call's tensors are contiguous);
+ *   n_slots, slots  the plan's argument slots, and per tensor argument (then the output) its slot;
+ *   maker         makes the output; worlds, entry: the registered worlds (a dict) and the call's world's entry;
+ *   ex            the executor (its _closed, _broken, epoch); max_epoch: the last epoch the plan serves;
+ *   programs      the plan's programs (make_program): one, or one per parity (epoch % 2), when use_parity (not
+ *                 None) is called with the epoch's parity first; raw_stream(index): the current stream's handle;
+ *   get_device    None, or torch's current device index (the call goes the Python way unless it is index);
+ *   capturing()   whether the current stream captures (then the Python way); hooks: Triton's knobs.runtime, or
+ *                 None (a launch hook registered: the Python way); prune(): every prune_at calls;
+ *   milestone, marks  Milestone and per ring slot ((append, event, rank, stream), ...): each appended
+ *                 milestone(event, rank, stream, None, epoch) after the call;
+ *   fail(res, epoch)  raises the error of run()'s refused driver call.
+ * op_call(calls, args) -> the output tensor, or None where no call of the tuple `calls` matches `args` or the call
+ *   must go the Python way (nothing done then). */
+
+typedef struct {
+    PyObject *handle, *rest, *maker, *worlds, *entry, *ex, *programs, *use_parity, *raw_stream, *index, *get_device;
+    PyObject *capturing, *hooks, *prune, *milestone, *marks, *fail;
+    Py_ssize_t n, n_slots, slot[MAX_VAR + 1];
+    PyObject *types[MAX_VAR], *shapes[MAX_VAR], *dtypes[MAX_VAR], *devices[MAX_VAR];
+    long long max_epoch, prune_at, calls;
+} OpCall;
+
+#define OPCALL_CAPSULE "ditron_hotpath.OpCall"
+
+static void op_call_free_fields(OpCall *c) {
+    PyObject **refs[] = {&c->handle, &c->rest, &c->maker, &c->worlds, &c->entry, &c->ex, &c->programs,
+                         &c->use_parity, &c->raw_stream, &c->index, &c->get_device, &c->capturing, &c->hooks, &c->prune,
+                         &c->milestone, &c->marks, &c->fail};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+        Py_CLEAR(*refs[i]);
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        Py_CLEAR(c->types[i]);
+        Py_CLEAR(c->shapes[i]);
+        Py_CLEAR(c->dtypes[i]);
+        Py_CLEAR(c->devices[i]);
+    }
+    PyMem_Free(c);
+}
+
+static void op_call_free(PyObject *capsule) {
+    OpCall *c = (OpCall *)PyCapsule_GetPointer(capsule, OPCALL_CAPSULE);
+    if (c)
+        op_call_free_fields(c);
+}
+
+static PyObject *make_op_call(PyObject *self, PyObject *args) {
+    PyObject *handle, *rest, *types, *shapes, *dtypes, *devices, *slots, *maker, *worlds, *entry, *ex, *programs;
+    PyObject *use_parity, *raw_stream, *index, *get_device, *capturing, *hooks, *prune, *milestone, *marks, *fail;
+    Py_ssize_t n_slots;
+    long long max_epoch, prune_at;
+    if (!PyArg_ParseTuple(args, "UO!O!O!O!O!nO!OO!OOLO!OOOOOOOLOO!O", &handle, &PyTuple_Type, &rest, &PyTuple_Type,
+                          &types, &PyTuple_Type, &shapes, &PyTuple_Type, &dtypes, &PyTuple_Type, &devices, &n_slots, &PyTuple_Type, &slots,
+                          &maker, &PyDict_Type, &worlds, &entry, &ex, &max_epoch, &PyTuple_Type, &programs, &use_parity, &raw_stream, &index,
+                          &get_device, &capturing, &hooks, &prune, &prune_at, &milestone, &PyTuple_Type, &marks,
+                          &fail))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(shapes);
+    if (n > MAX_VAR || PyTuple_GET_SIZE(types) != n || PyTuple_GET_SIZE(dtypes) != n || PyTuple_GET_SIZE(devices) != n ||
+        PyTuple_GET_SIZE(slots) != n + 1 || PyTuple_GET_SIZE(marks) < 1 || prune_at < 1 ||
+        PyTuple_GET_SIZE(programs) < 1 || PyTuple_GET_SIZE(programs) > 2 ||
+        !PyCapsule_IsValid(PyTuple_GET_ITEM(programs, 0), PROGRAM_CAPSULE) ||
+        !PyCapsule_IsValid(PyTuple_GET_ITEM(programs, PyTuple_GET_SIZE(programs) - 1), PROGRAM_CAPSULE)) {
+        PyErr_SetString(PyExc_ValueError, "make_op_call: per tensor a shape, dtype, device and slot (then the "
+                                          "output's slot), a program, marks per ring slot");
+        return NULL;
+    }
+    OpCall *c = PyMem_Calloc(1, sizeof(OpCall));
+    if (!c)
+        return PyErr_NoMemory();
+    PyObject *given[] = {handle, rest, maker, worlds, entry, ex, programs, use_parity, raw_stream, index, get_device, capturing,
+                         hooks, prune, milestone, marks, fail};
+    PyObject **refs[] = {&c->handle, &c->rest, &c->maker, &c->worlds, &c->entry, &c->ex, &c->programs,
+                         &c->use_parity, &c->raw_stream, &c->index, &c->get_device, &c->capturing, &c->hooks, &c->prune,
+                         &c->milestone, &c->marks, &c->fail};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
+        Py_INCREF(given[i]);
+        *refs[i] = given[i];
+    }
+    c->n = n;
+    c->n_slots = n_slots;
+    c->max_epoch = max_epoch;
+    c->prune_at = prune_at;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        c->types[i] = PyTuple_GET_ITEM(types, i);
+        Py_INCREF(c->types[i]);
+        c->shapes[i] = PyTuple_GET_ITEM(shapes, i);
+        c->dtypes[i] = PyTuple_GET_ITEM(dtypes, i);
+        c->devices[i] = PyTuple_GET_ITEM(devices, i);
+        Py_INCREF(c->shapes[i]);
+        Py_INCREF(c->dtypes[i]);
+        Py_INCREF(c->devices[i]);
+    }
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (as_ssize(PyTuple_GET_ITEM(slots, i), &c->slot[i]) < 0)
+            goto fail;
+        if (c->slot[i] < 0 || c->slot[i] >= n_slots) {
+            PyErr_Format(PyExc_IndexError, "make_op_call: slot %zd of %zd", c->slot[i], n_slots);
+            goto fail;
+        }
+    }
+    PyObject *capsule = PyCapsule_New(c, OPCALL_CAPSULE, op_call_free);
+    if (capsule)
+        return capsule;
+fail:
+    op_call_free_fields(c);
+    return NULL;
+}
+
+/* 1: the attribute `name` of o equals want (by identity, else ==), 0: not (or o lacks it: no error left) */
+static int attr_is(PyObject *o, PyObject *name, PyObject *want, int by_identity) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = v == want;
+    if (!same && !by_identity) {
+        same = PyObject_RichCompareBool(v, want, Py_EQ);
+        if (same < 0) {
+            PyErr_Clear();
+            same = 0;
+        }
+    }
+    Py_DECREF(v);
+    return same;
+}
+
+static int matches(OpCall *c, PyObject *const *args, Py_ssize_t nargs) {
+    static PyObject *s_shape, *s_dtype, *s_device, *s_contiguous;
+    if (!s_shape) {
+        s_shape = PyUnicode_InternFromString("shape");
+        s_dtype = PyUnicode_InternFromString("dtype");
+        s_device = PyUnicode_InternFromString("device");
+        s_contiguous = PyUnicode_InternFromString("is_contiguous");
+        if (!s_shape || !s_dtype || !s_device || !s_contiguous)
+            return -1;
+    }
+    Py_ssize_t n_rest = PyTuple_GET_SIZE(c->rest);
+    if (nargs != c->n + 1 + n_rest)
+        return 0;
+    PyObject *h = args[c->n];
+    if (h != c->handle && (!PyUnicode_Check(h) || PyUnicode_Compare(h, c->handle) != 0))
+        return 0;
+    for (Py_ssize_t k = 0; k < n_rest; k++) {
+        PyObject *a = args[c->n + 1 + k], *b = PyTuple_GET_ITEM(c->rest, k);
+        if (a == b)
+            continue;
+        if (Py_TYPE(a) != Py_TYPE(b))  /* 1 is not True, nor 1.0 */
+            return 0;
+        int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+        if (eq <= 0) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    for (Py_ssize_t i = 0; i < c->n; i++) {
+        PyObject *t = args[i];
+        if ((PyObject *)Py_TYPE(t) != c->types[i])
+            return 0;
+        if (!attr_is(t, s_shape, c->shapes[i], 0) || !attr_is(t, s_dtype, c->dtypes[i], 1) ||
+            !attr_is(t, s_device, c->devices[i], 0))
+            return 0;
+        PyObject *v = PyObject_CallMethodNoArgs(t, s_contiguous);
+        if (!v) {
+            PyErr_Clear();
+            return 0;
+        }
+        int yes = v == Py_True;
+        Py_DECREF(v);
+        if (!yes)
+            return 0;
+    }
+    return 1;
+}
+
+/* 1: the call may take its operator call here, 0: the Python way, -1: an error */
+static int may_run(OpCall *c) {
+    static PyObject *s_closed, *s_broken, *s_enter, *s_leave, *s_calls;
+    if (!s_closed) {
+        s_closed = PyUnicode_InternFromString("_closed");
+        s_broken = PyUnicode_InternFromString("_broken");
+        s_enter = PyUnicode_InternFromString("launch_enter_hook");
+        s_leave = PyUnicode_InternFromString("launch_exit_hook");
+        s_calls = PyUnicode_InternFromString("calls");
+        if (!s_closed || !s_broken || !s_enter || !s_leave || !s_calls)
+            return -1;
+    }
+    PyObject *known = PyDict_GetItemWithError(c->worlds, c->handle);  /* borrowed */
+    if (known != c->entry)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!attr_is(c->ex, s_closed, Py_False, 1) || !attr_is(c->ex, s_broken, Py_None, 1))
+        return 0;
+    if (c->get_device != Py_None) {
+        PyObject *d = PyObject_CallNoArgs(c->get_device);
+        if (!d)
+            return -1;
+        int same = PyObject_RichCompareBool(d, c->index, Py_EQ);
+        Py_DECREF(d);
+        if (same <= 0)
+            return same;
+    }
+    PyObject *cap = PyObject_CallNoArgs(c->capturing);
+    if (!cap)
+        return -1;
+    int capturing = PyObject_IsTrue(cap);
+    Py_DECREF(cap);
+    if (capturing)
+        return capturing < 0 ? -1 : 0;
+    if (c->hooks != Py_None) {
+        PyObject *names[] = {s_enter, s_leave};
+        for (int k = 0; k < 2; k++) {
+            PyObject *hook = PyObject_GetAttr(c->hooks, names[k]);
+            if (!hook)
+                return -1;
+            int active = 0;
+            if (hook != Py_None) {
+                PyObject *calls = PyObject_GetAttr(hook, s_calls);
+                if (!calls) {
+                    PyErr_Clear();
+                    active = 1;         /* a plain function */
+                } else {
+                    active = PyObject_IsTrue(calls);
+                    Py_DECREF(calls);
+                }
+            }
+            Py_DECREF(hook);
+            if (active)
+                return active < 0 ? -1 : 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static PyObject *s_epoch;
+    if (!s_epoch && !(s_epoch = PyUnicode_InternFromString("epoch")))
+        return NULL;
+    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "op_call(calls: tuple, args: tuple)");
+        return NULL;
+    }
+    PyObject *calls = args[0], *call_args = args[1];
+    OpCall *c = NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(calls); k++) {
+        OpCall *e = (OpCall *)PyCapsule_GetPointer(PyTuple_GET_ITEM(calls, k), OPCALL_CAPSULE);
+        if (!e)
+            return NULL;
+        int m = matches(e, &PyTuple_GET_ITEM(call_args, 0), PyTuple_GET_SIZE(call_args));
+        if (m < 0)
+            return NULL;
+        if (m) {
+            c = e;
+            break;
+        }
+    }
+    if (!c)
+        Py_RETURN_NONE;
+    int ok = may_run(c);
+    if (ok <= 0) {
+        if (ok < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *old = PyObject_GetAttr(c->ex, s_epoch);
+    if (!old)
+        return NULL;
+    long long epoch = PyLong_AsLongLong(old);
+    if (epoch == -1 && PyErr_Occurred()) {
+        Py_DECREF(old);
+        return NULL;
+    }
+    epoch += 1;
+    if (epoch > c->max_epoch) {   /* the Python way: the interpreted call checks and raises */
+        Py_DECREF(old);
+        Py_RETURN_NONE;
+    }
+    PyObject *out = NULL, *row = NULL, *rows = NULL, *stream = NULL, *res = NULL, *epoch_obj = NULL;
+    out = PyObject_CallNoArgs(c->maker);
+    if (!out)
+        goto error;
+    if (!(row = PyList_New(c->n_slots)))
+        goto error;
+    for (Py_ssize_t i = 0; i < c->n_slots; i++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(row, i, Py_None);
+    }
+    for (Py_ssize_t i = 0; i <= c->n; i++) {
+        PyObject *t = i < c->n ? PyTuple_GET_ITEM(call_args, i) : out;
+        Py_INCREF(t);
+        PyObject *prev = PyList_GET_ITEM(row, c->slot[i]);
+        PyList_SET_ITEM(row, c->slot[i], t);
+        Py_DECREF(prev);
+    }
+    if (!(rows = PyTuple_Pack(1, row)) || !(epoch_obj = PyLong_FromLongLong(epoch)))
+        goto error;
+    if (!(stream = PyObject_CallOneArg(c->raw_stream, c->index)))
+        goto error;
+    uintptr_t handle;
+    if (as_handle(stream, &handle) < 0)
+        goto error;
+    if (PyObject_SetAttr(c->ex, s_epoch, epoch_obj) < 0)
+        goto error;
+    Py_ssize_t parity = PyTuple_GET_SIZE(c->programs) == 2 ? (Py_ssize_t)(epoch & 1) : 0;
+    if (c->use_parity != Py_None) {
+        PyObject *r = PyObject_CallFunction(c->use_parity, "n", parity);
+        if (!r)
+            goto error;
+        Py_DECREF(r);
+    }
+    res = run_core((Program *)PyCapsule_GetPointer(PyTuple_GET_ITEM(c->programs, parity), PROGRAM_CAPSULE), epoch,
+                   handle, rows);
+    if (!res)
+        goto error;             /* the epoch stays taken, as on the Python way */
+    if (PyLong_Check(res)) {
+        long code = PyLong_AsLong(res);
+        if (code == -1) {       /* no current context, nothing enqueued: the epoch given back, the Python way */
+            if (PyObject_SetAttr(c->ex, s_epoch, old) < 0)
+                goto error;
+            Py_CLEAR(out);
+            goto done;
+        }
+    } else {
+        PyObject *r = PyObject_CallFunctionObjArgs(c->fail, res, epoch_obj, NULL);
+        Py_XDECREF(r);
+        if (r)
+            PyErr_SetString(PyExc_RuntimeError, "op_call: fail() returned instead of raising");
+        goto error;
+    }
+    if (++c->calls % c->prune_at == 0) {
+        PyObject *r = PyObject_CallNoArgs(c->prune);
+        if (!r)
+            goto error;
+        Py_DECREF(r);
+    }
+    Py_ssize_t ring = PyTuple_GET_SIZE(c->marks);
+    PyObject *slot = PyTuple_GET_ITEM(c->marks, ((epoch % ring) + ring) % ring);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(slot); k++) {
+        PyObject *mk = PyTuple_GET_ITEM(slot, k);   /* (append, event, rank, stream) */
+        PyObject *m = PyObject_CallFunctionObjArgs(c->milestone, PyTuple_GET_ITEM(mk, 1), PyTuple_GET_ITEM(mk, 2),
+                                                   PyTuple_GET_ITEM(mk, 3), Py_None, epoch_obj, NULL);
+        if (!m)
+            goto error;
+        PyObject *r = PyObject_CallOneArg(PyTuple_GET_ITEM(mk, 0), m);
+        Py_DECREF(m);
+        if (!r)
+            goto error;
+        Py_DECREF(r);
+    }
+    goto done;
+error:
+    Py_CLEAR(out);
+done:
+    Py_DECREF(old);
+    Py_XDECREF(row);
+    Py_XDECREF(rows);
+    Py_XDECREF(stream);
+    Py_XDECREF(res);
+    Py_XDECREF(epoch_obj);
+    if (!out && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
+}
+
 /* ------------------------------------------------------------------------------------------ dry entry points
  * Entry points that do nothing and succeed, with the driver's signatures: benchmarks/bench_host.py --cpu-dry times
  * the C path of the call plans on a machine without a GPU through them (dry_entry_points()). */
@@ -389,6 +1245,10 @@ static PyMethodDef methods[] = {
     {"join", (PyCFunction)(void (*)(void))join_streams, METH_FASTCALL, "per stream cuEventRecord, then a wait on it"},
     {"memops", (PyCFunction)(void (*)(void))memops, METH_FASTCALL, "stream writes, then waits, of one value"},
     {"copy", (PyCFunction)(void (*)(void))copy, METH_FASTCALL, "cuMemcpyDtoDAsync / cuMemcpy2DAsync of a region"},
+    {"make_program", make_program, METH_VARARGS, "a plan's whole call: fork, its steps, join (a capsule for run)"},
+    {"run", (PyCFunction)(void (*)(void))run_program, METH_FASTCALL, "a plan's whole call, one C call"},
+    {"make_op_call", make_op_call, METH_VARARGS, "a torch operator's checked call, for op_call"},
+    {"op_call", (PyCFunction)(void (*)(void))op_call, METH_FASTCALL, "a torch operator's eager call, one C call"},
     {"dry_entry_points", dry_entry_points, METH_NOARGS, "no-op entry points with the driver's signatures"},
     {NULL, NULL, 0, NULL},
 };

@@ -110,6 +110,9 @@ class PlanEntries:
         self.memops = functools.partial(hot.memops, addresses["cuStreamWriteValue32"],
                                         addresses["cuStreamWaitValue32"])
         self.copy = functools.partial(hot.copy, addresses["cuMemcpyDtoDAsync_v2"], addresses["cuMemcpy2DAsync_v2"])
+        self.program_entries = (record, wait, addresses["cuStreamWriteValue32"], addresses["cuStreamWaitValue32"],
+                                addresses["cuMemcpyDtoDAsync_v2"], addresses["cuMemcpy2DAsync_v2"], self.ctx_entry)
+        self.run = getattr(hot, "run", None)   # run(program, epoch, stream, rows): a plan's whole call
 
     @staticmethod
     def memop_error(code: int, n_writes: int, addrs: tuple[int, ...], value: int, error_name) -> MemopError:
@@ -117,6 +120,13 @@ class PlanEntries:
         result, index = code >> 8, (code & 0xFF) - 1
         what = "cuStreamWriteValue32" if index < n_writes else "cuStreamWaitValue32"
         return memop_failure(what, result, error_name(result), addrs[index], value)
+
+    def make_program(self, start: int, fork: tuple[int, ...], join: tuple[tuple[int, ...], ...], steps: tuple):
+        """A plan's whole call as one C program for ``run(program, epoch, stream, rows)`` (hotpath.c's
+        make_program: the fork from ``start``, the steps, the join per ring slot), or None where the helper has no
+        programs (an older build)."""
+        make = getattr(self.hot, "make_program", None)
+        return None if make is None else make(self.program_entries, start, fork, join, steps)
 
     def make_launch(self, function: int, grid: tuple[int, int, int], block_x: int, smem: int, stream: int,
                     types: str, values: tuple, varying: tuple[int, ...]):

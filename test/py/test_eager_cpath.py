@@ -159,27 +159,34 @@ def test_driver_binds_the_plan_entry_points_and_none_without_the_helper(monkeypa
     assert memops.DriverMemops(lib).plan_entries() is None  # a driver without cuLaunchKernel: no C path
 
 
-@pytest.mark.parametrize("c_path", [True, False])
-def test_a_planned_ops_call_launches_what_tritons_launcher_is_given(monkeypatch, tmp_path, c_path):
-    """bench_host's dry GPU, its driver's entry points recording: an ops.ag_gemm call through its plan forks the
-    user's stream to the executor's, launches the GEMM with the call's fresh tensors and joins back -- through the
-    C path (cuLaunchKernel) and through Triton's launcher (its C launch recorded) alike, with the same arguments."""
+def _recording_dry_gpu(monkeypatch):
+    """bench_host (for its dry GPU) with its driver's entry points a recording Driver: (bench, driver)."""
     from test_ops import _bench
-
-    from ditron import ops
-    from ditron.runtime.world import World
     _hot()
     bench = _bench("bench_host")
     d = Driver()
-    triton = []
-    monkeypatch.setattr(bench, "_dry_launch", lambda *args: triton.append(args))
     lib_entries = bench._DryLib(memops.hotpath())
     for name, fn in d.fns.items():
         setattr(lib_entries, {"cuStreamWriteValue32": "cuStreamWriteValue32_v2",
                               "cuStreamWaitValue32": "cuStreamWaitValue32_v2"}.get(name, name), fn)
     drv = memops.DriverMemops(lib_entries)
     monkeypatch.setattr(bench, "_dry_driver", lambda: drv)
+    return bench, d
+
+
+@pytest.mark.parametrize("c_path,native", [(True, True), (True, False), (False, False)])
+def test_a_planned_ops_call_launches_what_tritons_launcher_is_given(monkeypatch, tmp_path, c_path, native):
+    """bench_host's dry GPU, its driver's entry points recording: an ops.ag_gemm call through its plan forks the
+    user's stream to the executor's, launches the GEMM with the call's fresh tensors and joins back -- through the
+    C path (cuLaunchKernel; the whole call one C program, or a C call per step) and through Triton's launcher (its
+    C launch recorded) alike, with the same arguments."""
+    from ditron import ops
+    from ditron.runtime.world import World
+    bench, d = _recording_dry_gpu(monkeypatch)
+    triton = []
+    monkeypatch.setattr(bench, "_dry_launch", lambda *args: triton.append(args))
     monkeypatch.setattr(eager, "C_PATH", c_path)
+    monkeypatch.setattr(eager, "NATIVE", native)
     with contextlib.ExitStack() as stack:
         bench.dry_gpu(stack)
         lib = ops.Library(tmp_path / "lib", target="cuda:90")
@@ -190,6 +197,7 @@ def test_a_planned_ops_call_launches_what_tritons_launcher_is_given(monkeypatch,
         fast = next(iter(lib._eager.values()))
         plan = fast.plan
         assert (plan.entries is not None) == c_path and plan.c_launches == (1 if c_path else 0)
+        assert bool(plan.native) == native
         (kernel,) = {a.kernel for a in plan.ex._eager_traces[0]._fixed}
         ck = plan.ex._kernel(kernel).triton_kernel
         d.types = "Q" * (len(ck.src.signature) + 2)
@@ -231,6 +239,141 @@ def test_a_planned_ops_call_launches_what_tritons_launcher_is_given(monkeypatch,
     for vals, x, y in zip(values, more, got):  # the call's fresh tensors, the weight, in the kernel's ABI order
         assert sorted(vals) == sorted((x[0].data_ptr(), b[0].data_ptr(), y[0].data_ptr()))
     assert values[0].index(more[0][0].data_ptr()) == values[1].index(more[1][0].data_ptr())
+
+
+class T:
+    """A stand-in tensor: its data pointer."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_a_program_is_a_whole_call_in_one_c_call():
+    """make_program / run: the fork, each step with the call's pointers and epoch values, the join of the epoch's
+    ring slot -- in order, in one call; a refused driver call comes back as (step, code) with the steps before it
+    enqueued; no current context: -1, nothing enqueued; a Python step's error propagates."""
+    d = Driver()
+    e = d.entries()
+    d.types = "QiiQQ"  # a pointer, an affine i32, the tag, Triton's two scratch pointers
+    cap = e.make_launch(0xf0, (2, 1, 1), 128, 0, 0x5, d.types, (0, 0, 0, 0, 0), (0, 1, 2))
+    seen = []
+
+    def pre(epoch):
+        return 100 + epoch, ("lazy", epoch)
+
+    def post(epoch, lazy):
+        seen.append(("post", epoch, lazy))
+
+    def py(epoch, row):
+        seen.append(("py", epoch, [t.data_ptr() for t in row]))
+    steps = (("L", 0, cap, ((0, 1),), ((1, 10, 3),), 2, pre, post),
+             ("M", 0x5, 7, 1, 1, (0x100, 0x200), lambda epoch: seen.append(("after", epoch))),
+             ("C", 1, 0x6, 0, 0x10, -1, 0x9000, 256, 3, 512, 1024),
+             ("P", 1, py))
+    join = tuple((0xe0 + 2 * i, 0x5, 0xe1 + 2 * i, 0x6) for i in range(4))
+    prog = e.make_program(0xee, (0x5, 0x6), join, steps)
+    rows = [[T(0xa000), T(0xb000)], [T(0xc000)]]
+    assert e.run(prog, 3, 0x1, rows) == 0
+    launch = ("launch", 0xf0, (2, 1, 1), (128, 1, 1), 0, 0x5, (0xb000, 10 + 3 * 2, 103, 0, 0))
+    assert [x if x[0] != "copy2d" else (x[0], x[1]["srcDevice"], x[1]["dstDevice"], x[1]["Height"], x[2])
+            for x in d.log] == [
+        ("record", 0xee, 0x1), ("wait_event", 0x5, 0xee), ("wait_event", 0x6, 0xee), launch,
+        ("write", 0x5, 0x100, 9), ("wait_value", 0x5, 0x200, 9), ("copy2d", 0xc010, 0x9000, 3, 0x6),
+        ("record", 0xe6, 0x5), ("wait_event", 0x1, 0xe6), ("record", 0xe7, 0x6), ("wait_event", 0x1, 0xe7)]
+    assert seen == [("post", 3, ("lazy", 3)), ("after", 3), ("py", 3, [0xc000])]
+    del d.log[:]
+    d.codes["write"] = 9
+    assert e.run(prog, 4, 0x1, rows) == (1, (9 << 8) | 1)   # the memops step's first address refused
+    assert [x[0] for x in d.log][-2:] == ["launch", "write"]
+    d.codes.clear()
+    d.codes["wait_event"] = 400
+    assert e.run(prog, 4, 0x1, rows) == (-1, -400)           # the fork
+    d.codes.clear()
+    del d.log[:]
+    d.ctx = 0
+    assert e.run(prog, 4, 0x1, rows) == -1 and d.log == []   # no context: nothing enqueued
+    d.ctx = 0xc0
+    with pytest.raises(IndexError, match="no tensor 1 in row 0"):
+        e.run(prog, 4, 0x1, [[T(1)], [T(2)]])
+    boom = e.make_program(0xee, (), ((),), (("P", 0, lambda epoch, row: 1 / 0),))
+    with pytest.raises(ZeroDivisionError):
+        e.run(boom, 1, 0x1, [[]])
+    with pytest.raises(ValueError, match="step 0: unknown kind"):
+        e.make_program(0xee, (), ((),), (("X", 0),))
+    with pytest.raises(ValueError, match="not a 64-bit argument"):
+        e.make_program(0xee, (), ((),), (("L", 0, cap, ((1, 0),), (), -1, None, None),))
+
+
+class Fake(T):
+    """A stand-in tensor for op_call: shape, dtype, device, contiguity, data pointer."""
+
+    def __init__(self, ptr, shape=(4, 8), contiguous=True):
+        super().__init__(ptr)
+        self.shape, self.dtype, self.device, self.contiguous = torch.Size(shape), torch.bfloat16, "dev", contiguous
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+def test_op_call_matches_then_runs_the_epochs_parity_program():
+    """make_op_call / op_call with stand-ins: a call matches on its handle, the arguments after it (type and value)
+    and each tensor's exact type, shape, dtype, device and contiguity; it takes the epoch, binds the epoch's parity
+    (use_parity) and runs that parity's program with the call's tensors and a fresh output in their slots, queues
+    the end's milestones; a refused launch calls fail; a closed executor, a capture, another registration of the
+    world, an epoch past the plan's last: None, nothing done."""
+    d = Driver()
+    e = d.entries()
+    d.types = "QQQQ"
+    progs = []
+    for f in (0xf0, 0xf1):
+        cap = e.make_launch(f, (1, 1, 1), 32, 0, 0x5, d.types, (0, 0, 0, 0), (0, 1))
+        progs.append(e.make_program(0xee, (0x5,), tuple((0xe0 + i, 0x5) for i in range(2)),
+                                    (("L", 0, cap, ((0, 2), (1, 0)), (), -1, None, None),)))
+    ex = SimpleNamespace(epoch=4, _closed=False, _broken=None)
+    parities, queued, pruned, capturing = [], [], [], [False]
+    entry = ("world",)
+    worlds = {"w": entry}
+    made = iter(Fake(0x9000 + 0x100 * i) for i in range(100))
+
+    def fail(res, epoch):
+        raise RuntimeError(f"refused {tuple(res)} at {epoch}")
+    c = e.hot.make_op_call("w", ("auto",), (Fake,), (torch.Size((4, 8)),), (torch.bfloat16,), ("dev",), 3, (2, 0),
+                           lambda: next(made), worlds, entry, ex, 6, tuple(progs), parities.append,
+                           lambda index: 0x1, 0, None, lambda: capturing[0], None, lambda: pruned.append(1), 2,
+                           lambda *m: m, tuple(((queued.append, "ev%d" % i, 0, 0),) for i in range(2)), fail)
+    x = Fake(0xa000)
+    out = e.hot.op_call((c,), (x, "w", "auto"))
+    assert out.ptr == 0x9000 and ex.epoch == 5 and parities == [1] and queued == [("ev1", 0, 0, None, 5)]
+    assert [x[:2] for x in d.log] == [("record", 0xee), ("wait_event", 0x5), ("launch", 0xf1), ("record", 0xe1),
+                                      ("wait_event", 0x1)]
+    assert d.log[2][-1] == (0xa000, 0x9000, 0, 0)   # the input in slot 2 (arg 0), the output in slot 0 (arg 1)
+    assert e.hot.op_call((c,), (x, "w", "auto")).ptr == 0x9100 and ex.epoch == 6 and parities == [1, 0]
+    assert d.log[-3][1] == 0xf0 and pruned == [1]    # parity 0's program; prune every 2nd call
+    n = len(d.log)
+    for args in [(Fake(1, (4, 9)), "w", "auto"), (Fake(1, contiguous=False), "w", "auto"), (x, "v", "auto"),
+                 (x, "w", "one_shot"), (x, "w"), (x, "w", "auto", 0), (object(), "w", "auto"),
+                 (type("Sub", (Fake,), {})(1), "w", "auto")]:
+        assert e.hot.op_call((c,), args) is None     # no match
+    ex.epoch = 6                                     # the next would be 7, past the plan's last (6)
+    assert e.hot.op_call((c,), (x, "w", "auto")) is None and ex.epoch == 6
+    ex.epoch = 2
+    for undo, do in [(lambda: setattr(ex, "_closed", False), lambda: setattr(ex, "_closed", True)),
+                     (lambda: setattr(ex, "_broken", None), lambda: setattr(ex, "_broken", "timed out")),
+                     (lambda: capturing.__setitem__(0, False), lambda: capturing.__setitem__(0, True)),
+                     (lambda: worlds.__setitem__("w", entry), lambda: worlds.__setitem__("w", ("again",)))]:
+        do()
+        assert e.hot.op_call((c,), (x, "w", "auto")) is None
+        undo()
+    assert len(d.log) == n and ex.epoch == 2
+    d.ctx = 0                                        # no context: the epoch given back, the Python way
+    assert e.hot.op_call((c,), (x, "w", "auto")) is None and ex.epoch == 2 and len(d.log) == n
+    d.ctx = 0xc0
+    d.codes["launch"] = 719
+    with pytest.raises(RuntimeError, match=r"refused \(0, 719\) at 3"):
+        e.hot.op_call((c,), (x, "w", "auto"))
 
 
 def test_executor_tags_keep_the_last_ones_issued_in_constant_time():
@@ -283,3 +426,85 @@ def test_a_copy_is_one_driver_copy_of_rows():
 def test_copy_rows(sizes, strides, want):
     from ditron.runtime.regions import copy_rows
     assert copy_rows(sizes, strides, 2) == want
+
+
+def test_a_torch_operator_call_like_a_checked_one_is_one_c_call(monkeypatch, tmp_path):
+    """bench_host's dry GPU, its driver recording: after a checked torch.ops.ditron.ag_gemm call, a call with
+    fresh tensors of the same shapes is hotpath.c's op_call (fastcall.op_front) -- the Python operator path is not
+    entered -- with the fresh pointers launched, a fresh output, the executor's epoch taken once, the end's
+    milestone queued; another shape, a capture, a launch hook or a closed executor go the Python way; a refused
+    launch raises the plan's error."""
+    from ditron import fastcall, ops, torch_ops
+    from ditron.runtime.world import World
+    bench, d = _recording_dry_gpu(monkeypatch)
+    capturing = [False]
+    with contextlib.ExitStack() as stack:
+        bench.dry_gpu(stack)
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+        lib = ops.Library(tmp_path / "lib", target="cuda:90")
+        world = World.virtual(1, device="cpu")
+        handle = torch_ops.register_world(world, lib, capturable=False)
+        stack.callback(lambda: (torch_ops.close(world), torch_ops.unregister_world(handle)))
+        b = torch.randn(32, 16).to(torch.bfloat16)
+        first = torch.ops.ditron.ag_gemm(torch.randn(64, 32).to(torch.bfloat16), b, handle)
+        calls = fastcall.fronts["ag_gemm"]
+        fast = next(v[2] for v in fastcall._ops.values() if v[2].world is world)
+        ex = fast.ex
+        (kernel,) = {a.kernel for a in ex._eager_traces[0]._fixed}
+        d.types = "Q" * (len(ex._kernel(kernel).triton_kernel.src.signature) + 2)
+        real_run = torch_ops._run
+        monkeypatch.setattr(torch_ops, "_run", lambda *a: pytest.fail("the Python operator path was taken"))
+        del d.log[:]
+        epoch, queued = ex.epoch, sum(len(q) for q in ex.watch.queues.values())
+        xs = [torch.randn(64, 32).to(torch.bfloat16) for _ in range(3)]
+        outs = [torch.ops.ditron.ag_gemm(x, b, handle) for x in xs]
+        assert ex.epoch == epoch + 3 and sum(len(q) for q in ex.watch.queues.values()) == queued + 3
+        assert all(o.shape == first.shape and o.dtype == first.dtype and o.is_contiguous() for o in outs)
+        assert len({o.data_ptr() for o in outs}) == 3
+        launched = [e[-1][:-2] for e in d.log if e[0] == "launch"]
+        assert [e[0] for e in d.log] == ["record", "wait_event", "launch", "record", "wait_event"] * 3
+        for vals, x, y in zip(launched, xs, outs):
+            assert sorted(vals) == sorted((x.data_ptr(), b.data_ptr(), y.data_ptr()))
+        # the Python way (run_front gives None, having done nothing)
+        x = xs[0]
+        assert fastcall.run_front(calls, (torch.randn(48, 32).to(torch.bfloat16), b, handle)) is None
+        assert fastcall.run_front(calls, (x, b, handle, 0)) is None          # another form of the arguments
+        assert fastcall.run_front(calls, (x.t().contiguous().t(), b, handle)) is None  # not contiguous
+        capturing[0] = True
+        assert fastcall.run_front(calls, (x, b, handle)) is None
+        capturing[0] = False
+        from triton import knobs
+        with monkeypatch.context() as m:
+            m.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
+            assert fastcall.run_front(calls, (x, b, handle)) is None
+        ex._closed = True
+        assert fastcall.run_front(calls, (x, b, handle)) is None
+        ex._closed = False
+        assert ex.epoch == epoch + 3 and len(d.log) == 15
+        # torch_ops.call (ditron.nn's layers, the wrappers): the C call without the dispatcher in plain eager code,
+        # the operator (which tries the C call itself) under a dispatch mode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Seen(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+        assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape and ex.epoch == epoch + 4
+        with Seen() as seen:
+            assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape
+        assert seen.ops == ["ditron.ag_gemm.default"] and ex.epoch == epoch + 5
+        del d.log[:]
+        d.codes["launch"] = 719
+        with pytest.raises(eager.DitronRuntimeError, match=f"cuLaunchKernel of @{kernel} failed: CUresult 719"):
+            torch.ops.ditron.ag_gemm(x, b, handle)
+        d.codes.clear()
+        monkeypatch.setattr(torch_ops, "_run", real_run)
+        y = torch.ops.ditron.ag_gemm(torch.randn(48, 32).to(torch.bfloat16), b, handle)  # another shape: checked
+        assert y.shape == (48, 16) and len(fastcall.fronts["ag_gemm"]) == 2
+        torch_ops.close(world)
+        assert "ag_gemm" not in fastcall.fronts
+        lib.close()

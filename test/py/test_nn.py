@@ -369,3 +369,18 @@ def test_signatures_list_the_ops_a_plan_calls():
         dnn.signatures(net, 2, [5], plan)
     with pytest.raises(dnn.ParallelError, match="holds torch.float64 weights"):
         dnn.signatures(Net(), 2, [4], plan)
+
+
+def test_call_op_passes_the_parameters_positionally_in_the_schemas_order(monkeypatch):
+    """ditron.nn's call_op: the operator's parameters after the handle, in its schema's order with the defaults
+    between (the form an eager call's C call matches, fastcall.op_front), none where none are given."""
+    from ditron import torch_ops
+    from ditron.nn import linear
+    seen = []
+    monkeypatch.setattr(torch_ops, "call", lambda op, *args: seen.append((op, args[2:])))
+    linear.call_op("ag_gemm", "a", "b", "h", {})
+    linear.call_op("gemm_ar", "a", "b", "h", {"algorithm": "one_shot"})
+    linear.call_op("gemm_ar", "a", "b", "h", {"max_rows": 64})
+    linear.call_op("gemm_rs", "a", "b", "h", {"max_rows": 8})
+    assert seen == [("ag_gemm", ("h",)), ("gemm_ar", ("h", "one_shot")), ("gemm_ar", ("h", "auto", 64)),
+                    ("gemm_rs", ("h", 8))]
