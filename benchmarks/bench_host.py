@@ -5,6 +5,8 @@ GPU keeps up (a small all-reduce is host-bound when this is larger than its GPU 
     python benchmarks/bench_host.py --build DIR     (where the compiler is: the all-reduce artifact)
     python benchmarks/bench_host.py --run DIR       (one GPU; torch + triton only)
     python benchmarks/bench_host.py --cpu-dry DIR   (no GPU: the Python host path of eager calls, see below)
+    python benchmarks/bench_host.py --breakdown DIR (a GPU or none: an eager call's layers)
+    python benchmarks/bench_host.py --real2 DIR     (one GPU: a real world of two processes on it)
 
 Rows (µs per call, the median of 5 repetitions of 3000 calls each, ``sync=False`` into fixed outputs; a virtual
 world of one rank, the same host path as a real rank's): ``ops.all_reduce`` (the public call), ``Executable.run``,
@@ -30,14 +32,22 @@ ctypes calls (memops, event record, stream waits) and the call plans' C path (ho
 memops) run up to the driver -- so what is timed is the host path alone, with the call plans and interpreted (written to host_dry.csv). The driver calls and
 torch's allocator cost a few microseconds more per call on a GPU host; ``--run`` measures them.
 
+``--real2 DIR`` (one GPU) runs the W = 2 cases in a real world of two processes on the GPU: per op the host time
+of one torch-operator call with fresh inputs into an idle GPU (the median of REAL_CALLS), through ``torch_ops.call``
+(ditron.nn's path), through ``torch.ops.ditron.<op>``, and the Python way with a C call per step
+(``eager.NATIVE = False``); written to host_real_w2.csv.
+
 ``--breakdown DIR`` (a GPU, or no GPU: then dry as above) splits the eager call with fresh inputs of the W = 1
 cases into its layers, us per call (the median of 5 runs of 3000 calls, 2000 dry): the whole ``ops`` call, the call plan's
 ``enqueue`` (fork, steps, join) and ``bind`` (argument slots, the outputs allocated) with the call's tensors
 already checked, the outputs alone, the fork + join alone (hotpath.c: two cuEventRecord, two cuStreamWaitEvent),
 the plan's steps alone (the launches: ``steps_gpu_us`` is the GPU's time per call over the same loop, CUDA events;
 where it is as large as ``steps_us`` the loop waited for the GPU, not the host; ``steps_alone_us`` and
-``full_alone_us``: one call into an idle GPU, synchronized before each, the median of 1000), and torch's ``add_`` and
-``matmul`` of the op's operands for scale. Written to host_breakdown.csv.
+``full_alone_us``: one call into an idle GPU, synchronized before each, the median of 1000), ``enqueue_per_step_us``
+(the enqueue with a C call per step instead of the plan's one C program, runtime/hotpath.c), the op's torch operator
+with fresh inputs (``op_us``: through its one C call, fastcall.op_front, ``op_in_c`` says it was made; against
+``op_python_us``: the operator's Python path with a C call per step, as before those; ``*_alone_us`` into an idle
+GPU), and torch's ``add_`` and ``matmul`` of the op's operands for scale. Written to host_breakdown.csv.
 """
 from __future__ import annotations
 
@@ -65,9 +75,16 @@ def eager_signatures():
     return [ops.signature_for(op, shapes, "bf16", W, True, **params) for op, shapes, params, W in DRY_CASES]
 
 
+def real_signatures():
+    """The W = 2 cases of DRY_CASES in a real world (``--real2``: one process per rank)."""
+    from ditron import ops
+    return [ops.signature_for(op, shapes, "bf16", W, False, **params) for op, shapes, params, W in DRY_CASES
+            if W == 2]
+
+
 def build(directory: Path) -> None:
     from ditron import ops
-    ops.build([signature(), *eager_signatures()], directory)
+    ops.build([signature(), *eager_signatures(), *real_signatures()], directory)
     print(f"built {signature().key} and the eager cases into {directory}")
 
 
@@ -472,6 +489,11 @@ def breakdown_rows(directory: Path) -> list[dict]:
                 row["steps_gpu_us"] = start.elapsed_time(end) * 1e3 / CALLS
                 row["steps_alone_us"] = _alone_us(run_steps)
                 row["full_alone_us"] = _alone_us(call)
+            saved = plan.native
+            plan.native = {}
+            row["enqueue_per_step_us"] = timer(lambda: plan.enqueue(tensors, False))
+            plan.native = saved
+            row.update(operator_rows(op, nxt, rest, params, world, lib, timer, dev))
             y = torch.zeros(SHAPE, dtype=torch.bfloat16, device=dev)
             row["torch_add_us"] = timer(lambda: y.add_(y))
             if rest and args[0].shape[-1] == rest[0][0].shape[0]:
@@ -484,6 +506,40 @@ def breakdown_rows(directory: Path) -> list[dict]:
             print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
         lib.close()
     return rows
+
+
+def operator_rows(op, nxt, rest, params, world, lib, timer, dev) -> dict:
+    """The op's torch operator with fresh inputs: through its C call (fastcall.op_front: ``op_us``, and
+    ``op_alone_us`` into an idle GPU) and the Python way (``eager.NATIVE = False``: ``op_python_us``)."""
+    import torch
+
+    from ditron import fastcall, torch_ops
+    from ditron.runtime import eager
+    handle = torch_ops.register_world(world, lib, capturable=dev == "cuda")  # (a capture plan needs a GPU)
+    fn, extra = getattr(torch.ops.ditron, op), tuple(params.values())
+
+    def call():
+        return fn(nxt()[0], *[r[0] for r in rest], handle, *extra)
+    row = {"op_us": timer(call, warmup=50), "op_in_c": bool(fastcall.fronts.get(op))}
+    if dev == "cuda":
+        row["op_alone_us"] = _alone_us(call)
+    plans = [v[2].plan for v in fastcall._ops.values() if v[2].world is world]
+    saved = [p.native for p in plans]
+    eager.NATIVE = False
+    fastcall.drop_fronts()
+    try:  # as before hotpath.c's programs: the operator's Python path, a C call per step
+        for p in plans:
+            p.native = {}
+        row["op_python_us"] = timer(call, warmup=50)
+        if dev == "cuda":
+            row["op_python_alone_us"] = _alone_us(call)
+    finally:
+        eager.NATIVE = True
+        for p, native in zip(plans, saved):
+            p.native = native
+    torch_ops.close(world)
+    torch_ops.unregister_world(handle)
+    return row
 
 
 def _alone_us(call, n: int = 1000) -> float:
@@ -514,6 +570,115 @@ def breakdown(directory: Path, out_dir: Path = RESULTS) -> int:
     return 0
 
 
+# ------------------------------------------------------------------- a real world of two processes on one GPU
+
+def real2(directory: Path, out_dir: Path = RESULTS) -> int:
+    """Start this script's ``--rank`` as ranks 0 and 1 of a real world on this one GPU (torch symmetric memory with
+    overlapping devices, as test/py/two_ranks.py); rank 0 writes host_real_w2.csv."""
+    import os
+    import socket
+    import subprocess
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(directory), "--out", str(out_dir)],
+                              env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK="0",
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                       TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", CUDA_DEVICE_MAX_CONNECTIONS="32"))
+             for r in range(2)]
+    codes = [p.wait(timeout=600) for p in procs]
+    return max(codes)
+
+
+def rank_rows(directory: Path, out_dir: Path) -> int:
+    """One rank of ``--real2``: each W = 2 case's torch operator with fresh inputs, the host time of one call into
+    an idle GPU (synchronized before each; both ranks make the same calls, so each call's peer is there), the
+    median of REAL_CALLS: through ``torch_ops.call`` (ditron.nn's path: the C call without the dispatcher), through
+    the operator (``torch.ops.ditron.<op>``: its kernel's C call), and the Python way with a C call per step
+    (``eager.NATIVE = False``, as before the C calls). Each output is checked against torch (the sum or gather of
+    both ranks' products) once."""
+    import itertools
+
+    import torch
+    import torch.distributed as dist
+
+    from ditron import fastcall, ops, torch_ops
+    from ditron.runtime import eager
+    from ditron.runtime.world import World
+    torch.cuda.set_device(0)
+    dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; symmetric memory needs only the store
+    world = World.from_torch()
+    lib = ops.Library(directory, compile=False)
+    handle = torch_ops.register_world(world, lib)
+    rows = []
+    for op, shapes, params, W in [c for c in DRY_CASES if c[3] == 2]:
+        gen = torch.Generator(device="cuda").manual_seed(world.rank + 1)
+        pool = [(torch.randn(*shapes[0], device="cuda", generator=gen) * 0.1).to(torch.bfloat16)
+                for _ in range(FRESH)]
+        rest = [(torch.randn(*sh, device="cuda", generator=gen) * 0.1).to(torch.bfloat16) for sh in shapes[1:]]
+        nxt = itertools.cycle(pool).__next__
+        extra = tuple(params.values())
+        fn = getattr(torch.ops.ditron, op)
+        y = fn(pool[0], *rest, handle, *extra)
+        _check_real(op, pool[0], rest, y, world)
+        calls = {"torch_ops_call": lambda: torch_ops.call(op, nxt(), *rest, handle, *extra),
+                 "operator": lambda: fn(nxt(), *rest, handle, *extra)}
+        row = {"op": op, "W": 2, "device": torch.cuda.get_device_name()}
+        for name, call in calls.items():
+            for _ in range(20):
+                call()
+            row[f"{name}_alone_us"] = _alone_us(call, REAL_CALLS)
+        row["in_c"] = bool(fastcall.fronts.get(op))
+        plans = [v[2].plan for v in fastcall._ops.values() if v[2].world is world]
+        saved = [p.native for p in plans]
+        eager.NATIVE = False
+        fastcall.drop_fronts()
+        for p in plans:
+            p.native = {}
+        row["python_alone_us"] = _alone_us(calls["operator"], REAL_CALLS)
+        eager.NATIVE = True
+        for p, native in zip(plans, saved):
+            p.native = native
+        rows.append({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
+        if world.rank == 0:
+            print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+    torch.cuda.synchronize()
+    torch_ops.close(world)
+    lib.close()
+    if world.rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "host_real_w2.csv"
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {path}")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+REAL_CALLS = 500
+
+
+def _check_real(op, a, rest, y, world) -> None:
+    """The operator's output against torch's: the products of both ranks gathered / summed (gloo carries them)."""
+    import torch
+    import torch.distributed as dist
+    torch.cuda.synchronize()
+    parts = [None, None]
+    dist.all_gather_object(parts, (a.float().cpu(), rest[0].float().cpu() if rest else None))
+    if op == "ag_gemm":
+        want = torch.cat([p[0] for p in parts]) @ parts[world.rank][1]
+    elif op in ("gemm_rs", "gemm_ar"):
+        want = sum(p[0] @ p[1] for p in parts)
+        if op == "gemm_rs":
+            want = want.chunk(2)[world.rank]
+    else:
+        want = sum(p[0] for p in parts)
+    torch.testing.assert_close(y.float().cpu(), want, atol=2e-2, rtol=2e-2)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group(required=True)
@@ -522,6 +687,9 @@ def main() -> int:
     g.add_argument("--cpu-dry", type=Path, metavar="DIR", help="no GPU: time the Python host path of eager calls "
                    "(artifacts in DIR, built there if missing and the compiler is here)")
     g.add_argument("--breakdown", type=Path, metavar="DIR", help="the eager call's layers, us each (a GPU, else dry)")
+    g.add_argument("--real2", type=Path, metavar="DIR", help="the torch operators' host time in a real world of two "
+                   "processes on this GPU (W = 2 artifacts in DIR)")
+    g.add_argument("--rank", type=Path, metavar="DIR", help=argparse.SUPPRESS)  # one rank of --real2
     p.add_argument("--out", type=Path, default=RESULTS, help="where host_w1.csv goes (default: benchmarks/results)")
     args = p.parse_args()
     if args.build:
@@ -531,6 +699,10 @@ def main() -> int:
         return dry_run(args.cpu_dry, args.out)
     if args.breakdown:
         return breakdown(args.breakdown, args.out)
+    if args.real2:
+        return real2(args.real2, args.out)
+    if args.rank:
+        return rank_rows(args.rank, args.out)
     return run(args.run, args.out)
 
 
