@@ -204,17 +204,26 @@ def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: 
 
     def fail(res, epoch):
         raise plan._native_failure(native[epoch & 1 if rotates else 0][1], tuple(res), epoch)
+    capturing = torch.cuda.is_current_stream_capturing
+    if capturing is _torch_capturing() and hasattr(torch._C, "_cuda_isCurrentStreamCapturing"):
+        capturing = torch._C._cuda_isCurrentStreamCapturing  # what it calls, without its Python frame
     marks = tuple(tuple((q.append, ev, rank, s) for q, ev, rank, s in plan.join_marks[i])
                   for i in range(len(plan.join_marks)))
     c = hot.make_op_call(handle, tuple(args[len(tensors) + 1:]), tuple(type(t) for t in tensors),
-                         tuple(t.shape for t in tensors),
-                         tuple(t.dtype for t in tensors), tuple(t.device for t in tensors), plan.n_args,
-                         (*plan.inputs, plan.output_slots[0]), make, worlds, entry, fast.ex, plan.max_epoch, programs,
-                         fast.ex._use_parity if rotates else None, plan.current_raw, plan.index, plan.get_device, torch.cuda.is_current_stream_capturing,
-                         plan.hooks, fast.ex.watch.prune, eager.PRUNE_AT, Milestone, marks, fail)
+                         tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors),
+                         tuple(t.device for t in tensors), plan.n_args, (*plan.inputs, plan.output_slots[0]), make,
+                         worlds, entry, fast.ex, plan.max_epoch, programs, fast.ex._use_parity if rotates else None,
+                         plan.current_raw, plan.index, plan.get_device, capturing, plan.hooks, fast.ex.watch.prune,
+                         eager.PRUNE_AT, Milestone, marks, fail)
     kept = [(k, c)] + _front_keys.get(op, [])[:FRONTS_PER_OP - 1]
     _front_keys[op] = kept
     fronts[op] = tuple(cap for _, cap in kept)
+
+
+def _torch_capturing():
+    """torch's own is_current_stream_capturing (torch.cuda's attribute may be replaced, as the dry benchmark does)."""
+    from torch.cuda import graphs
+    return graphs.is_current_stream_capturing
 
 
 def drop_fronts() -> None:
@@ -250,5 +259,5 @@ def forget(exe=None, lib=None) -> None:
     _prune_fronts()
 
 
-__all__ = ["FRONTS_PER_OP", "MISS", "FastCall", "call", "drop_fronts", "forget", "forget_world", "fronts", "key", "op_call", "op_front",
-           "op_key", "op_remember", "remember"]
+__all__ = ["FRONTS_PER_OP", "MISS", "FastCall", "call", "drop_fronts", "forget", "forget_world", "fronts", "key",
+           "op_call", "op_front", "op_key", "op_remember", "remember"]

@@ -42,7 +42,11 @@ W tensors per argument) is ditron.ops' own calls.
 A call checks its arguments as ditron.ops does (the same OpError), allocates its output, and enqueues the op on
 the caller's current stream with no host synchronisation (``sync=False``: a stuck call is found by the next
 ``Library.synchronize(world)`` or the watchdog, as for ditron.ops). The outputs are fresh tensors (never an
-input, never reused by a later call), as torch.library requires.
+input, never reused by a later call), as torch.library requires. A later call with positional arguments of the
+same form and plain tensors of the same shapes, dtypes and device is one C call (ditron.fastcall.op_front: its
+checks then are that match, the world's registration, the executor's state, the device, capture and launch
+hooks); from plain eager code ``torch_ops.call(op, *args)`` (ditron.nn's layers, the wrappers below) reaches it
+without torch's dispatcher.
 
 Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. The signal
 values of an eager call depend on the call's epoch, so a replay of an eagerly captured call would meet the signals

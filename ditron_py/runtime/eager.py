@@ -68,7 +68,7 @@ from .regions import copy_rows
 from .timeouts import Milestone
 
 ENABLED = True      # eager calls through plans (False: every call interpreted, as before)
-NATIVE = True       # a plan's whole call as one C call (hotpath.c's programs) where it builds (False: a C call per step)
+NATIVE = True       # a plan's whole call as one C call (hotpath.c's programs) where built (False: a C call per step)
 EVENT_RING = 64     # events per (rank, stream) end and per blocking step, reused round-robin
 C_PATH = True       # launches, fork and join through hotpath.c where it is built (False: Triton's launcher, ctypes)
 PRUNE_AT = 32       # completed milestones are dropped every PRUNE_AT calls (an event query costs ~1 us)
