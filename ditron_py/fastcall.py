@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .runtime import eager
+from .schema import DIVISIBILITY
 
 MISS = object()   # what ``call`` returns when the call must take the whole way
 
@@ -189,7 +190,7 @@ def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: 
     plan = fast.plan
     native = getattr(plan, "native", None)
     rotates = bool(fast.ex._rotates)
-    if not native or sorted(native) != ([0, 1] if rotates else [0]) or plan.prechecks or len(plan.rows) != 1 or \
+    if not native or sorted(native) != ([0, 1] if rotates else [0]) or len(plan.rows) != 1 or \
             len(plan.output_slots) != 1 or len(plan.inputs) != len(tensors) or not fast.live:
         return
     from .runtime.memops import hotpath
@@ -211,13 +212,35 @@ def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: 
                   for i in range(len(plan.join_marks)))
     c = hot.make_op_call(handle, tuple(args[len(tensors) + 1:]), tuple(type(t) for t in tensors),
                          tuple(t.shape for t in tensors), tuple(t.dtype for t in tensors),
-                         tuple(t.device for t in tensors), plan.n_args, (*plan.inputs, plan.output_slots[0]), make,
+                         tuple(t.device for t in tensors), plan.n_args, (*plan.inputs, plan.output_slots[0]),
+                         tuple(sorted(plan.aligned.get(plan.ranks[0], ()))), DIVISIBILITY, make,
                          worlds, entry, fast.ex, plan.max_epoch, programs, fast.ex._use_parity if rotates else None,
                          plan.current_raw, plan.index, plan.get_device, capturing, plan.hooks, fast.ex.watch.prune,
                          eager.PRUNE_AT, Milestone, marks, fail)
     kept = [(k, c)] + _front_keys.get(op, [])[:FRONTS_PER_OP - 1]
     _front_keys[op] = kept
     fronts[op] = tuple(cap for _, cap in kept)
+
+
+def program_remember(name: str, args: tuple, tensors: Sequence[Any], handle: str, entry, exe, out, worlds) -> None:
+    """After a registered kernel program's torch operator call (torch_ops.register_custom_op: one output ``out``,
+    run by ``exe`` in the world of ``entry``): its FastCall under the operator key, then its C call (op_front)."""
+    if not (eager.ENABLED and eager.NATIVE):
+        return
+    try:
+        k = op_key(name, handle, {}, tensors)
+    except (AttributeError, TypeError):
+        return
+    world = entry[0]
+    if k in _ops or not all(s[3] for s in k[3]) or not hasattr(out, "data_ptr"):
+        return
+    ex = next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
+               not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)
+    plan = None if ex is None else ex.plan_for_call([list(tensors)], [[out]])
+    if plan is None:
+        return
+    _ops[k] = (entry, eager.output_maker(tuple(out.shape), out.dtype, out.device), FastCall(world, exe, ex, plan))
+    op_front(name, args, tensors, handle, {}, worlds)
 
 
 def _torch_capturing():
@@ -260,4 +283,4 @@ def forget(exe=None, lib=None) -> None:
 
 
 __all__ = ["FRONTS_PER_OP", "MISS", "FastCall", "call", "drop_fronts", "forget", "forget_world", "fronts", "key",
-           "op_call", "op_front", "op_key", "op_remember", "remember"]
+           "op_call", "op_front", "op_key", "op_remember", "program_remember", "remember"]

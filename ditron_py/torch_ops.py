@@ -409,8 +409,9 @@ def register_custom_op(op, **params: Any):
     its builder's parameters, fixed for the operator. The fake implementation builds the program for the handle's
     world size and the tensors' shapes (ditron.device's builder: no MLIR, no GPU) and gives its outputs' shapes and
     dtypes; a call is the op's UserOp call on this rank's tensors (a real world, or a virtual world of one rank),
-    enqueued on the current stream with no host synchronisation. Not capturable into the caller's CUDA graphs yet
-    (refused inside a capture). Static shapes only. Returns the operator."""
+    enqueued on the current stream with no host synchronisation; a later call like a checked one (one output) is one
+    C call, as the built-in operators' (fastcall.program_remember). Not capturable into the caller's CUDA graphs
+    yet (refused inside a capture). Static shapes only. Returns the operator."""
     from .custom_ops import CustomOp
     from .user_ops import TORCH_DTYPES
     if not isinstance(op, CustomOp):
@@ -441,17 +442,26 @@ def register_custom_op(op, **params: Any):
         return outs[0] if n_out == 1 else tuple(outs)
 
     def kernel(*args):
+        if eager.ENABLED and (calls := fastcall.fronts.get(name)) is not None:
+            out = fastcall.run_front(calls, args)  # like a checked earlier call: one C call (fastcall.op_front)
+            if out is not None:
+                return out
         tensors, handle = args[:n_in], args[n_in]
-        world = _entry(handle)[0]
+        entry = _entry(handle)
+        world = entry[0]
         if torch.cuda.is_current_stream_capturing():
             from .runtime.callplan import CaptureNotPreparedError
             raise CaptureNotPreparedError(f"ditron::{name} (a registered kernel program) cannot be captured into "
                                           "a CUDA graph yet: call it outside the capture")
         program(tensors, world)  # the same checks as the fake
-        result = op.user_op(*([[t] for t in tensors] if world.is_virtual else tensors), world=world, sync=False,
-                            **params)
+        user = op.user_op
+        result = user(*([[t] for t in tensors] if world.is_virtual else tensors), world=world, sync=False, **params)
         if world.is_virtual:
             result = result[0]
+        if n_out == 1:  # the next call like this one: one C call
+            exe = user.executable(world.world_size, world.is_virtual, [tuple(t.shape) for t in tensors],
+                                  TORCH_DTYPES[str(tensors[0].dtype).removeprefix("torch.")], user.target, **params)
+            fastcall.program_remember(name, args, tensors, handle, entry, exe, result, _worlds)
         return result if n_out == 1 else tuple(result)
 
     inputs = ", ".join(f"Tensor x{i}" for i in range(n_in))

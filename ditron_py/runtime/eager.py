@@ -205,6 +205,7 @@ class EagerPlan:
         self.max_epoch = 1 << 62     # the last call a plan serves (values that must fit 32 bits: _limit)
         self.calls = 0
         self.prechecks: dict[int, list[Callable[[list[Any]], None]]] = {}  # per rank: checks of a call's tensors
+        self.aligned: dict[int, set[int]] = {}  # per rank: the slots those checks want 16-byte aligned (all they do)
         self.used = sorted({(r, a.stream) for r in ex.ranks for a in traces[r]._fixed})
         self.handles = {k: ex.streams[k].cuda_stream for k in self.used}
         parities = (0, 1) if ex._rotates else (0,)
@@ -592,6 +593,7 @@ class EagerPlan:
                         vals[p] = t[k]
                     ex._check_divisible(rank, a, vals, claims)
         self.prechecks.setdefault(rank, []).append(check)
+        self.aligned.setdefault(rank, set()).update(index for _, index in slots)
 
     def _copy(self, rank, parity, a: CopyAction, tensors, stream):
         ex = self.ex

@@ -842,13 +842,15 @@ static PyObject *run_program(PyObject *self, PyObject *const *args, Py_ssize_t n
  * the plan's program run, the watchdog's milestones of the call's end queued -- what fastcall.op_call, FastCall.one
  * and EagerPlan.call / enqueue do in Python, without their frames.
  *
- * make_op_call(handle, rest, types, shapes, dtypes, devices, n_slots, slots, maker, worlds, entry, ex, max_epoch, programs,
+ * make_op_call(handle, rest, types, shapes, dtypes, devices, n_slots, slots, aligned, alignment, maker, worlds, entry, ex, max_epoch, programs,
  *              use_parity, raw_stream, index, get_device, capturing, hooks, prune, prune_at, milestone, marks, fail)
  *   -> a capsule for op_call():
  *   handle, rest  the world handle and the arguments after it (a tuple), as the checked call had them;
  *   types, shapes, dtypes, devices  per tensor argument what it had: its exact type (a subclass, a FakeTensor,
  *                 does not match), shape, dtype, device (the call's tensors are contiguous);
  *   n_slots, slots  the plan's argument slots, and per tensor argument (then the output) its slot;
+ *   aligned, alignment  the slots whose data pointers the plan wants a multiple of alignment (a kernel specialised
+ *                 on it: EagerPlan's prechecks); a call whose tensor is not goes the Python way, which raises;
  *   maker         makes the output; worlds, entry: the registered worlds (a dict) and the call's world's entry;
  *   ex            the executor (its _closed, _broken, epoch); max_epoch: the last epoch the plan serves;
  *   programs      the plan's programs (make_program): one, or one per parity (epoch % 2), when use_parity (not
@@ -865,7 +867,8 @@ static PyObject *run_program(PyObject *self, PyObject *const *args, Py_ssize_t n
 typedef struct {
     PyObject *handle, *rest, *maker, *worlds, *entry, *ex, *programs, *use_parity, *raw_stream, *index, *get_device;
     PyObject *capturing, *hooks, *prune, *milestone, *marks, *fail;
-    Py_ssize_t n, n_slots, slot[MAX_VAR + 1];
+    Py_ssize_t n, n_slots, slot[MAX_VAR + 1], n_aligned, aligned[MAX_VAR + 1];
+    unsigned long long alignment;
     PyObject *types[MAX_VAR], *shapes[MAX_VAR], *dtypes[MAX_VAR], *devices[MAX_VAR];
     long long max_epoch, prune_at, calls;
 } OpCall;
@@ -894,19 +897,22 @@ static void op_call_free(PyObject *capsule) {
 }
 
 static PyObject *make_op_call(PyObject *self, PyObject *args) {
-    PyObject *handle, *rest, *types, *shapes, *dtypes, *devices, *slots, *maker, *worlds, *entry, *ex, *programs;
+    PyObject *handle, *rest, *types, *shapes, *dtypes, *devices, *slots, *aligned, *maker, *worlds, *entry, *ex, *programs;
     PyObject *use_parity, *raw_stream, *index, *get_device, *capturing, *hooks, *prune, *milestone, *marks, *fail;
     Py_ssize_t n_slots;
+    unsigned long long alignment;
     long long max_epoch, prune_at;
-    if (!PyArg_ParseTuple(args, "UO!O!O!O!O!nO!OO!OOLO!OOOOOOOLOO!O", &handle, &PyTuple_Type, &rest, &PyTuple_Type,
-                          &types, &PyTuple_Type, &shapes, &PyTuple_Type, &dtypes, &PyTuple_Type, &devices, &n_slots, &PyTuple_Type, &slots,
+    if (!PyArg_ParseTuple(args, "UO!O!O!O!O!nO!O!KOO!OOLO!OOOOOOOLOO!O", &handle, &PyTuple_Type, &rest, &PyTuple_Type,
+                          &types, &PyTuple_Type, &shapes, &PyTuple_Type, &dtypes, &PyTuple_Type, &devices, &n_slots,
+                          &PyTuple_Type, &slots, &PyTuple_Type, &aligned, &alignment,
                           &maker, &PyDict_Type, &worlds, &entry, &ex, &max_epoch, &PyTuple_Type, &programs, &use_parity, &raw_stream, &index,
                           &get_device, &capturing, &hooks, &prune, &prune_at, &milestone, &PyTuple_Type, &marks,
                           &fail))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(shapes);
     if (n > MAX_VAR || PyTuple_GET_SIZE(types) != n || PyTuple_GET_SIZE(dtypes) != n || PyTuple_GET_SIZE(devices) != n ||
-        PyTuple_GET_SIZE(slots) != n + 1 || PyTuple_GET_SIZE(marks) < 1 || prune_at < 1 ||
+        PyTuple_GET_SIZE(slots) != n + 1 || PyTuple_GET_SIZE(marks) < 1 || prune_at < 1 || alignment < 1 ||
+        PyTuple_GET_SIZE(aligned) > MAX_VAR + 1 ||
         PyTuple_GET_SIZE(programs) < 1 || PyTuple_GET_SIZE(programs) > 2 ||
         !PyCapsule_IsValid(PyTuple_GET_ITEM(programs, 0), PROGRAM_CAPSULE) ||
         !PyCapsule_IsValid(PyTuple_GET_ITEM(programs, PyTuple_GET_SIZE(programs) - 1), PROGRAM_CAPSULE)) {
@@ -928,6 +934,8 @@ static PyObject *make_op_call(PyObject *self, PyObject *args) {
     }
     c->n = n;
     c->n_slots = n_slots;
+    c->alignment = alignment;
+    c->n_aligned = PyTuple_GET_SIZE(aligned);
     c->max_epoch = max_epoch;
     c->prune_at = prune_at;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -945,6 +953,14 @@ static PyObject *make_op_call(PyObject *self, PyObject *args) {
             goto fail;
         if (c->slot[i] < 0 || c->slot[i] >= n_slots) {
             PyErr_Format(PyExc_IndexError, "make_op_call: slot %zd of %zd", c->slot[i], n_slots);
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < c->n_aligned; i++) {
+        if (as_ssize(PyTuple_GET_ITEM(aligned, i), &c->aligned[i]) < 0)
+            goto fail;
+        if (c->aligned[i] < 0 || c->aligned[i] >= n_slots) {
+            PyErr_Format(PyExc_IndexError, "make_op_call: aligned slot %zd of %zd", c->aligned[i], n_slots);
             goto fail;
         }
     }
@@ -1143,6 +1159,17 @@ static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     if (!(rows = PyTuple_Pack(1, row)) || !(epoch_obj = PyLong_FromLongLong(epoch)))
         goto error;
+    for (Py_ssize_t i = 0; i < c->n_aligned; i++) {
+        unsigned long long ptr;
+        if (PyList_GET_ITEM(row, c->aligned[i]) == Py_None)
+            continue;
+        if (data_ptr(rows, 0, c->aligned[i], &ptr) < 0)
+            goto error;
+        if (ptr % c->alignment) {   /* the Python way: the plan's precheck raises the executor's error */
+            Py_CLEAR(out);
+            goto done;
+        }
+    }
     if (!(stream = PyObject_CallOneArg(c->raw_stream, c->index)))
         goto error;
     uintptr_t handle;

@@ -320,7 +320,7 @@ class Fake(T):
 
 def test_op_call_matches_then_runs_the_epochs_parity_program():
     """make_op_call / op_call with stand-ins: a call matches on its handle, the arguments after it (type and value)
-    and each tensor's exact type, shape, dtype, device and contiguity; it takes the epoch, binds the epoch's parity
+    and each tensor's exact type, shape, dtype, device and contiguity, the aligned slots' data pointers; it takes the epoch, binds the epoch's parity
     (use_parity) and runs that parity's program with the call's tensors and a fresh output in their slots, queues
     the end's milestones; a refused launch calls fail; a closed executor, a capture, another registration of the
     world, an epoch past the plan's last: None, nothing done."""
@@ -341,6 +341,7 @@ def test_op_call_matches_then_runs_the_epochs_parity_program():
     def fail(res, epoch):
         raise RuntimeError(f"refused {tuple(res)} at {epoch}")
     c = e.hot.make_op_call("w", ("auto",), (Fake,), (torch.Size((4, 8)),), (torch.bfloat16,), ("dev",), 3, (2, 0),
+                           (2,), 16,
                            lambda: next(made), worlds, entry, ex, 6, tuple(progs), parities.append,
                            lambda index: 0x1, 0, None, lambda: capturing[0], None, lambda: pruned.append(1), 2,
                            lambda *m: m, tuple(((queued.append, "ev%d" % i, 0, 0),) for i in range(2)), fail)
@@ -355,7 +356,7 @@ def test_op_call_matches_then_runs_the_epochs_parity_program():
     n = len(d.log)
     for args in [(Fake(1, (4, 9)), "w", "auto"), (Fake(1, contiguous=False), "w", "auto"), (x, "v", "auto"),
                  (x, "w", "one_shot"), (x, "w"), (x, "w", "auto", 0), (object(), "w", "auto"),
-                 (type("Sub", (Fake,), {})(1), "w", "auto")]:
+                 (type("Sub", (Fake,), {})(1), "w", "auto"), (Fake(0xa008), "w", "auto")]:  # the last unaligned
         assert e.hot.op_call((c,), args) is None     # no match
     ex.epoch = 6                                     # the next would be 7, past the plan's last (6)
     assert e.hot.op_call((c,), (x, "w", "auto")) is None and ex.epoch == 6
@@ -508,3 +509,38 @@ def test_a_torch_operator_call_like_a_checked_one_is_one_c_call(monkeypatch, tmp
         torch_ops.close(world)
         assert "ag_gemm" not in fastcall.fronts
         lib.close()
+
+
+def test_a_registered_kernel_programs_operator_call_like_a_checked_one_is_one_c_call(monkeypatch):
+    """torch_ops.register_custom_op on bench_host's dry GPU: after a checked call of ditron::user_gather, a call with
+    fresh tensors of the same shape is one C call (its builder is not run again, nor the UserOp's checks); an input
+    the kernel's 16-byte specialisation does not hold goes the Python way, whose check raises."""
+    from test_custom_ops import GATHER
+
+    from ditron import errors as ditron_errors
+    from ditron import fastcall, torch_ops
+    from ditron.runtime.world import World
+    bench, d = _recording_dry_gpu(monkeypatch)
+    with contextlib.ExitStack() as stack:
+        bench.dry_gpu(stack)
+        oper = torch_ops.register_custom_op(GATHER)
+        monkeypatch.setattr(GATHER.user_op, "target", "cuda:90")
+        world = World.virtual(1, device="cpu")
+        handle = torch_ops.register_world(world, capturable=False)
+        stack.callback(lambda: (torch_ops.close(world), torch_ops.unregister_world(handle)))
+        first = oper(torch.randn(37), handle)
+        assert first.shape == (37,) and "user_gather" in fastcall.fronts
+        ex = next(v[2].ex for k, v in fastcall._ops.items() if k[0] == "user_gather")
+        (kernel,) = {a.kernel for a in ex._eager_traces[0]._fixed if hasattr(a, "kernel")}
+        d.types = "Q" * (len(ex._kernel(kernel).triton_kernel.src.signature) + 2)
+        del d.log[:]
+        xs = [torch.randn(37) for _ in range(2)]
+        with monkeypatch.context() as m:
+            m.setattr(GATHER, "build", lambda *a, **k: pytest.fail("the Python operator path was taken"))
+            outs = [oper(x, handle) for x in xs]
+        assert all(o.shape == (37,) for o in outs) and outs[0].data_ptr() != outs[1].data_ptr()
+        launched = [e[-1] for e in d.log if e[0] == "launch"]
+        assert len(launched) == 2 and all(x.data_ptr() in args for x, args in zip(xs, launched))
+        big = torch.randn(38)
+        with pytest.raises(ditron_errors.DitronRuntimeError, match="16"):
+            oper(big[1:], handle)  # 4 bytes off: the Python way (its builder, then the executor's check)
