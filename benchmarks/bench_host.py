@@ -404,6 +404,7 @@ def dry_rows(directory: Path) -> list[dict]:
             if handle is not None:
                 torch_ops.close(world)
                 torch_ops.unregister_world(handle)
+        out += registered_rows()
         x = torch.zeros(SHAPE, dtype=torch.bfloat16)
         for name, call in (("torch.empty of x's shape (for scale)", lambda: torch.empty(SHAPE, dtype=torch.bfloat16)),
                            ("torch x.add_(x) (for scale)", lambda: x.add_(x))):
@@ -412,6 +413,52 @@ def dry_rows(directory: Path) -> list[dict]:
             print(f"  {name:46s} {'':12s} {us:8.2f} us", flush=True)
         lib.close()
     return out
+
+
+def registered_rows() -> list[dict]:
+    """(Dry, needs the compiler: a registered program compiles at its first call.) A kernel program registered as a
+    torch operator (ditron.register_op + torch_ops.register_custom_op: examples/ag_gemm_user.py's builder, W = 1,
+    ag_gemm's first DRY_CASES shapes) with fresh inputs: through its one C call (fastcall.program_remember) and the
+    Python way (``eager.NATIVE = False``: the builder and the UserOp's checks every call)."""
+    import itertools
+
+    import torch
+
+    import ditron
+    import ditron.frontend as dt
+    from ditron import fastcall, torch_ops
+    from ditron.runtime import eager
+    from ditron.runtime.world import World
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    import ag_gemm_user
+    name = "bench_ag_gemm_user"
+    op = torch_ops._custom[name][0] if name in torch_ops._custom else ditron.register_op(
+        name, ag_gemm_user.build, inputs=[dt.shard(0, "tp"), dt.replicated], outputs=[dt.replicated],
+        reference=lambda x, w: x @ w)  # (once per process: a torch operator cannot be defined twice)
+    oper = torch_ops.register_custom_op(op)
+    op.user_op.target = "cuda:90"
+    (m, k), (_, n) = DRY_CASES[0][1]
+    world = World.virtual(1, device="cpu")
+    handle = torch_ops.register_world(world, capturable=False)
+    pool = [(torch.randn(m, k) * 0.1).to(torch.bfloat16) for _ in range(FRESH)]
+    w = (torch.randn(k, n) * 0.1).to(torch.bfloat16)
+    nxt = itertools.cycle(pool).__next__
+    rows = []
+    for how in ("C call", "Python"):
+        if how == "Python":
+            eager.NATIVE = False
+            fastcall.drop_fronts()
+        try:
+            us = _dry_timed(lambda: oper(nxt(), w, handle), warmup=50)
+        finally:
+            eager.NATIVE = True
+        name = "torch.ops.ditron.<registered program>, fresh x"
+        rows.append({"call": name, "W": 1, "signature": "ag_gemm_user", "plans": how, "host_us": round(us, 2)})
+        print(f"  W=1 {name:42s} {how:12s} {us:8.2f} us", flush=True)
+    torch_ops.close(world)
+    torch_ops.unregister_world(handle)
+    op.user_op.close()
+    return rows
 
 
 def dry_run(directory: Path, out_dir: Path = RESULTS) -> int:

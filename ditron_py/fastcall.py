@@ -165,7 +165,7 @@ def op_remember(op: str, handle: str, params: dict[str, Any], tensors: Sequence[
 # ------------------------------------------------------------------------------ operator calls in one C call
 
 fronts: dict[str, tuple] = {}   # op -> its C calls (hotpath.c's make_op_call), newest first: the operator's kernel
-_front_keys: dict[str, list[tuple[tuple, Any]]] = {}   # op -> [(the _ops key, its C call)], newest first
+_front_keys: dict[str, list[tuple[tuple, tuple, Any]]] = {}   # op -> [(_ops key, its _ops entry, C call)], newest first
 FRONTS_PER_OP = 16              # the C calls kept per operator (a call matches them in turn)
 run_front = None                # hotpath.c's op_call(calls, args), set with the first front
 
@@ -184,8 +184,9 @@ def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: 
         found = _ops.get(k)
     except (AttributeError, TypeError):
         return
-    if found is None or any(key == k for key, _ in _front_keys.get(op, ())):
+    if found is None or any(key == k and made is found for key, made, _ in _front_keys.get(op, ())):
         return
+    _forget_front(op, lambda key, made: key == k or made[2].ex._closed)  # a stale one, or a closed executor's
     entry, make, fast = found
     plan = fast.plan
     native = getattr(plan, "native", None)
@@ -199,7 +200,7 @@ def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: 
     if hot is None or not hasattr(hot, "make_op_call"):
         return
     torch = eager.torch_module()
-    programs = tuple(native[p][0] for p in sorted(native))
+    programs = tuple(tuple(native[p][2]) for p in sorted(native))  # (capsule, the steps it borrows)
     global run_front
     run_front = hot.op_call
 
@@ -217,9 +218,9 @@ def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: 
                          worlds, entry, fast.ex, plan.max_epoch, programs, fast.ex._use_parity if rotates else None,
                          plan.current_raw, plan.index, plan.get_device, capturing, plan.hooks, fast.ex.watch.prune,
                          eager.PRUNE_AT, Milestone, marks, fail)
-    kept = [(k, c)] + _front_keys.get(op, [])[:FRONTS_PER_OP - 1]
+    kept = [(k, found, c)] + _front_keys.get(op, [])[:FRONTS_PER_OP - 1]
     _front_keys[op] = kept
-    fronts[op] = tuple(cap for _, cap in kept)
+    fronts[op] = tuple(cap for _, _, cap in kept)
 
 
 def program_remember(name: str, args: tuple, tensors: Sequence[Any], handle: str, entry, exe, out, worlds) -> None:
@@ -256,14 +257,20 @@ def drop_fronts() -> None:
     _front_keys.clear()
 
 
+def _forget_front(op: str, gone) -> None:
+    """Drop op's C calls for which ``gone(key, _ops entry)`` holds."""
+    kept = [(k, made, c) for k, made, c in _front_keys.get(op, ()) if not gone(k, made)]
+    if kept:
+        _front_keys[op], fronts[op] = kept, tuple(c for _, _, c in kept)
+    else:
+        _front_keys.pop(op, None)
+        fronts.pop(op, None)
+
+
 def _prune_fronts() -> None:
-    """Keep only the C calls whose _ops entry is still there."""
+    """Keep only the C calls whose _ops entry is still the one they were made from."""
     for op in list(_front_keys):
-        kept = [(k, c) for k, c in _front_keys[op] if k in _ops]
-        _front_keys[op] = kept
-        fronts[op] = tuple(c for _, c in kept)
-        if not kept:
-            del _front_keys[op], fronts[op]
+        _forget_front(op, lambda k, made: _ops.get(k) is not made)
 
 
 def forget_world(world=None) -> None:

@@ -45,8 +45,8 @@ the caller's current stream with no host synchronisation (``sync=False``: a stuc
 input, never reused by a later call), as torch.library requires. A later call with positional arguments of the
 same form and plain tensors of the same shapes, dtypes and device is one C call (ditron.fastcall.op_front: its
 checks then are that match, the world's registration, the executor's state, the device, capture and launch
-hooks); from plain eager code ``torch_ops.call(op, *args)`` (ditron.nn's layers, the wrappers below) reaches it
-without torch's dispatcher.
+hooks); from plain eager inference code (grad mode off) ``torch_ops.call(op, *args)`` (ditron.nn's layers, the
+wrappers below) reaches it without torch's dispatcher.
 
 Inside the caller's CUDA-graph capture (``torch.cuda.graph``) the op is captured into the caller's graph. The signal
 values of an eager call depend on the call's epoch, so a replay of an eagerly captured call would meet the signals
@@ -395,6 +395,10 @@ for _op in ops.OPS:
 del _op
 
 OPERATORS = {op: getattr(torch.ops.ditron, op) for op in ops.OPS}
+# per operator: its tensors and the world (how many arguments ``call`` never strips), and the defaults of the
+# parameters after them in the schema's order (max_rows last)
+_ARITY1 = {op: ops.ARITY[op] + 1 for op in ops.OPS}
+_TRAILING = {op: tuple(ops.PARAMS[op][name] for name in SIGNATURES[op][1]) + (0,) for op in ops.OPS}
 
 
 # ------------------------------------------------------------------------ registered kernel programs
@@ -483,17 +487,26 @@ def _handle(world) -> str:
 
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 _function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
+_tracing = getattr(torch._C, "_get_tracing_state", lambda: None)
+_transforms = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 def call(op: str, *args):
-    """``torch.ops.ditron.<op>(*args)`` (positional arguments, in the schema's order). In plain eager code -- not
-    traced or compiled, no torch function or dispatch mode active -- a call like a checked earlier one (the same
-    argument form, plain tensors of the same shapes) goes straight to its one C call (fastcall.op_front) without
-    torch's dispatcher in front of it; anything else is the operator's call. ditron.nn's layers and the wrappers
-    below call this."""
+    """``torch.ops.ditron.<op>(*args)`` (positional arguments, in the schema's order). In plain eager inference
+    code -- not traced, scripted or compiled, grad mode off (torch.no_grad / inference_mode), no torch function or
+    dispatch mode, no functorch transform -- a call like a checked earlier one (the same arguments after the
+    tensors, trailing defaults left out as the dispatcher leaves them out; plain tensors of the same shapes) goes
+    straight to its one C call (fastcall.op_front) without torch's dispatcher in front of it; anything else is the
+    operator's call. ditron.nn's layers and the wrappers below call this."""
     if not torch.compiler.is_compiling() and eager.ENABLED and (calls := fastcall.fronts.get(op)) is not None \
-            and not _dispatch_modes() and not _function_modes():
-        out = fastcall.run_front(calls, args)
+            and not torch.is_grad_enabled() and not _dispatch_modes() and not _function_modes() \
+            and _tracing() is None and not _transforms():
+        defaults = _TRAILING[op]
+        n = len(args)
+        while n > _ARITY1[op] and args[n - 1] == defaults[n - _ARITY1[op] - 1] and \
+                type(args[n - 1]) is type(defaults[n - _ARITY1[op] - 1]):
+            n -= 1
+        out = fastcall.run_front(calls, args if n == len(args) else args[:n])
         if out is not None:
             return out
     return getattr(torch.ops.ditron, op)(*args)

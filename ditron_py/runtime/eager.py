@@ -232,11 +232,12 @@ class EagerPlan:
         self.hooks = _knobs_runtime() if self.c_launches else None
         self.native = self._programs()
 
-    def _programs(self) -> dict[int, tuple[Any, list]]:
-        """Per parity the whole call as one C program (hotpath.c's make_program: the fork, every step, the join)
-        and its steps in order (what names a refused one), where the C path is here and no step switches torch's
-        current stream; else {} (a C call per step). A step the C program does not run itself (a barrier's count,
-        the executor's own actions) is a Python step in it."""
+    def _programs(self) -> dict[int, tuple[Any, list, Any]]:
+        """Per parity the whole call as one C program (hotpath.c's make_program: the fork, every step, the join):
+        its capsule, its steps in order (what names a refused one) and the memops.Program (which keeps the step
+        descriptors the capsule borrows alive), where the C path is here and no step switches torch's current stream; else {} (a C
+        call per step; also where a step is beyond the program's limits). A step the C program does not run itself
+        (a barrier's count, the executor's own actions) is a Python step in it."""
         if not NATIVE or self.entries is None or self.sets_stream or self.entries.run is None:
             return {}
         rows = {r: k for k, r in enumerate(self.ranks)}
@@ -249,10 +250,13 @@ class EagerPlan:
                     descs.append(("P", rows[r], step) if d is None else d if d[0] == "M" else
                                  (d[0], rows[r], *d[1:]))
                     order.append(step)
-            prog = self.entries.make_program(self.start[1], self.fork_handles, tuple(self.join_args), tuple(descs))
+            try:
+                prog = self.entries.make_program(self.start[1], self.fork_handles, tuple(self.join_args), descs)
+            except (ValueError, OverflowError):  # more than 64 streams, pointers, addresses: a C call per step
+                return {}
             if prog is None:
                 return {}
-            out[parity] = (prog, order)
+            out[parity] = (prog.capsule, order, prog)
         return out
 
     def _native_failure(self, steps: list, res: tuple[int, int], epoch: int) -> Exception:

@@ -382,20 +382,24 @@ static PyObject *copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
  * run(program, epoch, stream, rows) -> 0 when all is enqueued; -1 where no context is current (nothing enqueued:
  *   the caller takes its Python path); (index, code) where the driver refused a call (index -1: the fork, -2: the
  *   join, else the step's; code as fork / join / launch / memops / copy return it; the steps before are enqueued).
- *   A Python step's, pre's or post's exception, or a tensor's data_ptr(), propagates. */
+ *   A Python step's, pre's or post's exception, or a tensor's data_ptr(), propagates.
+ * A program borrows the objects of `steps` (capsules, functions): the caller keeps the steps tuple alive as long as
+ * the program (EagerPlan.native holds both). A capsule is opaque to Python's garbage collector, so a program that
+ * owned them would make a cycle through an executor (a step's function -> the executor -> its plans -> the
+ * program) that is never collected. */
 
 #define MAX_VAR 64
 
 typedef struct {
     int kind;
     Py_ssize_t row;
-    PyObject *ref;          /* the launch capsule, or a Python step's function (owned) */
+    PyObject *ref;          /* the launch capsule, or a Python step's function (borrowed) */
     Launch *l;
     Py_ssize_t n_ptr, ptr_arg[MAX_VAR], ptr_tensor[MAX_VAR];
     Py_ssize_t n_aff, aff_arg[MAX_VAR];
     long long aff_base[MAX_VAR], aff_slope[MAX_VAR];
     Py_ssize_t tag_arg;
-    PyObject *pre, *post;   /* owned, or NULL */
+    PyObject *pre, *post;   /* borrowed, or NULL */
     uintptr_t stream;
     long long base, slope;
     Py_ssize_t n_writes, n_addrs;
@@ -421,13 +425,6 @@ typedef struct {
 #define PROGRAM_CAPSULE "ditron_hotpath.Program"
 
 static void program_free_steps(Program *p) {
-    if (p->steps) {
-        for (Py_ssize_t i = 0; i < p->n_steps; i++) {
-            Py_XDECREF(p->steps[i].ref);
-            Py_XDECREF(p->steps[i].pre);
-            Py_XDECREF(p->steps[i].post);
-        }
-    }
     PyMem_Free(p->steps);
     PyMem_Free(p->join);
     PyMem_Free(p);
@@ -454,11 +451,8 @@ static int as_ll(PyObject *o, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static PyObject *optional(PyObject *o) {  /* a new reference, or NULL for None */
-    if (o == Py_None)
-        return NULL;
-    Py_INCREF(o);
-    return o;
+static PyObject *optional(PyObject *o) {  /* o (borrowed), or NULL for None */
+    return o == Py_None ? NULL : o;
 }
 
 static int bad_step(Py_ssize_t i, const char *what) {
@@ -485,7 +479,6 @@ static int parse_step(Step *s, PyObject *t, Py_ssize_t i) {
         if (!s->l)
             return -1;
         s->ref = PyTuple_GET_ITEM(t, 2);
-        Py_INCREF(s->ref);
         PyObject *ptrs = PyTuple_GET_ITEM(t, 3), *aff = PyTuple_GET_ITEM(t, 4);
         s->n_ptr = PyTuple_GET_SIZE(ptrs);
         s->n_aff = PyTuple_GET_SIZE(aff);
@@ -558,7 +551,6 @@ static int parse_step(Step *s, PyObject *t, Py_ssize_t i) {
         if (n != 3 || !PyCallable_Check(PyTuple_GET_ITEM(t, 2)))
             return bad_step(i, "a Python step is (\"P\", row, fn)");
         s->ref = PyTuple_GET_ITEM(t, 2);
-        Py_INCREF(s->ref);
         return 0;
     }
     return bad_step(i, "unknown kind (L, M, C or P)");
@@ -575,9 +567,14 @@ static PyObject *make_program(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "make_program: 7 entry points");
         return NULL;
     }
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 7; i++) {
         if (as_handle(PyTuple_GET_ITEM(entries, i), &e[i]) < 0)
             return NULL;
+        if (!e[i]) {
+            PyErr_Format(PyExc_ValueError, "make_program: entry point %d is 0", i);
+            return NULL;
+        }
+    }
     Py_ssize_t n_fork = PyTuple_GET_SIZE(fork), ring = PyTuple_GET_SIZE(join), n_steps = PyTuple_GET_SIZE(steps);
     if (n_fork > MAX_HANDLES || ring < 1) {
         PyErr_SetString(PyExc_ValueError, "make_program: at most 64 streams, at least one join slot");
@@ -661,6 +658,16 @@ static int data_ptr(PyObject *rows, Py_ssize_t row, Py_ssize_t index, unsigned l
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* base + slope * (epoch - 1) into out: -1 with OverflowError where it does not fit 64 bits */
+static int affine(long long base, long long slope, long long epoch, long long *out) {
+    long long step;
+    if (__builtin_mul_overflow(slope, epoch - 1, &step) || __builtin_add_overflow(base, step, out)) {
+        PyErr_SetString(PyExc_OverflowError, "run: a value affine in the epoch does not fit 64 bits");
+        return -1;
+    }
+    return 0;
+}
+
 /* an int at its argument's width: -1 with a Python error where it does not fit */
 static int put_ll(Launch *l, Py_ssize_t i, long long v) {
     PyObject *o = PyLong_FromLongLong(v);
@@ -698,15 +705,6 @@ static PyObject *run_core(Program *p, long long epoch, uintptr_t stream, PyObjec
         if (s->kind == 'L') {
             Launch *l = s->l;
             PyObject *lazy = NULL;
-            for (Py_ssize_t k = 0; k < s->n_ptr; k++) {
-                unsigned long long ptr;
-                if (data_ptr(rows, s->row, s->ptr_tensor[k], &ptr) < 0)
-                    goto done;
-                l->slots[s->ptr_arg[k]] = ptr;
-            }
-            for (Py_ssize_t k = 0; k < s->n_aff; k++)
-                if (put_ll(l, s->aff_arg[k], s->aff_base[k] + s->aff_slope[k] * (epoch - 1)) < 0)
-                    goto done;
             if (s->pre) {
                 PyObject *got = PyObject_CallOneArg(s->pre, epoch_obj);
                 if (!got)
@@ -724,6 +722,21 @@ static PyObject *run_core(Program *p, long long epoch, uintptr_t stream, PyObjec
                 lazy = PyTuple_GET_ITEM(got, 1);
                 Py_INCREF(lazy);
                 Py_DECREF(got);
+            }
+            for (Py_ssize_t k = 0; k < s->n_ptr; k++) {
+                unsigned long long ptr;
+                if (data_ptr(rows, s->row, s->ptr_tensor[k], &ptr) < 0) {
+                    Py_XDECREF(lazy);
+                    goto done;
+                }
+                l->slots[s->ptr_arg[k]] = ptr;
+            }
+            for (Py_ssize_t k = 0; k < s->n_aff; k++) {
+                long long v;
+                if (affine(s->aff_base[k], s->aff_slope[k], epoch, &v) < 0 || put_ll(l, s->aff_arg[k], v) < 0) {
+                    Py_XDECREF(lazy);
+                    goto done;
+                }
             }
             if ((unsigned long long)l->grid[0] * l->grid[1] * l->grid[2]) {
                 Py_BEGIN_ALLOW_THREADS
@@ -746,7 +759,10 @@ static PyObject *run_core(Program *p, long long epoch, uintptr_t stream, PyObjec
                 Py_XDECREF(lazy);
             }
         } else if (s->kind == 'M') {
-            uint32_t v = (uint32_t)(s->base + s->slope * (epoch - 1));
+            long long value;
+            if (affine(s->base, s->slope, epoch, &value) < 0)
+                goto done;
+            uint32_t v = (uint32_t)value;
             Py_ssize_t k;
             Py_BEGIN_ALLOW_THREADS
             for (k = 0; !code && k < s->n_addrs; k++)
@@ -853,7 +869,8 @@ static PyObject *run_program(PyObject *self, PyObject *const *args, Py_ssize_t n
  *                 on it: EagerPlan's prechecks); a call whose tensor is not goes the Python way, which raises;
  *   maker         makes the output; worlds, entry: the registered worlds (a dict) and the call's world's entry;
  *   ex            the executor (its _closed, _broken, epoch); max_epoch: the last epoch the plan serves;
- *   programs      the plan's programs (make_program): one, or one per parity (epoch % 2), when use_parity (not
+ *   programs      the plan's programs (make_program), each as (program, its steps tuple: kept alive with it): one,
+ *                 or one per parity (epoch % 2), when use_parity (not
  *                 None) is called with the epoch's parity first; raw_stream(index): the current stream's handle;
  *   get_device    None, or torch's current device index (the call goes the Python way unless it is index);
  *   capturing()   whether the current stream captures (then the Python way); hooks: Triton's knobs.runtime, or
@@ -896,6 +913,30 @@ static void op_call_free(PyObject *capsule) {
         op_call_free_fields(c);
 }
 
+static int valid_programs(PyObject *programs) {  /* (program, steps) pairs */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(programs); i++) {
+        PyObject *pair = PyTuple_GET_ITEM(programs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyCapsule_IsValid(PyTuple_GET_ITEM(pair, 0), PROGRAM_CAPSULE))
+            return 0;
+    }
+    return 1;
+}
+
+static int valid_marks(PyObject *marks) {  /* per ring slot a tuple of (append, event, rank, stream) */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(marks); i++) {
+        PyObject *slot = PyTuple_GET_ITEM(marks, i);
+        if (!PyTuple_Check(slot))
+            return 0;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(slot); k++) {
+            PyObject *m = PyTuple_GET_ITEM(slot, k);
+            if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 4)
+                return 0;
+        }
+    }
+    return 1;
+}
+
 static PyObject *make_op_call(PyObject *self, PyObject *args) {
     PyObject *handle, *rest, *types, *shapes, *dtypes, *devices, *slots, *aligned, *maker, *worlds, *entry, *ex, *programs;
     PyObject *use_parity, *raw_stream, *index, *get_device, *capturing, *hooks, *prune, *milestone, *marks, *fail;
@@ -913,9 +954,8 @@ static PyObject *make_op_call(PyObject *self, PyObject *args) {
     if (n > MAX_VAR || PyTuple_GET_SIZE(types) != n || PyTuple_GET_SIZE(dtypes) != n || PyTuple_GET_SIZE(devices) != n ||
         PyTuple_GET_SIZE(slots) != n + 1 || PyTuple_GET_SIZE(marks) < 1 || prune_at < 1 || alignment < 1 ||
         PyTuple_GET_SIZE(aligned) > MAX_VAR + 1 ||
-        PyTuple_GET_SIZE(programs) < 1 || PyTuple_GET_SIZE(programs) > 2 ||
-        !PyCapsule_IsValid(PyTuple_GET_ITEM(programs, 0), PROGRAM_CAPSULE) ||
-        !PyCapsule_IsValid(PyTuple_GET_ITEM(programs, PyTuple_GET_SIZE(programs) - 1), PROGRAM_CAPSULE)) {
+        PyTuple_GET_SIZE(programs) < 1 || PyTuple_GET_SIZE(programs) > 2 || !valid_programs(programs) ||
+        !valid_marks(marks)) {
         PyErr_SetString(PyExc_ValueError, "make_op_call: per tensor a shape, dtype, device and slot (then the "
                                           "output's slot), a program, marks per ring slot");
         return NULL;
@@ -993,11 +1033,12 @@ static int attr_is(PyObject *o, PyObject *name, PyObject *want, int by_identity)
 
 static int matches(OpCall *c, PyObject *const *args, Py_ssize_t nargs) {
     static PyObject *s_shape, *s_dtype, *s_device, *s_contiguous;
-    if (!s_shape) {
-        s_shape = PyUnicode_InternFromString("shape");
-        s_dtype = PyUnicode_InternFromString("dtype");
-        s_device = PyUnicode_InternFromString("device");
-        s_contiguous = PyUnicode_InternFromString("is_contiguous");
+    if (!s_shape || !s_dtype || !s_device || !s_contiguous) {
+        const char *text[] = {"shape", "dtype", "device", "is_contiguous"};
+        PyObject **name[] = {&s_shape, &s_dtype, &s_device, &s_contiguous};
+        for (int k = 0; k < 4; k++)
+            if (!*name[k])
+                *name[k] = PyUnicode_InternFromString(text[k]);
         if (!s_shape || !s_dtype || !s_device || !s_contiguous)
             return -1;
     }
@@ -1042,12 +1083,12 @@ static int matches(OpCall *c, PyObject *const *args, Py_ssize_t nargs) {
 /* 1: the call may take its operator call here, 0: the Python way, -1: an error */
 static int may_run(OpCall *c) {
     static PyObject *s_closed, *s_broken, *s_enter, *s_leave, *s_calls;
-    if (!s_closed) {
-        s_closed = PyUnicode_InternFromString("_closed");
-        s_broken = PyUnicode_InternFromString("_broken");
-        s_enter = PyUnicode_InternFromString("launch_enter_hook");
-        s_leave = PyUnicode_InternFromString("launch_exit_hook");
-        s_calls = PyUnicode_InternFromString("calls");
+    if (!s_closed || !s_broken || !s_enter || !s_leave || !s_calls) {
+        const char *text[] = {"_closed", "_broken", "launch_enter_hook", "launch_exit_hook", "calls"};
+        PyObject **name[] = {&s_closed, &s_broken, &s_enter, &s_leave, &s_calls};
+        for (int k = 0; k < 5; k++)
+            if (!*name[k])
+                *name[k] = PyUnicode_InternFromString(text[k]);
         if (!s_closed || !s_broken || !s_enter || !s_leave || !s_calls)
             return -1;
     }
@@ -1135,11 +1176,11 @@ static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         Py_DECREF(old);
         return NULL;
     }
-    epoch += 1;
-    if (epoch > c->max_epoch) {   /* the Python way: the interpreted call checks and raises */
+    if (epoch >= c->max_epoch) {  /* epoch + 1 is past it: the Python way (the interpreted call checks, raises) */
         Py_DECREF(old);
         Py_RETURN_NONE;
     }
+    epoch += 1;
     PyObject *out = NULL, *row = NULL, *rows = NULL, *stream = NULL, *res = NULL, *epoch_obj = NULL;
     out = PyObject_CallNoArgs(c->maker);
     if (!out)
@@ -1175,17 +1216,17 @@ static PyObject *op_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     uintptr_t handle;
     if (as_handle(stream, &handle) < 0)
         goto error;
-    if (PyObject_SetAttr(c->ex, s_epoch, epoch_obj) < 0)
-        goto error;
     Py_ssize_t parity = PyTuple_GET_SIZE(c->programs) == 2 ? (Py_ssize_t)(epoch & 1) : 0;
-    if (c->use_parity != Py_None) {
+    if (c->use_parity != Py_None) {  /* as EagerPlan.enqueue: the parity's pads bound, then the epoch taken */
         PyObject *r = PyObject_CallFunction(c->use_parity, "n", parity);
         if (!r)
             goto error;
         Py_DECREF(r);
     }
-    res = run_core((Program *)PyCapsule_GetPointer(PyTuple_GET_ITEM(c->programs, parity), PROGRAM_CAPSULE), epoch,
-                   handle, rows);
+    if (PyObject_SetAttr(c->ex, s_epoch, epoch_obj) < 0)
+        goto error;
+    res = run_core((Program *)PyCapsule_GetPointer(PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->programs, parity), 0),
+                                                   PROGRAM_CAPSULE), epoch, handle, rows);
     if (!res)
         goto error;             /* the epoch stays taken, as on the Python way */
     if (PyLong_Check(res)) {

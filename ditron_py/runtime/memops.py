@@ -39,6 +39,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from ..errors import DitronRuntimeError
 
@@ -91,6 +92,13 @@ PLAN_ENTRY_POINTS = ("cuLaunchKernel", "cuCtxGetCurrent", "cuEventRecord", "cuSt
                      "cuMemcpyDtoDAsync_v2", "cuMemcpy2DAsync_v2")
 
 
+class Program(NamedTuple):
+    """A C program (hotpath.c's make_program) and the step descriptors its capsule borrows (kept alive here: a
+    capsule that owned them would hide a reference cycle through the executor from the garbage collector)."""
+    capsule: Any
+    steps: tuple
+
+
 class PlanEntries:
     """The eager call plans' C path: ``hotpath.c``'s launch, fork and join bound to the driver's entry points (by
     address: ``addresses`` maps each of PLAN_ENTRY_POINTS to one). Each call returns 0 or a nonzero code (see
@@ -121,12 +129,14 @@ class PlanEntries:
         what = "cuStreamWriteValue32" if index < n_writes else "cuStreamWaitValue32"
         return memop_failure(what, result, error_name(result), addrs[index], value)
 
-    def make_program(self, start: int, fork: tuple[int, ...], join: tuple[tuple[int, ...], ...], steps: tuple):
-        """A plan's whole call as one C program for ``run(program, epoch, stream, rows)`` (hotpath.c's
+    def make_program(self, start: int, fork: tuple[int, ...], join: tuple[tuple[int, ...], ...],
+                     steps: tuple) -> "Program | None":
+        """A plan's whole call as one C program for ``run(program.capsule, epoch, stream, rows)`` (hotpath.c's
         make_program: the fork from ``start``, the steps, the join per ring slot), or None where the helper has no
-        programs (an older build)."""
+        programs (an older build). The capsule borrows the steps' objects: the Program holds both."""
         make = getattr(self.hot, "make_program", None)
-        return None if make is None else make(self.program_entries, start, fork, join, steps)
+        steps = tuple(steps)
+        return None if make is None else Program(make(self.program_entries, start, fork, join, steps), steps)
 
     def make_launch(self, function: int, grid: tuple[int, int, int], block_x: int, smem: int, stream: int,
                     types: str, values: tuple, varying: tuple[int, ...]):
@@ -267,4 +277,4 @@ class DriverMemops:
         return True
 
 
-__all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError", "PLAN_ENTRY_POINTS", "PlanEntries"]
+__all__ = ["CU_STREAM_WAIT_VALUE_GEQ", "DriverMemops", "MemopError", "PLAN_ENTRY_POINTS", "PlanEntries", "Program"]

@@ -203,8 +203,8 @@ def test_torch_operator_fast_path(monkeypatch, tmp_path):
 
 
 def test_bench_host_cpu_dry_run(monkeypatch, tmp_path):
-    """bench_host --cpu-dry: the eager calls with every device call a no-op, planned and interpreted, then every
-    patch undone."""
+    """bench_host --cpu-dry: the eager calls with every device call a no-op, planned and interpreted (a registered
+    kernel program's operator through its C call and the Python way), then every patch undone."""
     from test_ops import _bench
 
     from triton.compiler.compiler import CompiledKernel
@@ -217,7 +217,8 @@ def test_bench_host_cpu_dry_run(monkeypatch, tmp_path):
     rows = bench.dry_rows(tmp_path / "lib")
     assert {(r["call"].split(",")[0], r["plans"]) for r in rows if r["W"]} == {
         ("ops.ag_gemm eager", False), ("ops.ag_gemm eager", True),
-        ("torch.ops.ditron.ag_gemm", False), ("torch.ops.ditron.ag_gemm", True)}
+        ("torch.ops.ditron.ag_gemm", False), ("torch.ops.ditron.ag_gemm", True),
+        ("torch.ops.ditron.<registered program>", "C call"), ("torch.ops.ditron.<registered program>", "Python")}
     assert all(r["host_us"] > 0 for r in rows)
     assert CompiledKernel._init_handles is init and torch.cuda.Event is not bench._DryEvent and eager.ENABLED
 

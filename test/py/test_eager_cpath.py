@@ -274,7 +274,7 @@ def test_a_program_is_a_whole_call_in_one_c_call():
              ("C", 1, 0x6, 0, 0x10, -1, 0x9000, 256, 3, 512, 1024),
              ("P", 1, py))
     join = tuple((0xe0 + 2 * i, 0x5, 0xe1 + 2 * i, 0x6) for i in range(4))
-    prog = e.make_program(0xee, (0x5, 0x6), join, steps)
+    prog = e.make_program(0xee, (0x5, 0x6), join, steps).capsule
     rows = [[T(0xa000), T(0xb000)], [T(0xc000)]]
     assert e.run(prog, 3, 0x1, rows) == 0
     launch = ("launch", 0xf0, (2, 1, 1), (128, 1, 1), 0, 0x5, (0xb000, 10 + 3 * 2, 103, 0, 0))
@@ -298,9 +298,9 @@ def test_a_program_is_a_whole_call_in_one_c_call():
     d.ctx = 0xc0
     with pytest.raises(IndexError, match="no tensor 1 in row 0"):
         e.run(prog, 4, 0x1, [[T(1)], [T(2)]])
-    boom = e.make_program(0xee, (), ((),), (("P", 0, lambda epoch, row: 1 / 0),))
+    boom = e.make_program(0xee, (), ((),), (("P", 0, lambda epoch, row: 1 / 0),))  # it keeps its steps alive
     with pytest.raises(ZeroDivisionError):
-        e.run(boom, 1, 0x1, [[]])
+        e.run(boom.capsule, 1, 0x1, [[]])
     with pytest.raises(ValueError, match="step 0: unknown kind"):
         e.make_program(0xee, (), ((),), (("X", 0),))
     with pytest.raises(ValueError, match="not a 64-bit argument"):
@@ -320,8 +320,8 @@ class Fake(T):
 
 def test_op_call_matches_then_runs_the_epochs_parity_program():
     """make_op_call / op_call with stand-ins: a call matches on its handle, the arguments after it (type and value)
-    and each tensor's exact type, shape, dtype, device and contiguity, the aligned slots' data pointers; it takes the epoch, binds the epoch's parity
-    (use_parity) and runs that parity's program with the call's tensors and a fresh output in their slots, queues
+    and each tensor's exact type, shape, dtype, device and contiguity, the aligned slots' data pointers; it takes
+    the epoch, binds the epoch's parity (use_parity) and runs that parity's program with the call's tensors and a fresh output in their slots, queues
     the end's milestones; a refused launch calls fail; a closed executor, a capture, another registration of the
     world, an epoch past the plan's last: None, nothing done."""
     d = Driver()
@@ -330,8 +330,8 @@ def test_op_call_matches_then_runs_the_epochs_parity_program():
     progs = []
     for f in (0xf0, 0xf1):
         cap = e.make_launch(f, (1, 1, 1), 32, 0, 0x5, d.types, (0, 0, 0, 0), (0, 1))
-        progs.append(e.make_program(0xee, (0x5,), tuple((0xe0 + i, 0x5) for i in range(2)),
-                                    (("L", 0, cap, ((0, 2), (1, 0)), (), -1, None, None),)))
+        progs.append(tuple(e.make_program(0xee, (0x5,), tuple((0xe0 + i, 0x5) for i in range(2)),
+                                          (("L", 0, cap, ((0, 2), (1, 0)), (), -1, None, None),))))
     ex = SimpleNamespace(epoch=4, _closed=False, _broken=None)
     parities, queued, pruned, capturing = [], [], [], [False]
     entry = ("world",)
@@ -494,10 +494,20 @@ def test_a_torch_operator_call_like_a_checked_one_is_one_c_call(monkeypatch, tmp
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 self.ops.append(str(func))
                 return func(*args, **(kwargs or {}))
-        assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape and ex.epoch == epoch + 4
-        with Seen() as seen:
-            assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape
-        assert seen.ops == ["ditron.ag_gemm.default"] and ex.epoch == epoch + 5
+        fronted = []
+        real_front = fastcall.run_front
+        monkeypatch.setattr(fastcall, "run_front", lambda calls, args: fronted.append(len(args)) or
+                            real_front(calls, args))
+        with torch.no_grad():  # the C call straight away, max_rows=0 left out as the dispatcher leaves it out
+            assert torch_ops.call("ag_gemm", x, b, handle, 0).shape == first.shape and ex.epoch == epoch + 4
+            assert fronted == [3]
+            with Seen() as seen:
+                assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape
+            assert seen.ops == ["ditron.ag_gemm.default"] and ex.epoch == epoch + 5
+        del fronted[:]
+        assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape  # grad mode: through the operator
+        assert fronted == [3] and ex.epoch == epoch + 6
+        monkeypatch.setattr(fastcall, "run_front", real_front)
         del d.log[:]
         d.codes["launch"] = 719
         with pytest.raises(eager.DitronRuntimeError, match=f"cuLaunchKernel of @{kernel} failed: CUresult 719"):
@@ -506,6 +516,12 @@ def test_a_torch_operator_call_like_a_checked_one_is_one_c_call(monkeypatch, tmp
         monkeypatch.setattr(torch_ops, "_run", real_run)
         y = torch.ops.ditron.ag_gemm(torch.randn(48, 32).to(torch.bfloat16), b, handle)  # another shape: checked
         assert y.shape == (48, 16) and len(fastcall.fronts["ag_gemm"]) == 2
+        torch_ops.unregister_world(handle)  # registered again: its first call checked, then C calls again
+        assert torch_ops.register_world(world, lib, capturable=False) == handle
+        torch.ops.ditron.ag_gemm(x, b, handle)
+        with monkeypatch.context() as m:
+            m.setattr(torch_ops, "_run", lambda *a: pytest.fail("the Python operator path was taken"))
+            torch.ops.ditron.ag_gemm(x, b, handle)
         torch_ops.close(world)
         assert "ag_gemm" not in fastcall.fronts
         lib.close()
@@ -544,3 +560,32 @@ def test_a_registered_kernel_programs_operator_call_like_a_checked_one_is_one_c_
         big = torch.randn(38)
         with pytest.raises(ditron_errors.DitronRuntimeError, match="16"):
             oper(big[1:], handle)  # 4 bytes off: the Python way (its builder, then the executor's check)
+
+
+def test_a_closed_executor_with_c_programs_is_collected(monkeypatch, tmp_path):
+    """The plans' C programs borrow their steps' objects (memops.Program keeps them), so an executor whose plan
+    has programs -- steps that reach back to it -- is freed once closed and dropped, as without them."""
+    import gc
+    import weakref
+
+    from ditron import ops
+    from ditron.runtime.world import World
+    bench, d = _recording_dry_gpu(monkeypatch)
+    with contextlib.ExitStack() as stack:
+        bench.dry_gpu(stack)
+        lib = ops.Library(tmp_path / "lib", target="cuda:90")
+        world = World.virtual(2, device="cpu")
+        xs = [torch.randn(128, 256).to(torch.bfloat16) for _ in range(2)]
+        for _ in range(3):
+            ops.all_reduce(xs, world, "one_shot", sync=False, library=lib)
+        (fast,) = lib._eager.values()
+        steps = [s for _, rank_steps in fast.plan.steps[0] for s in rank_steps]
+        assert fast.plan.native and any(getattr(s, "native", ("",))[0] == "L" and s.native[5] is not None
+                                        for s in steps)  # a launch whose tag callback reaches the executor
+        del steps
+        ex = weakref.ref(fast.ex)
+        del fast
+        lib.close()
+        del lib
+        gc.collect()
+        assert ex() is None
