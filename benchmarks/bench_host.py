@@ -32,7 +32,8 @@ ctypes calls (memops, event record, stream waits) and the call plans' C path (ho
 memops) run up to the driver -- so what is timed is the host path alone, with the call plans and interpreted (written to host_dry.csv). The driver calls and
 torch's allocator cost a few microseconds more per call on a GPU host; ``--run`` measures them.
 
-``--real2 DIR`` (one GPU) runs the W = 2 cases in a real world of two processes on the GPU: per op the host time
+``--real2 DIR [--gpus 2]`` runs the W = 2 cases in a real world of two processes, both on GPU 0 (or one GPU
+each: host_real_w2_2gpu.csv), in grad-off inference mode: per op the host time
 of one torch-operator call with fresh inputs into an idle GPU (the median of REAL_CALLS), through ``torch_ops.call``
 (ditron.nn's path), through ``torch.ops.ditron.<op>``, and the Python way with a C call per step
 (``eager.NATIVE = False``); written to host_real_w2.csv.
@@ -619,9 +620,10 @@ def breakdown(directory: Path, out_dir: Path = RESULTS) -> int:
 
 # ------------------------------------------------------------------- a real world of two processes on one GPU
 
-def real2(directory: Path, out_dir: Path = RESULTS) -> int:
-    """Start this script's ``--rank`` as ranks 0 and 1 of a real world on this one GPU (torch symmetric memory with
-    overlapping devices, as test/py/two_ranks.py); rank 0 writes host_real_w2.csv."""
+def real2(directory: Path, out_dir: Path = RESULTS, gpus: int = 1) -> int:
+    """Start this script's ``--rank`` as ranks 0 and 1 of a real world: on this one GPU (``gpus`` 1: torch symmetric
+    memory with overlapping devices, as test/py/two_ranks.py) or one GPU each (2); rank 0 writes
+    host_real_w2.csv (host_real_w2_2gpu.csv)."""
     import os
     import socket
     import subprocess
@@ -629,9 +631,10 @@ def real2(directory: Path, out_dir: Path = RESULTS) -> int:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(directory), "--out", str(out_dir)],
-                              env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK="0",
-                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                                       TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES="1", CUDA_DEVICE_MAX_CONNECTIONS="32"))
+                              env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r if gpus == 2 else 0),
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), BENCH_HOST_GPUS=str(gpus),
+                                       CUDA_DEVICE_MAX_CONNECTIONS="32",
+                                       **({"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"} if gpus == 1 else {})))
              for r in range(2)]
     codes = [p.wait(timeout=600) for p in procs]
     return max(codes)
@@ -645,6 +648,7 @@ def rank_rows(directory: Path, out_dir: Path) -> int:
     (``eager.NATIVE = False``, as before the C calls). Each output is checked against torch (the sum or gather of
     both ranks' products) once."""
     import itertools
+    import os
 
     import torch
     import torch.distributed as dist
@@ -652,10 +656,11 @@ def rank_rows(directory: Path, out_dir: Path) -> int:
     from ditron import fastcall, ops, torch_ops
     from ditron.runtime import eager
     from ditron.runtime.world import World
-    torch.cuda.set_device(0)
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; symmetric memory needs only the store
     world = World.from_torch()
     lib = ops.Library(directory, compile=False)
+    torch.set_grad_enabled(False)    # inference, as a model's decode step runs (torch_ops.call's C call needs it)
     handle = torch_ops.register_world(world, lib)
     rows = []
     for op, shapes, params, W in [c for c in DRY_CASES if c[3] == 2]:
@@ -694,7 +699,7 @@ def rank_rows(directory: Path, out_dir: Path) -> int:
     lib.close()
     if world.rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "host_real_w2.csv"
+        path = out_dir / ("host_real_w2_2gpu.csv" if os.environ.get("BENCH_HOST_GPUS") == "2" else "host_real_w2.csv")
         with path.open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
@@ -737,6 +742,8 @@ def main() -> int:
     g.add_argument("--real2", type=Path, metavar="DIR", help="the torch operators' host time in a real world of two "
                    "processes on this GPU (W = 2 artifacts in DIR)")
     g.add_argument("--rank", type=Path, metavar="DIR", help=argparse.SUPPRESS)  # one rank of --real2
+    p.add_argument("--gpus", type=int, choices=(1, 2), default=1, help="--real2: both ranks on GPU 0 (1) or one "
+                   "GPU each (2)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where host_w1.csv goes (default: benchmarks/results)")
     args = p.parse_args()
     if args.build:
@@ -747,7 +754,7 @@ def main() -> int:
     if args.breakdown:
         return breakdown(args.breakdown, args.out)
     if args.real2:
-        return real2(args.real2, args.out)
+        return real2(args.real2, args.out, args.gpus)
     if args.rank:
         return rank_rows(args.rank, args.out)
     return run(args.run, args.out)
