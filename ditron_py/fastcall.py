@@ -172,8 +172,8 @@ run_front = None                # hotpath.c's op_call(calls, args), set with the
 
 def op_front(op: str, args: tuple, tensors: Sequence[Any], handle: str, params: dict[str, Any], worlds) -> None:
     """After a torch operator's eager call made with positional arguments only (``args`` as the dispatcher gave
-    them): where that call left a FastCall whose plan is C programs (``EagerPlan.native``: one row, no
-    prechecks), the whole next such call in one C call (hotpath.c's op_call; the operator's kernel tries
+    them): where that call left a FastCall whose plan is C programs (``EagerPlan.native``: one row; its
+    prechecks are alignment checks, done in C), the whole next such call in one C call (hotpath.c's op_call; the operator's kernel tries
     ``fronts[op]`` first): the arguments matched, the output made, the epoch taken (and, where buffers rotate, its
     parity's pads bound), the program run, the milestones of the call's end queued. ``worlds``: torch_ops'
     registered worlds."""
@@ -233,7 +233,11 @@ def program_remember(name: str, args: tuple, tensors: Sequence[Any], handle: str
     except (AttributeError, TypeError):
         return
     world = entry[0]
-    if k in _ops or not all(s[3] for s in k[3]) or not hasattr(out, "data_ptr"):
+    found = _ops.get(k)
+    if found is not None and found[0] is entry and found[2].exe is exe and found[2].live:
+        op_front(name, args, tensors, handle, {}, worlds)  # (made again where dropped; else nothing to do)
+        return
+    if not all(s[3] for s in k[3]) or not hasattr(out, "data_ptr"):
         return
     ex = next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
                not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)

@@ -61,6 +61,7 @@ without it is refused with an error that says so. ``register_world(..., capturab
 ``synchronize(world)`` waits for the calls of a world; ``close(world)`` frees its plans, after the graphs that
 captured them are released.
 """
+import itertools
 import threading
 from typing import Any
 
@@ -83,6 +84,7 @@ class WorldHandleError(DitronError, ValueError):
 # ------------------------------------------------------------------------------------------------ worlds
 
 _lock = threading.Lock()
+_registered = itertools.count()   # handles count up: one unregistered never comes back as another world's
 # handle -> (world, library or None: ops.default_library(), capturable)
 _worlds: dict[str, tuple[Any, Any, bool]] = {}
 
@@ -110,7 +112,7 @@ def register_world(world, library: "ops.Library | None" = None, *, capturable: b
             if w is world and lib is library and cap is capturable:
                 return name
         kind = "v" if world.is_virtual else "r"
-        name = f"{PREFIX}{len(_worlds)}-w{world.world_size}{kind}"
+        name = f"{PREFIX}{next(_registered)}-w{world.world_size}{kind}"
         _worlds[name] = (world, library, capturable)
         return name
 
@@ -501,11 +503,12 @@ def call(op: str, *args):
     if not torch.compiler.is_compiling() and eager.ENABLED and (calls := fastcall.fronts.get(op)) is not None \
             and not torch.is_grad_enabled() and not _dispatch_modes() and not _function_modes() \
             and _tracing() is None and not _transforms():
-        defaults = _TRAILING[op]
-        n = len(args)
-        while n > _ARITY1[op] and args[n - 1] == defaults[n - _ARITY1[op] - 1] and \
-                type(args[n - 1]) is type(defaults[n - _ARITY1[op] - 1]):
-            n -= 1
+        n, defaults = len(args), _TRAILING.get(op)
+        if defaults is not None and n <= _ARITY1[op] + len(defaults):  # else the dispatcher's schema error
+            first = _ARITY1[op]
+            while n > first and type(args[n - 1]) is type(defaults[n - first - 1]) and \
+                    args[n - 1] == defaults[n - first - 1]:
+                n -= 1
         out = fastcall.run_front(calls, args if n == len(args) else args[:n])
         if out is not None:
             return out

@@ -161,7 +161,10 @@ class UserOp:
         return result[0] if single else result
 
     def close(self) -> None:
-        """Close every executor of every executable (in a real world: collectively, on every rank)."""
+        """Close every executor of every executable (in a real world: collectively, on every rank); their fast
+        calls (ditron.fastcall: a registered program's torch operator) are forgotten."""
+        from . import fastcall
         for exe in self._executables.values():
             exe.close()
+            fastcall.forget(exe)
         self._executables.clear()

@@ -504,6 +504,8 @@ def test_a_torch_operator_call_like_a_checked_one_is_one_c_call(monkeypatch, tmp
             with Seen() as seen:
                 assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape
             assert seen.ops == ["ditron.ag_gemm.default"] and ex.epoch == epoch + 5
+            with pytest.raises(RuntimeError):  # too many arguments: the dispatcher's schema error
+                torch_ops.call("ag_gemm", x, b, handle, 0, 0)
         del fronted[:]
         assert torch_ops.call("ag_gemm", x, b, handle).shape == first.shape  # grad mode: through the operator
         assert fronted == [3] and ex.epoch == epoch + 6
@@ -516,8 +518,8 @@ def test_a_torch_operator_call_like_a_checked_one_is_one_c_call(monkeypatch, tmp
         monkeypatch.setattr(torch_ops, "_run", real_run)
         y = torch.ops.ditron.ag_gemm(torch.randn(48, 32).to(torch.bfloat16), b, handle)  # another shape: checked
         assert y.shape == (48, 16) and len(fastcall.fronts["ag_gemm"]) == 2
-        torch_ops.unregister_world(handle)  # registered again: its first call checked, then C calls again
-        assert torch_ops.register_world(world, lib, capturable=False) == handle
+        torch_ops.unregister_world(handle)  # registered again (a new handle): first call checked, then C calls
+        handle = torch_ops.register_world(world, lib, capturable=False)
         torch.ops.ditron.ag_gemm(x, b, handle)
         with monkeypatch.context() as m:
             m.setattr(torch_ops, "_run", lambda *a: pytest.fail("the Python operator path was taken"))
@@ -557,6 +559,12 @@ def test_a_registered_kernel_programs_operator_call_like_a_checked_one_is_one_c_
         assert all(o.shape == (37,) for o in outs) and outs[0].data_ptr() != outs[1].data_ptr()
         launched = [e[-1] for e in d.log if e[0] == "launch"]
         assert len(launched) == 2 and all(x.data_ptr() in args for x, args in zip(xs, launched))
+        fastcall.drop_fronts()  # the next call makes its C call again (its FastCall is still good)
+        oper(xs[0], handle)
+        with monkeypatch.context() as m, torch.no_grad():
+            m.setattr(GATHER, "build", lambda *a, **k: pytest.fail("the Python operator path was taken"))
+            assert oper(xs[0], handle).shape == (37,)
+            assert torch_ops.call("user_gather", xs[1], handle).shape == (37,)  # no defaults to leave out
         big = torch.randn(38)
         with pytest.raises(ditron_errors.DitronRuntimeError, match="16"):
             oper(big[1:], handle)  # 4 bytes off: the Python way (its builder, then the executor's check)
