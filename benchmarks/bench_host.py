@@ -53,6 +53,7 @@ GPU), and torch's ``add_`` and ``matmul`` of the op's operands for scale. Writte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import statistics
 import sys
@@ -428,7 +429,6 @@ def registered_rows() -> list[dict]:
     import ditron
     import ditron.frontend as dt
     from ditron import fastcall, torch_ops
-    from ditron.runtime import eager
     from ditron.runtime.world import World
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
     import ag_gemm_user
@@ -446,22 +446,12 @@ def registered_rows() -> list[dict]:
     nxt = itertools.cycle(pool).__next__
     rows = []
     for how in ("C call", "Python"):
-        saved = []
-        if how == "Python":  # as before the C calls: the operator's Python path, a C call per step
-            saved = [(v[2].plan, v[2].plan.native) for k, v in fastcall._ops.items() if k[0] == name]
-            eager.NATIVE = False
-            fastcall.drop_fronts()
-            for plan, _ in saved:
-                plan.native = {}
-        try:
+        with python_way([v[2].plan for k, v in fastcall._ops.items() if k[0] == name]) if how == "Python" else \
+                contextlib.nullcontext():
             us = _dry_timed(lambda: oper(nxt(), w, handle), warmup=50)
-        finally:
-            eager.NATIVE = True
-            for plan, native in saved:
-                plan.native = native
-        name = "torch.ops.ditron.<registered program>, fresh x"
-        rows.append({"call": name, "W": 1, "signature": "ag_gemm_user", "plans": how, "host_us": round(us, 2)})
-        print(f"  W=1 {name:42s} {how:12s} {us:8.2f} us", flush=True)
+        call = "torch.ops.ditron.<registered program>, fresh x"
+        rows.append({"call": call, "W": 1, "signature": "ag_gemm_user", "plans": how, "host_us": round(us, 2)})
+        print(f"  W=1 {call:42s} {how:12s} {us:8.2f} us", flush=True)
     torch_ops.close(world)
     torch_ops.unregister_world(handle)
     op.user_op.close()
@@ -562,13 +552,31 @@ def breakdown_rows(directory: Path) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def python_way(plans):
+    """Calls as before hotpath.c's C calls, for a baseline: ``eager.NATIVE`` off, the operators' C calls dropped,
+    the given plans' C programs off (a C call per step) -- all restored after."""
+    from ditron import fastcall
+    from ditron.runtime import eager
+    saved = [(p, p.native) for p in plans]
+    eager.NATIVE = False
+    fastcall.drop_fronts()
+    try:
+        for p, _ in saved:
+            p.native = {}
+        yield
+    finally:
+        eager.NATIVE = True
+        for p, native in saved:
+            p.native = native
+
+
 def operator_rows(op, nxt, rest, params, world, lib, timer, dev) -> dict:
     """The op's torch operator with fresh inputs: through its C call (fastcall.op_front: ``op_us``, and
     ``op_alone_us`` into an idle GPU) and the Python way (``eager.NATIVE = False``: ``op_python_us``)."""
     import torch
 
     from ditron import fastcall, torch_ops
-    from ditron.runtime import eager
     handle = torch_ops.register_world(world, lib, capturable=dev == "cuda")  # (a capture plan needs a GPU)
     fn, extra = getattr(torch.ops.ditron, op), tuple(params.values())
 
@@ -577,20 +585,10 @@ def operator_rows(op, nxt, rest, params, world, lib, timer, dev) -> dict:
     row = {"op_us": timer(call, warmup=50), "op_in_c": bool(fastcall.fronts.get(op))}
     if dev == "cuda":
         row["op_alone_us"] = _alone_us(call)
-    plans = [v[2].plan for v in fastcall._ops.values() if v[2].world is world]
-    saved = [p.native for p in plans]
-    eager.NATIVE = False
-    fastcall.drop_fronts()
-    try:  # as before hotpath.c's programs: the operator's Python path, a C call per step
-        for p in plans:
-            p.native = {}
+    with python_way([v[2].plan for v in fastcall._ops.values() if v[2].world is world]):
         row["op_python_us"] = timer(call, warmup=50)
         if dev == "cuda":
             row["op_python_alone_us"] = _alone_us(call)
-    finally:
-        eager.NATIVE = True
-        for p, native in zip(plans, saved):
-            p.native = native
     torch_ops.close(world)
     torch_ops.unregister_world(handle)
     return row
@@ -660,7 +658,6 @@ def rank_rows(directory: Path, out_dir: Path) -> int:
     import torch.distributed as dist
 
     from ditron import fastcall, ops, torch_ops
-    from ditron.runtime import eager
     from ditron.runtime.world import World
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("gloo")  # NCCL refuses two ranks on one GPU; symmetric memory needs only the store
@@ -687,18 +684,8 @@ def rank_rows(directory: Path, out_dir: Path) -> int:
                 call()
             row[f"{name}_alone_us"] = _alone_us(call, REAL_CALLS)
         row["in_c"] = bool(fastcall.fronts.get(op))
-        plans = [v[2].plan for v in fastcall._ops.values() if v[2].world is world]
-        saved = [p.native for p in plans]
-        eager.NATIVE = False
-        fastcall.drop_fronts()
-        try:
-            for p in plans:
-                p.native = {}
+        with python_way([v[2].plan for v in fastcall._ops.values() if v[2].world is world]):
             row["python_alone_us"] = _alone_us(calls["operator"], REAL_CALLS)
-        finally:
-            eager.NATIVE = True
-            for p, native in zip(plans, saved):
-                p.native = native
         rows.append({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
         if world.rank == 0:
             print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)

@@ -94,6 +94,12 @@ def call(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any], ou
     return fast(tensors, out, sync)
 
 
+def _eager_executor(exe, world):
+    """The open eager (not graph-mode) executor of ``exe`` in ``world`` that makes call plans, or None."""
+    return next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
+                 not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)
+
+
 def remember(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any], out, exe) -> FastCall | None:
     """After a checked eager call: its FastCall, kept in ``lib`` (None where the executor made no plan)."""
     if not eager.ENABLED:
@@ -104,8 +110,7 @@ def remember(lib, op: str, tensors: Sequence[Any], world, params: dict[str, Any]
         return None
     if not all(s[3] for s in k[4]):  # a non-contiguous input is copied by the checked path
         return None
-    ex = next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
-               not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)  # the one that ran the call
+    ex = _eager_executor(exe, world)  # the one that ran the call
     if ex is None:
         return None
     rows = [list(r) for r in zip(*tensors)] if world.is_virtual else [list(tensors)]
@@ -239,8 +244,7 @@ def program_remember(name: str, args: tuple, tensors: Sequence[Any], handle: str
         return
     if not all(s[3] for s in k[3]) or not hasattr(out, "data_ptr"):
         return
-    ex = next((e for e in getattr(exe, "_executors", ()) if e.world is world and not e._closed and
-               not getattr(e, "graph", False) and hasattr(e, "plan_for_call")), None)
+    ex = _eager_executor(exe, world)
     plan = None if ex is None else ex.plan_for_call([list(tensors)], [[out]])
     if plan is None:
         return

@@ -178,10 +178,13 @@ class EagerPlan(PlanSteps):
         """The error of a native program's refused driver call ((index, code), hotpath.c's run)."""
         index, code = res
         if index < 0:
-            where = "start" if index == -1 else "end"
-            return DitronRuntimeError(f"{'cuEventRecord' if code > 0 else 'cuStreamWaitEvent'} failed at the {where} "
-                                      f"of an eager call: CUresult {abs(code)} ({self.drv.error_name(abs(code))})")
+            return self._fork_join_error("start" if index == -1 else "end", code)
         return steps[index].fail(code, epoch)
+
+    def _fork_join_error(self, where: str, code: int) -> DitronRuntimeError:
+        """The error of a refused fork or join (hotpath.c's code: a record's CUresult, minus a wait's)."""
+        return DitronRuntimeError(f"{'cuEventRecord' if code > 0 else 'cuStreamWaitEvent'} failed at the {where} of "
+                                  f"an eager call: CUresult {abs(code)} ({self.drv.error_name(abs(code))})")
 
     # ------------------------------------------------------------------------------------------ building
     def _events(self, n: int) -> list[tuple[Any, int]]:
@@ -264,8 +267,7 @@ class EagerPlan(PlanSteps):
             cur = self.current_raw(self.index)
             code = entries.fork(self.start[1], cur, *self.fork_handles)
             if code:
-                raise DitronRuntimeError(f"{'cuEventRecord' if code > 0 else 'cuStreamWaitEvent'} failed at the "
-                                         f"start of an eager call: CUresult {abs(code)} ({drv.error_name(abs(code))})")
+                raise self._fork_join_error("start", code)
         elif drv is not None:
             cur = self.current_raw(self.index)
             start = self.start[1]
@@ -290,8 +292,7 @@ class EagerPlan(PlanSteps):
             i = epoch % EVENT_RING
             code = entries.join(cur, *self.join_args[i])
             if code:
-                raise DitronRuntimeError(f"{'cuEventRecord' if code > 0 else 'cuStreamWaitEvent'} failed at the "
-                                         f"end of an eager call: CUresult {abs(code)} ({drv.error_name(abs(code))})")
+                raise self._fork_join_error("end", code)
             for queue, ev, rank, s in self.join_marks[i]:
                 queue.append(Milestone(ev, rank, s, None, epoch))
         elif drv is not None:

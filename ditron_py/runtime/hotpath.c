@@ -328,6 +328,24 @@ typedef struct {            /* CUDA_MEMCPY2D (cuda.h, v2) */
 
 typedef int (*cu_copy2d_fn)(const Memcpy2D *, uintptr_t);
 
+/* height rows of width bytes, pitches apart, on stream: cuMemcpyDtoDAsync for one row, else cuMemcpy2DAsync (no
+ * Python object touched: called without the GIL) */
+static int copy_device_rows(cu_dtod_fn dtod, cu_copy2d_fn copy2d, uintptr_t stream, uint64_t dst, uint64_t src,
+                     size_t width, size_t height, size_t dst_pitch, size_t src_pitch) {
+    if (height == 1)
+        return dtod(dst, src, width, stream);
+    Memcpy2D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = 2;  /* CU_MEMORYTYPE_DEVICE */
+    c.srcDevice = src;
+    c.srcPitch = src_pitch;
+    c.dstDevice = dst;
+    c.dstPitch = dst_pitch;
+    c.WidthInBytes = width;
+    c.Height = height;
+    return copy2d(&c, stream);
+}
+
 static PyObject *copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     uintptr_t v[9];
     if (nargs != 9) {
@@ -338,20 +356,7 @@ static PyObject *copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     long code;
     Py_BEGIN_ALLOW_THREADS
-    if (v[6] == 1) {
-        code = ((cu_dtod_fn)v[0])(v[3], v[4], v[5], v[2]);
-    } else {
-        Memcpy2D c;
-        memset(&c, 0, sizeof c);
-        c.srcMemoryType = c.dstMemoryType = 2;  /* CU_MEMORYTYPE_DEVICE */
-        c.srcDevice = v[4];
-        c.srcPitch = v[8];
-        c.dstDevice = v[3];
-        c.dstPitch = v[7];
-        c.WidthInBytes = v[5];
-        c.Height = v[6];
-        code = ((cu_copy2d_fn)v[1])(&c, v[2]);
-    }
+    code = copy_device_rows((cu_dtod_fn)v[0], (cu_copy2d_fn)v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
     Py_END_ALLOW_THREADS
     return PyLong_FromLong(code);
 }
@@ -791,20 +796,8 @@ static PyObject *run_core(Program *p, long long epoch, uintptr_t stream, PyObjec
                 dst += base;
             }
             Py_BEGIN_ALLOW_THREADS
-            if (s->height == 1) {
-                code = p->dtod(dst, src, (size_t)s->width, s->stream);
-            } else {
-                Memcpy2D c;
-                memset(&c, 0, sizeof c);
-                c.srcMemoryType = c.dstMemoryType = 2;  /* CU_MEMORYTYPE_DEVICE */
-                c.srcDevice = src;
-                c.srcPitch = (size_t)s->src_pitch;
-                c.dstDevice = dst;
-                c.dstPitch = (size_t)s->dst_pitch;
-                c.WidthInBytes = (size_t)s->width;
-                c.Height = (size_t)s->height;
-                code = p->copy2d(&c, s->stream);
-            }
+            code = copy_device_rows(p->dtod, p->copy2d, s->stream, dst, src, (size_t)s->width, (size_t)s->height,
+                                    (size_t)s->dst_pitch, (size_t)s->src_pitch);
             Py_END_ALLOW_THREADS
             if (code) {
                 result = fail_at(i, code);
